@@ -1,0 +1,40 @@
+# GRPO Doctor: `make demo` shows the dashboard, `make test` runs the tests. Both install first.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+# Torch is pinned here, for these machines only: a CPU wheel of 2.13.0 lies on their disk, while an unpinned
+# install in a fresh venv resolves pyproject's `torch>=2.2` to the newest release with CUDA and some twenty
+# nvidia packages (several GB). pyproject.toml keeps `torch>=2.2` for users; override with
+# `make install TORCH_SPEC=torch` (or any other pip requirement) elsewhere.
+TORCH_SPEC ?= torch==2.13.0
+
+# Written after a successful install: re-running `make install` is instant until pyproject.toml changes.
+STAMP := $(VENV)/.grpo-doctor-installed
+
+DEMO_DB   ?= demo.db
+DEMO_HOST ?= 127.0.0.1
+DEMO_PORT ?= 8501
+
+.PHONY: install test demo
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install '$(TORCH_SPEC)' -e '.[test]'
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest -q
+
+# The dashboard on $(DEMO_DB). When that store is new and sample_runs/ exists, its logs are imported first
+# (a log that does not import is reported and skipped).
+demo: install
+	@if [ -d sample_runs ] && [ ! -e '$(DEMO_DB)' ]; then \
+	  for log in sample_runs/*; do \
+	    $(BIN)/grpo-doctor --db '$(DEMO_DB)' import "$$log" || echo "demo: skipped $$log"; \
+	  done; \
+	fi
+	$(BIN)/grpo-doctor --db '$(DEMO_DB)' dashboard --host '$(DEMO_HOST)' --port '$(DEMO_PORT)'

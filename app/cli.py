@@ -1,0 +1,339 @@
+"""``grpo-doctor``: the command line.
+
+Start-up stays fast: this module imports only the standard library and ``app.present``; pandas (through
+the store), the importers and Streamlit are imported inside the subcommands that need them, and the
+trainer is only ever started as a child process.
+
+A subcommand is one ``Command`` entry in ``COMMANDS``: its name, its one-line help, a function that adds
+its arguments, and a function that runs it and returns the exit code. Bad input raises ``CliError`` (or a
+``StoreError`` / ``LogFormatError`` from below) and ends as one line, ``grpo-doctor: error: ...``, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PROG = "grpo-doctor"
+EXPORT_FORMATS = ("csv", "jsonl")
+
+
+class CliError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+class _UsageError(CliError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``grpo-doctor: error: ...``) and returns instead of exiting."""
+
+    def error(self, message: str):
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def _db_path(args: argparse.Namespace) -> str:
+    from diagnostics.store import default_db_path
+
+    return default_db_path(args.db)
+
+
+def _open_store(args: argparse.Namespace, *, create: bool = False):
+    """The run store named by ``--db`` / ``$GRPO_DOCTOR_DB`` / ``./grpo_runs.db``. Commands that only read
+    refuse a path with no file rather than leave an empty store behind."""
+    from diagnostics.store import RunStore
+
+    path = _db_path(args)
+    if not create and path != ":memory:" and not os.path.exists(path):
+        raise CliError(f"no run store at {path} (import a log first, or pass --db PATH)")
+    return RunStore(path)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain text table: columns left-aligned, two spaces apart, trailing spaces trimmed."""
+    cells = [[str(h) for h in headers]] + [["–" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return None if value is None or value != value else int(value)  # value != value: NaN
+    except (TypeError, ValueError):
+        return None
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 1–65535")
+    return port
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------- import
+class _ImportFormats:
+    """``diagnostics.importers.FORMATS``, imported only when argparse checks or lists the choices, so that
+    building the parser stays cheap."""
+
+    def _names(self) -> list[str]:
+        from diagnostics.importers import FORMATS
+
+        return list(FORMATS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+
+def _add_import(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a log file (or log folder) to import")
+    p.add_argument("--name", help="the run's name (only with one PATH; default: made from the file name)")
+    p.add_argument("--format", dest="fmt", choices=_ImportFormats(), metavar="FMT",
+                   help="the log's format, one of: %(choices)s (default: detected)")
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from diagnostics.importers import LogFormatError, import_path
+
+    if args.name is not None and len(args.paths) > 1:
+        raise CliError("--name needs exactly one PATH")
+    for path in args.paths:
+        if not os.path.exists(path):
+            raise CliError(f"{path}: no such file or folder")
+    with _open_store(args, create=True) as store:
+        try:
+            with store.atomic():  # several PATHs: all imported, or none
+                run_ids = [import_path(store, p, name=args.name, fmt=args.fmt) for p in args.paths]
+        except LogFormatError as e:
+            raise CliError(str(e)) from None
+        for run_id in run_ids:
+            run = store.get_run(run_id)
+            steps = store.metrics(run_id, wide=False)["step"].nunique()
+            where = f" ({run['source_path']})" if run.get("source_path") else ""
+            print(f"imported {run['name']!r} as run {run_id}: {steps} steps, source {run['source']}{where}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- runs
+def _add_runs(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def _run_runs(args: argparse.Namespace) -> int:
+    from app.present import time_text
+
+    with _open_store(args) as store:
+        runs = store.list_runs()
+        if runs.empty:
+            print(f"no runs in {store.path}")
+            return 0
+        rows = [
+            (r.id, r.name, r.status, r.source, _int_or_none(r.last_step), r.parent if isinstance(r.parent, str)
+             else None, time_text(r.created))
+            for r in runs.itertuples(index=False)
+        ]
+    print(_table(("id", "name", "status", "source", "last step", "parent", "created"), rows))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- show
+def _add_show(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", help="a run's name or id")
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    from app.present import config_text, ordered, range_text, status_text, value_text
+    from diagnostics.catalogue import health
+
+    with _open_store(args) as store:
+        run = store.get_run(args.run)
+        latest = store.latest(run["id"])
+    last = _int_or_none(run.get("last_step"))
+    print(f"run {run['name']} (id {run['id']}) · status {run['status']} · source {run['source']}"
+          + (f" · last step {last}" if last is not None else ""))
+    essentials = config_text(run["config"])
+    if essentials or not run["config"]:
+        print(f"config: {essentials or 'not recorded'}")
+    if latest.empty:
+        print("no metrics logged yet")
+        return 0
+    by_name = {r.name: r for r in latest.itertuples(index=False)}
+    rows = []
+    for name in ordered(by_name):
+        row, band = by_name[name], health(name, run["config"])
+        rows.append((name, int(row.step), value_text(row.value), range_text(band),
+                     status_text(row.value, band), band.source if band else ""))
+    print()
+    print(_table(("metric", "step", "value", "healthy range", "status", "source of the range"), rows))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- export
+def _add_export(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", help="a run's name or id")
+    p.add_argument("--format", dest="fmt", choices=EXPORT_FORMATS, required=True, help="csv or jsonl")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: standard output)")
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from diagnostics.importers.export import export_csv, export_jsonl
+
+    export = {"csv": export_csv, "jsonl": export_jsonl}[args.fmt]
+    with _open_store(args) as store:
+        run_id = store.resolve_run(args.run)  # an unknown run fails before anything is written
+        if args.output is None:
+            export(store, run_id, sys.stdout)
+            sys.stdout.flush()
+            return 0
+        target = Path(args.output)
+        if target.is_dir():
+            raise CliError(f"{target} is a folder; give a file name")
+        if not target.parent.is_dir():
+            raise CliError(f"{target}: folder {target.parent} does not exist")
+        steps = export(store, run_id, target)  # a path: written to a temporary file, then renamed
+        name = store.get_run(run_id)["name"]
+    print(f"wrote {steps} steps of run {name!r} as {args.fmt} to {target}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- dashboard
+def _add_dashboard(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=_port, default=8501, help="port to serve on (default: 8501)")
+
+
+def _run_dashboard(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("streamlit") is None:
+        raise CliError("streamlit is not installed in this Python environment")
+    db = os.path.abspath(_db_path(args))
+    _open_store(args, create=True).close()  # a bad path fails here, in one line, not inside Streamlit
+    script = Path(__file__).with_name("dashboard.py")
+    command = [
+        sys.executable, "-m", "streamlit", "run", str(script),
+        "--server.headless", "true",
+        "--server.address", args.host,
+        "--server.port", str(args.port),
+        "--browser.gatherUsageStats", "false",
+        "--server.fileWatcherType", "none",
+    ]
+    if not _is_loopback(args.host):
+        print(f"{PROG}: warning: serving on {args.host}, not loopback: anyone who can reach this machine "
+              "can read the runs (the dashboard has no login)", file=sys.stderr)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"GRPO Doctor dashboard: http://{host}:{args.port}  (store {db}; Ctrl-C stops it)", flush=True)
+    # Its own session: a terminal's Ctrl-C reaches only us, and we pass it on once.
+    child = subprocess.Popen(command, env={**os.environ, "GRPO_DOCTOR_DB": db}, start_new_session=True)
+
+    def forward(signum, _frame):
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell reports it
+
+
+# --------------------------------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# One entry per subcommand; `grpo-doctor --help` lists them in this order.
+COMMANDS: tuple[Command, ...] = (
+    Command("import", "import training logs into the run store, one run per log",
+            _add_import, _run_import),
+    Command("runs", "list the runs in the store", _add_runs, _run_runs),
+    Command("show", "the latest value of every metric of a run against its healthy range", _add_show, _run_show),
+    Command("export", "write a run's metrics as CSV or JSONL", _add_export, _run_export),
+    Command("dashboard", "serve the Streamlit dashboard on the run store", _add_dashboard, _run_dashboard),
+    # ---- `train`: added by the trainer's issue as one more entry here, e.g.
+    #   Command("train", "...", _add_train, _run_train),
+    # with _run_train starting the trainer as a child process (never importing torch here).
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    db_help = "the run store (default: $GRPO_DOCTOR_DB, else ./grpo_runs.db)"
+    parser = _Parser(prog=PROG, description="Monitoring and diagnostics for GRPO-family RL fine-tuning.")
+    parser.add_argument("--db", metavar="PATH", default=None, help=db_help)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        # --db after the subcommand too; SUPPRESS keeps a value given before it.
+        p.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=db_help)
+        command.add_arguments(p)
+        p.set_defaults(handler=command.run)
+    return parser
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input (printed as one line), resolved only once something went wrong."""
+    errors: list[type[BaseException]] = [CliError, OSError]
+    for module, names in (("diagnostics.store", ("StoreError",)), ("diagnostics.schema", ("SchemaTooNew",)),
+                          ("diagnostics.importers", ("LogFormatError",))):
+        loaded = sys.modules.get(module)
+        errors += [getattr(loaded, n) for n in names if loaded is not None and hasattr(loaded, n)]
+    return tuple(errors)
+
+
+def _fail(message: object) -> int:
+    text = " ".join(str(message).split()) or "failed"
+    print(f"{PROG}: error: {text}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except _UsageError as e:
+        return _fail(e)
+    except SystemExit as e:  # --help, --version
+        return e.code if isinstance(e.code, int) else 0
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `grpo-doctor export RUN --format csv | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as e:
+        if isinstance(e, _user_errors()):
+            return _fail(e)
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

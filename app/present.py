@@ -1,0 +1,105 @@
+"""How metrics are ordered, grouped and written for people: shared by the CLI and the dashboard.
+
+Pure functions over the catalogue; no Streamlit, no plotly, no pandas (the CLI imports this at start-up).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+
+from diagnostics.catalogue import BY_NAME, CATALOGUE, HealthRange
+
+#: Config keys shown beside a run's name (when its config has them).
+CONFIG_ESSENTIALS = ("num_generations", "beta", "loss_type", "num_iterations")
+
+#: Catalogue groups in catalogue order, then ``other`` for metrics the catalogue does not know.
+GROUPS: tuple[str, ...] = tuple(dict.fromkeys(m.group for m in CATALOGUE)) + ("other",)
+_CATALOGUE_RANK = {m.name: i for i, m in enumerate(CATALOGUE)}
+
+
+def ordered(names: Iterable[str]) -> list[str]:
+    """Canonical metrics in catalogue order, then the others alphabetically."""
+    names = set(names)
+    known = sorted((n for n in names if n in _CATALOGUE_RANK), key=_CATALOGUE_RANK.__getitem__)
+    return known + sorted(names - set(known))
+
+
+def group_of(name: str) -> str:
+    """The catalogue group of a metric; per-reward-function keys (``rewards/<fn>/...``) join ``reward``."""
+    if name in BY_NAME:
+        return BY_NAME[name].group
+    if name.startswith("rewards/"):
+        return "reward"
+    return "other"
+
+
+def grouped(names: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """``(group, metrics)`` pairs in ``GROUPS`` order, metrics ordered as by ``ordered``; empty groups left out."""
+    by_group: dict[str, list[str]] = {}
+    for name in ordered(names):
+        by_group.setdefault(group_of(name), []).append(name)
+    return [(g, by_group[g]) for g in GROUPS if g in by_group]
+
+
+def number(x: float, digits: int = 3) -> str:
+    """``x`` in ``digits`` significant digits, keeping ``.0`` on whole numbers (0.1, 1.0, 2.47, 1e-06);
+    ``NaN``, ``inf``, ``-inf`` for the non-finite."""
+    if not math.isfinite(x):
+        return "NaN" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    text = f"{x:.{digits}g}"
+    if text.lstrip("-").isdigit():
+        text += ".0"
+    return text
+
+
+def value_text(x: float) -> str:
+    """A metric value: 4 significant digits."""
+    return number(x, 4)
+
+
+def range_text(health: HealthRange | None) -> str:
+    """``0.1 – 1.0``, ``≤ 2.47``, ``≥ 0.5``, ``= 0 (exact)``, ``target 0.01 – 0.05``, ``finite``; ``–`` for none."""
+    if health is None:
+        return "–"
+    low, high = health.low, health.high
+    if health.kind == "exact" and low is not None and low == high:
+        return f"= {low:g} (exact)"
+    if low is not None and high is not None:
+        text = f"{number(low)} – {number(high)}"
+    elif high is not None:
+        text = f"≤ {number(high)}"
+    elif low is not None:
+        text = f"≥ {number(low)}"
+    else:
+        return "finite"
+    return f"target {text}" if health.kind == "target" else text
+
+
+def status_text(value: float, health: HealthRange | None) -> str:
+    """``ok``, ``LOW``, ``HIGH``, ``NaN``/``inf``/``-inf``, or ``–`` when the docs give no range.
+
+    A non-finite value is always flagged. Below a ``target`` band is fine (it is a set-point, not a floor)."""
+    if not math.isfinite(value):
+        return number(value)
+    if health is None:
+        return "–"
+    state = health.status(value)
+    if state == "below":
+        return "ok" if health.kind == "target" else "LOW"
+    if state == "above":
+        return "HIGH"
+    return "ok"
+
+
+def config_text(config: Mapping) -> str:
+    """``num_generations=8 beta=0.04 ...`` for the essentials the config has; empty when it has none."""
+    return " ".join(f"{k}={config[k]}" for k in CONFIG_ESSENTIALS if config.get(k) is not None)
+
+
+def time_text(epoch_seconds: float | None) -> str:
+    """Local time as ``YYYY-MM-DD HH:MM``; ``–`` when unknown."""
+    if epoch_seconds is None or not math.isfinite(epoch_seconds):
+        return "–"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch_seconds))

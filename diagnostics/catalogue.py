@@ -1,0 +1,286 @@
+"""The metric catalogue: canonical names, meanings, the source documents' health ranges (with the
+corrections of REFERENCE §1), and every framework's name for each metric.
+
+Canonical names follow TRL (research/trl.md §1). ``canonical_name`` maps a logged key from TRL
+(current and old), verl, OpenRLHF, ms-swift, open-instruct, NeMo-RL or slime, with or without
+wandb's / TensorBoard's ``train/`` prefix, onto a canonical name; unknown keys keep their own name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+SEED_000 = "seed 000_0195c9238366f256"
+SEED_001 = "seed 001_a59b3f0ff2408068"
+
+
+@dataclass(frozen=True)
+class HealthRange:
+    """A healthy band for a metric. ``low``/``high`` may be None (open); ``kind`` says how to read it:
+    ``range`` (outside is unhealthy), ``target`` (a set-point band: being below is fine),
+    ``exact`` (the value is fixed by construction)."""
+
+    low: float | None
+    high: float | None
+    source: str
+    kind: str = "range"
+    note: str = ""
+
+    def status(self, value: float) -> str:
+        """``in range``, ``below``, ``above`` or ``non-finite``."""
+        if not math.isfinite(value):
+            return "non-finite"
+        if self.low is not None and value < self.low - 1e-12:
+            return "below"
+        if self.high is not None and value > self.high + 1e-12:
+            return "above"
+        return "in range"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    description: str
+    unit: str = ""
+    group: str = "other"
+    ranges: Callable[[Mapping], HealthRange | None] | None = None
+    aliases: tuple[str, ...] = ()
+    note: str = ""
+    finite_required: bool = False  # a non-finite value is an emergency (000 §4.4)
+
+    def health(self, config: Mapping | None = None) -> HealthRange | None:
+        """The health range that applies to a run with this config (None: the docs give none)."""
+        return self.ranges(config or {}) if self.ranges else None
+
+
+def _fixed(low, high, source, kind="range", note=""):
+    band = HealthRange(low, high, source, kind, note)
+    return lambda config: band
+
+
+def _num(config: Mapping, key: str, default):
+    try:
+        value = config.get(key, default)
+        return default if value is None else float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _advantage_abs_max_range(config: Mapping) -> HealthRange | None:
+    """|A| ≤ (G−1)/√G under group z-scoring (REFERENCE §1 known errors); seed 001 said 100."""
+    advantage = config.get("advantage", "grpo")
+    scale = str(config.get("scale_rewards", "group")).lower()
+    G = _num(config, "num_generations", None)
+    if advantage == "grpo" and scale in ("group", "true") and G and G >= 2:
+        bound = (G - 1) / math.sqrt(G)
+        return HealthRange(None, round(bound, 4), "REFERENCE §1 (corrects " + SEED_001 + " §3.1: |A|>100)",
+                           note=f"(G−1)/√G with G={G:g}: above it is a bug (std floor, batch std, broken groups)")
+    return HealthRange(None, 100.0, SEED_001 + " §3.1", note="the seed's loose '|A| > 100 = explosion'; "
+                       "with group z-scoring the bound is (G−1)/√G")
+
+
+def _clip_ratio_range(config: Mapping) -> HealthRange:
+    """> 0.3 = too aggressive (000 §3.5), but exactly 0 with one update per rollout (REFERENCE §1)."""
+    mu = _num(config, "num_iterations", None)
+    spg = _num(config, "steps_per_generation", None)
+    ga = _num(config, "gradient_accumulation_steps", None)
+    one_update = mu == 1 and (spg is None or ga is None or spg == ga)
+    if one_update:
+        return HealthRange(0.0, 0.0, "REFERENCE §1 (corrects " + SEED_000 + " §3.5)", kind="exact",
+                           note="num_iterations = 1: ratio ≡ 1, so clipping is 0 by construction")
+    return HealthRange(None, 0.3, SEED_000 + " §3.5", note="only meaningful with several updates per rollout")
+
+
+CATALOGUE: tuple[Metric, ...] = (
+    # ---- reward
+    Metric("reward", "mean total reward (weighted sum of reward functions, before normalisation)",
+           group="reward",
+           aliases=("critic/score/mean", "scores", "rollout/raw_reward", "objective/scores",
+                    "objective/verifiable_reward"),
+           note="should trend upward; 'reward flat' and 'sudden collapse' are read from its trend"),
+    Metric("reward_std", "std of the total reward over the batch (TRL ≥ 0.27; per-group mean before)",
+           group="reward", aliases=("group_reward_std",),
+           note="falling alone is fine (F14); with rising frac_reward_zero_std it means no diversity"),
+    Metric("reward_max", "max total reward in the batch", group="reward", aliases=("critic/score/max",)),
+    Metric("reward_min", "min total reward in the batch", group="reward", aliases=("critic/score/min",)),
+    Metric("reward_gap", "max − min of the batch rewards", group="reward",
+           ranges=_fixed(0.5, 2.0, SEED_001 + " §3.2", note="the seed checks it every 100 steps")),
+    Metric("frac_reward_zero_std", "share of groups whose rewards are all identical (no learning signal)",
+           group="reward",
+           note="expected ≈ p^G + (1−p)^G for a binary reward with success rate p; dynamic sampling "
+                "would skip these groups (000 §2.9 counts 30%)"),
+    # ---- KL
+    Metric("kl", "mean per-token KL to the reference (estimator per config; TRL uses k3)", group="kl",
+           ranges=_fixed(0.01, 0.05, SEED_000 + " §2.5", kind="target",
+                         note="the adaptive-KL target band; KL keeps rising → raise beta"),
+           aliases=("actor/kl_loss", "actor/reward_kl_penalty", "kl_penalty", "train/kl_loss",
+                    "objective/kl"),
+           note="0 at step 1 is expected (F4); absent when beta = 0 (F5); k1 can dip below 0 (F10)"),
+    Metric("kl/k1", "k1 estimate of KL, −log r with r = π_ref/π_θ (for comparison)", group="kl"),
+    Metric("kl/k2", "k2 estimate of KL, (log r)²/2 (for comparison)", group="kl"),
+    Metric("kl/k3", "k3 estimate of KL, r − 1 − log r ≥ 0 (for comparison)", group="kl"),
+    Metric("beta", "live KL weight (adaptive controller or fixed)", group="kl",
+           aliases=("actor/kl_coef", "actor/reward_kl_penalty_coeff", "objective/kl_coef"),
+           note="7B recommendation 0.01–0.04 (000 §3.4); seed 001 wrongly calls it an entropy coefficient"),
+    Metric("approx_kl", "drift between the rollout policy and the updated policy (ppo_kl)", group="kl",
+           aliases=("actor/ppo_kl", "ppo_kl", "train/ppo_kl", "policy/approxkl_avg")),
+    # ---- lengths
+    Metric("completions/mean_length", "mean completion length (tokens, EOS included)", unit="tokens",
+           group="length",
+           aliases=("completion_length", "response_length/mean", "response_length",
+                    "val/sequence_lengths", "mean_gen_tokens_per_sample", "rollout/response_len/mean"),
+           note="should be stable; 000 §2.4: 200 → 80 tokens is collapse, 180–220 healthy"),
+    Metric("completions/min_length", "shortest completion", unit="tokens", group="length",
+           aliases=("response_length/min", "val/sequence_lengths_min", "rollout/response_len/min")),
+    Metric("completions/max_length", "longest completion", unit="tokens", group="length",
+           aliases=("response_length/max", "val/sequence_lengths_max", "max_gen_tokens_per_sample",
+                    "rollout/response_len/max")),
+    Metric("completions/clipped_ratio", "share of completions truncated at max_completion_length",
+           group="length",
+           aliases=("response_length/clip_ratio", "response_clip_ratio", "truncation_rate",
+                    "rollout/truncated_ratio"),
+           note="≈0.6 is normal for distilled reasoning models, ≈0.98 is not (F15)"),
+    Metric("completions/mean_terminated_length", "mean length of completions that ended with EOS",
+           unit="tokens", group="length"),
+    # ---- advantages
+    Metric("advantage/mean", "mean advantage after normalisation", group="advantage",
+           ranges=_fixed(-0.1, 0.1, SEED_001 + " §3.2", note="≈0 by construction for group-centred "
+                         "advantages (F9)"),
+           aliases=("critic/advantages/mean", "val/advantages_mean", "advantages/mean")),
+    Metric("advantage/std", "std of the advantages", group="advantage",
+           ranges=_fixed(0.3, 1.5, SEED_001 + " §3.2", note="≈0 = groups identical, no signal (000 §3.5)"),
+           aliases=("val/advantages_std", "advantages/std")),
+    Metric("advantage/abs_max", "largest |advantage| in the batch", group="advantage",
+           ranges=_advantage_abs_max_range),
+    Metric("advantage/max", "largest advantage", group="advantage",
+           aliases=("critic/advantages/max", "val/advantages_max", "advantages/max")),
+    Metric("advantage/min", "smallest advantage", group="advantage",
+           aliases=("critic/advantages/min", "val/advantages_min", "advantages/min")),
+    # ---- clipping
+    Metric("clip_ratio/region_mean", "share of tokens whose ratio was clipped (low or high)",
+           group="clip", ranges=_clip_ratio_range,
+           aliases=("clip_ratio", "actor/pg_clipfrac", "ppo_clip_ratio", "policy/clipfrac_avg",
+                    "train/pg_clipfrac", "pg_clipfrac")),
+    Metric("clip_ratio/low_mean", "share of tokens with r < 1−ε_low and A < 0", group="clip",
+           ranges=_clip_ratio_range),
+    Metric("clip_ratio/high_mean", "share of tokens with r > 1+ε_high and A > 0", group="clip",
+           ranges=_clip_ratio_range),
+    # ---- optimisation
+    Metric("grad_norm", "gradient norm before clipping", group="optim",
+           ranges=_fixed(0.1, 1.0, SEED_001 + " §3.2",
+                         note="logged before clipping, so above max_grad_norm is normal (F8)"),
+           aliases=("actor/grad_norm", "actor_grad_norm", "optim/grad_norm", "train/grad_norm"),
+           finite_required=True),
+    Metric("entropy", "mean per-token entropy of the policy (logits / temperature)", unit="nats",
+           group="optim",
+           ranges=_fixed(0.01, 0.1, SEED_001 + " §3.2",
+                         note="the seed's 'ent_coef' range; rising slightly is fine below ≈1 (F12)"),
+           aliases=("actor/entropy", "entropy/mean", "policy/entropy_avg", "approx_entropy",
+                    "objective/entropy", "entropy_loss", "train/entropy_loss"),
+           finite_required=True),
+    Metric("loss", "total loss of the optimizer step", group="loss",
+           ranges=_fixed(None, None, SEED_000 + " §4.4", note="only finiteness matters: NaN = emergency; "
+                         "≈0 is normal with num_iterations = 1 (F1)"),
+           aliases=("loss/total_avg", "train/loss"), finite_required=True),
+    Metric("policy_loss", "clipped-surrogate part of the loss", group="loss",
+           aliases=("actor/pg_loss", "loss/policy_avg", "train/pg_loss", "pg_loss"),
+           finite_required=True),
+    Metric("kl_loss", "β·KL part of the loss", group="loss", aliases=("loss/kl_avg",), finite_required=True),
+    Metric("value_loss", "critic loss (PPO with GAE)", group="loss",
+           aliases=("critic/vf_loss", "critic_loss", "loss/value_avg")),
+    Metric("explained_variance", "explained variance of the value head", group="loss",
+           aliases=("critic/vf_explained_var",)),
+    Metric("learning_rate", "learning rate of the last step", group="optim",
+           aliases=("actor/lr", "actor_lr", "lr"),
+           note="7B recommendation 1e-6–5e-6 (000 §3.4); 0 at step 1 under warm-up is normal (F17)"),
+    Metric("epsilon", "live clip ε (low side)", group="clip", note="seed 001 §3.1 decays it 0.3 → 0.1"),
+    Metric("epsilon_high", "live clip ε (high side)", group="clip"),
+    Metric("repetition", "share of repeated n-grams in the sampled completions", group="length",
+           aliases=("rollout/repetition_frac",), note="rising = collapse (001 §3.1)"),
+    # ---- cost
+    Metric("step_time", "seconds per optimizer step", unit="s", group="cost",
+           aliases=("perf/time_per_step", "timing_s/step")),
+    Metric("tokens_per_second", "generated + trained tokens per second", unit="tok/s", group="cost",
+           aliases=("perf/throughput",)),
+    Metric("memory/peak_gb", "peak accelerator (or process) memory", unit="GB", group="cost",
+           aliases=("perf/max_memory_allocated_gb",), note="OOM ladder: batch → 32, G → 4, "
+           "gradient checkpointing, LoRA (000 §4.3)"),
+    Metric("num_tokens", "cumulative tokens seen", unit="tokens", group="cost"),
+    Metric("epoch", "training epoch (fractional)", group="cost"),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOGUE}
+
+_ALIASES: dict[str, str] = {alias: m.name for m in CATALOGUE for alias in m.aliases}
+_PREFIXES = ("train/", "train_")
+# Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``.
+_REWARD_FN = re.compile(r"^rewards?/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")
+
+
+def canonical_name(key: str) -> str:
+    """The catalogue name for a logged key, or the key itself (``train/`` prefix removed) if unknown."""
+    if key in BY_NAME:
+        return key
+    if key in _ALIASES:
+        return _ALIASES[key]
+    bare = key
+    for prefix in _PREFIXES:
+        if key.startswith(prefix):
+            bare = key[len(prefix):]
+            break
+    if bare in BY_NAME:
+        return bare
+    if bare in _ALIASES:
+        return _ALIASES[bare]
+    match = _REWARD_FN.match(bare)
+    if match and match["fn"] not in ("mean", "std", "max", "min"):
+        return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
+    return bare
+
+
+def canonical_row(row: Mapping[str, float]) -> dict[str, float]:
+    """A logged row under canonical names, plus the metrics its keys determine (``derive``).
+
+    When several keys of the row claim one canonical name (verl's ``actor/kl_loss`` next to a
+    ``kl``), the key already spelt canonically wins, then the earlier alias in the catalogue; the
+    others keep their own names, so no value overwrites another."""
+    claims: dict[str, list[str]] = {}
+    for key in row:
+        claims.setdefault(canonical_name(key), []).append(key)
+    out: dict[str, float] = {}
+    for name, keys in claims.items():
+        keys.sort(key=lambda k: _claim_rank(k, name))
+        out[name] = row[keys[0]]
+        for other in keys[1:]:
+            out[other] = row[other]
+    return derive(out)
+
+
+def _claim_rank(key: str, name: str) -> tuple[int, int]:
+    if key == name:
+        return (0, 0)
+    aliases = BY_NAME[name].aliases if name in BY_NAME else ()
+    bare = key.split("/", 1)[1] if key.startswith("train/") else key
+    for rank, alias in enumerate(aliases):
+        if alias in (key, bare):
+            return (1, rank)
+    return (1 if bare == name else 2, len(aliases))
+
+
+def derive(row: dict[str, float]) -> dict[str, float]:
+    """Fill metrics that other logged keys determine (only where the row lacks them)."""
+    if "advantage/abs_max" not in row and "advantage/max" in row and "advantage/min" in row:
+        row["advantage/abs_max"] = max(abs(row["advantage/max"]), abs(row["advantage/min"]))
+    if "reward_gap" not in row and "reward_max" in row and "reward_min" in row:
+        row["reward_gap"] = row["reward_max"] - row["reward_min"]
+    if "completions/clipped_ratio" not in row and "val/stop_rate" in row:  # open-instruct
+        row["completions/clipped_ratio"] = 1.0 - row["val/stop_rate"]
+    return row
+
+
+def health(name: str, config: Mapping | None = None) -> HealthRange | None:
+    metric = BY_NAME.get(name)
+    return metric.health(config) if metric else None

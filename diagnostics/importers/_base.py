@@ -1,0 +1,226 @@
+"""Shared pieces of the importers: the error type, value conversion, bounded line reading."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HEAD_BYTES = 64 * 1024  # detection never reads more than this from a file
+MAX_LINE_CHARS = 16 * 1024 * 1024  # a longer line is not a log line (and would cost memory)
+
+# Step keys, in order of preference (error messages list them in this order).
+STEP_KEYS = ("train/global_step", "global_step", "step", "_step", "iteration")
+
+# Keys of HF's end-of-training summary row ({'train_runtime': ..., 'train_loss': ...}).
+SUMMARY_KEYS = frozenset(
+    {"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"}
+)
+# String-valued fields that HF-based loggers write on purpose (ms-swift's progress fields).
+HF_STRING_FIELDS = frozenset({"global_step/max_steps", "percentage", "elapsed_time", "remaining_time"})
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+class LogFormatError(Exception):
+    """A log GRPO Doctor cannot read. ``str()`` is one line: ``"<path>: <problem>"``."""
+
+    def __init__(self, path: str | Path, problem: str):
+        self.path = str(path)
+        self.problem = one_line(problem)
+        super().__init__(f"{self.path}: {self.problem}")
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def short(value, limit: int = 60) -> str:
+    """``repr`` of a value, cut short for an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "…" + text[-3:]
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+# ---------------------------------------------------------------------------- values
+_NAN_WORDS = frozenset({"nan", "+nan", "-nan", "null", "none"})
+_POS_INF = frozenset({"inf", "+inf", "infinity", "+infinity"})
+_NEG_INF = frozenset({"-inf", "-infinity"})
+MISSING = object()  # an empty cell: no value at all (not NaN)
+BAD = object()  # not a number
+
+
+def to_float(value) -> float | object:
+    """A log value as a float; ``MISSING`` for an empty string, ``BAD`` for anything not numeric.
+
+    ints/floats/bools → float; None, "NaN", "null" → NaN; "inf", "Infinity" → ±inf."""
+    if isinstance(value, float):
+        return value
+    if isinstance(value, (bool, int)):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if value is None:
+        return math.nan
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return MISSING
+        low = text.lower()
+        if low in _NAN_WORDS:
+            return math.nan
+        if low in _POS_INF:
+            return math.inf
+        if low in _NEG_INF:
+            return -math.inf
+        if "_" in text:  # float() would accept "1_000"; a log never means that
+            return BAD
+        try:
+            return float(text)
+        except (ValueError, OverflowError):
+            return BAD
+    return BAD
+
+
+def to_step(value) -> int | None:
+    """An integral step, or None if the value is not one (40.0 and "40" are fine)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    number = to_float(value)
+    if number is MISSING or number is BAD or not math.isfinite(number) or number != int(number):
+        return None
+    return int(number)
+
+
+def flatten(mapping: Mapping, prefix: str = "", sep: str = "/") -> dict:
+    """Nested dicts joined into one level (``{"a": {"b": 1}}`` → ``{"a/b": 1}``)."""
+    out: dict = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{sep}{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name, sep))
+        else:
+            out[name] = value
+    return out
+
+
+@dataclass
+class Source:
+    """The file being read, for error messages."""
+
+    path: str
+
+    def error(self, problem: str) -> LogFormatError:
+        return LogFormatError(self.path, problem)
+
+    def numbers(
+        self,
+        raw: Mapping,
+        where: str,
+        *,
+        allowed_strings: Iterable[str] = (),
+        skip: Iterable[str] = (),
+    ) -> dict[str, float]:
+        """The numeric fields of one logged row. Lists are not scalars and are left out; a string
+        in a field not known to hold strings is an error naming ``where`` and the key."""
+        out: dict[str, float] = {}
+        allowed = allowed_strings if isinstance(allowed_strings, (set, frozenset)) else set(allowed_strings)
+        skipped = skip if isinstance(skip, (set, frozenset)) else set(skip)
+        for key, value in raw.items():
+            if key in skipped or isinstance(value, (list, tuple)):
+                continue
+            if isinstance(value, Mapping):
+                raise self.error(f"{where}: {str(key)!r} is an object, not a number")
+            number = to_float(value)
+            if number is MISSING:
+                continue
+            if number is BAD:
+                if key in allowed:
+                    continue
+                raise self.error(f"{where}: {str(key)!r} is {short(value)}, not a number")
+            out[str(key)] = number
+        return out
+
+
+# ---------------------------------------------------------------------------- reading
+def read_head(path: str | Path, size: int = HEAD_BYTES) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(size)
+
+
+def text_encoding(head: bytes) -> str:
+    if head.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    return "utf-8"
+
+
+def decode_head(head: bytes) -> str | None:
+    """The head of a file as text, or None if it is binary (NUL bytes, not UTF-8/UTF-16)."""
+    encoding = text_encoding(head)
+    if encoding != "utf-16" and b"\x00" in head:
+        return None
+    decoder = codecs.getincrementaldecoder(encoding)()
+    try:
+        return decoder.decode(head, final=False)  # a character cut at the end of the head is fine
+    except UnicodeDecodeError:
+        return None
+
+
+def iter_lines(source: Source, path: str | Path, *, start: int = 0) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` pairs, streamed. Lines end at ``\\n``, ``\\r\\n`` or a bare ``\\r``
+    (tqdm redraws); only ``\\n`` counts towards the line number. A line longer than 16 MiB or
+    text that is not UTF-8 is an error."""
+    encoding = text_encoding(read_head(path, 4))
+    lineno = 1
+    with open(path, encoding=encoding, errors="strict", newline="") as f:
+        while True:
+            try:
+                line = f.readline(MAX_LINE_CHARS + 1)
+            except UnicodeDecodeError:
+                raise source.error(f"line {lineno}: not {encoding.upper().replace('-SIG', '')} text") from None
+            if not line:
+                return
+            if len(line) > MAX_LINE_CHARS and not line.endswith(("\n", "\r")):
+                raise source.error(f"line {lineno} is longer than {MAX_LINE_CHARS // 2**20} MiB")
+            yield lineno, line
+            if line.endswith("\n"):
+                lineno += 1
+
+
+def json_line(source: Source, lineno: int, line: str):
+    try:
+        return json.loads(line.rstrip("\r\n"))
+    except json.JSONDecodeError as e:
+        raise source.error(f"line {lineno}: malformed JSON at column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise source.error(f"line {lineno}: JSON nested too deeply") from None
+
+
+@dataclass
+class ParsedLog:
+    """A log, parsed lazily: ``rows`` yields ``(step, {raw key: float})`` and reads the file as
+    it goes, so it can be consumed once."""
+
+    path: str  # the file (or folder) actually read, as shown in messages
+    format: str
+    source: str  # framework or tool: trl, ms-swift, verl, tensorboard, wandb, csv, jsonl, grpo-doctor
+    config: dict
+    rows: Iterator[tuple[int, dict[str, float]]]
+    name: str  # the run name to use when none is given
+    samples: Iterator | None = None
+    canonical: bool = False  # keys are already canonical names (our own export)
+    last_wins: bool = False  # a repeated step overwrites the earlier one (TensorBoard)
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,219 @@
+"""Which format a log is in, from its content (at most the first 64 KiB of a file) or, for a folder,
+from what it contains."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+from diagnostics.importers._base import LogFormatError, decode_head, read_head
+from diagnostics.importers.hf import _LOG_KEYS, find_dicts, trainer_state_global_step
+from diagnostics.importers.tabular import header_is_ours, is_wandb_header, step_column
+from diagnostics.importers.tensorboard import event_files, looks_like_events
+from diagnostics.importers.verl import CONFIG_MARKERS, STEP_LINE
+
+FORMATS: dict[str, str] = {
+    "trainer_state": "TRL/HF trainer_state.json (a file, a checkpoint folder, or an output_dir with "
+                     "checkpoint-*/)",
+    "trl_console": "TRL/HF console output: printed dicts {'loss': ..., 'reward': ...} among tqdm bars",
+    "swift_jsonl": "ms-swift logging.jsonl (step from 'global_step/max_steps')",
+    "verl_jsonl": 'verl file logger: {"step": N, "data": {...}} per line',
+    "verl_console": "verl console output: step:N - key:value - key:value ...",
+    "tensorboard": "TensorBoard events.out.tfevents.* (a file or a folder of them)",
+    "wandb_csv": "wandb history CSV export (train/global_step or _step column)",
+    "csv": "CSV with a step column (train/global_step, global_step, step, _step, iteration)",
+    "jsonl": "JSON lines with a step key (train/global_step, global_step, step, _step, iteration)",
+    "grpo_doctor_jsonl": "GRPO Doctor's own JSONL export",
+}
+FORMAT_LIST = ", ".join(FORMATS)
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
+_TRL_MARKERS = ("GRPOConfig(", "RLOOConfig(", "TrainingArguments(", "GRPOTrainer", "[INFO:swift]")
+_VERL_MARKERS = ("verl.trainer.main_ppo", "verl.trainer.main_dapo")
+
+
+def unknown(path, why: str) -> LogFormatError:
+    return LogFormatError(path, f"not a log GRPO Doctor can read ({why}); formats: {FORMAT_LIST}")
+
+
+def check_path(path: Path) -> None:
+    if not os.path.lexists(path):
+        raise LogFormatError(path, "no such file or folder")
+    if not path.exists():
+        raise LogFormatError(path, "broken link")
+    if not os.access(path, os.R_OK):
+        raise LogFormatError(path, "cannot read it (permission denied)")
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """The format name of a log file or folder, judged by content. Raises ``LogFormatError``."""
+    return resolve(Path(path))[0]
+
+
+def resolve(path: Path, fmt: str | None = None) -> tuple[str, Path]:
+    """``(format, the file or folder to read)``; ``fmt`` forces a format."""
+    check_path(path)
+    if fmt is not None and fmt not in FORMATS:
+        raise LogFormatError(path, f"unknown format {fmt!r}; formats: {FORMAT_LIST}")
+    if path.is_dir():
+        return _resolve_folder(path, fmt)
+    if not path.is_file():
+        raise LogFormatError(path, "not a regular file")
+    if fmt is not None:
+        return fmt, path
+    return detect_file(path), path
+
+
+# ---------------------------------------------------------------------------- folders
+def best_trainer_state(folder: Path) -> Path | None:
+    """``folder/trainer_state.json``, or that of the highest ``checkpoint-N`` (the one with the
+    most steps wins when both exist)."""
+    candidates = []
+    root = folder / "trainer_state.json"
+    if root.is_file():
+        candidates.append(root)
+    checkpoints = []
+    try:
+        for child in folder.iterdir():
+            m = _CHECKPOINT.fullmatch(child.name)
+            if m and (child / "trainer_state.json").is_file():
+                checkpoints.append((int(m[1]), child / "trainer_state.json"))
+    except OSError:
+        pass
+    if checkpoints:
+        candidates.append(max(checkpoints)[1])
+    if not candidates:
+        return None
+    if len(candidates) == 1:
+        return candidates[0]
+    return max(candidates, key=trainer_state_global_step)  # ties: the root file (listed first)
+
+
+def _resolve_folder(folder: Path, fmt: str | None) -> tuple[str, Path]:
+    if fmt in (None, "swift_jsonl") and (folder / "logging.jsonl").is_file():
+        return "swift_jsonl", folder / "logging.jsonl"
+    if fmt in (None, "trainer_state"):
+        state = best_trainer_state(folder)
+        if state is not None:
+            return "trainer_state", state
+    if fmt in (None, "tensorboard") and event_files(folder):
+        return "tensorboard", folder
+    # Otherwise: the one readable log directly in the folder.
+    found: list[tuple[str, Path]] = []
+    try:
+        children = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    except OSError as e:
+        raise LogFormatError(folder, f"cannot list the folder ({e.strerror})") from None
+    for child in children[:200]:
+        if fmt is not None:
+            try:
+                if detect_file(child) == fmt:
+                    found.append((fmt, child))
+            except LogFormatError:
+                continue
+            continue
+        try:
+            found.append((detect_file(child), child))
+        except LogFormatError:
+            continue
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        names = ", ".join(p.name for _f, p in found[:5])
+        raise LogFormatError(folder, f"several logs in this folder ({names}): name one of them")
+    wanted = f" in format {fmt}" if fmt else ""
+    raise LogFormatError(
+        folder, f"no log GRPO Doctor can read{wanted} in this folder (looked for logging.jsonl, "
+                f"trainer_state.json, checkpoint-*/, events.out.tfevents.*, and readable files); "
+                f"formats: {FORMAT_LIST}")
+
+
+# ---------------------------------------------------------------------------- files
+def detect_file(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+        head = read_head(path)
+    except OSError as e:
+        raise LogFormatError(path, f"cannot read it ({e.strerror})") from None
+    if size == 0:
+        raise LogFormatError(path, "file is empty")
+    if looks_like_events(head):
+        return "tensorboard"
+    text = decode_head(head)
+    if text is None:
+        raise unknown(path, "binary data")
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if not stripped:
+        raise LogFormatError(path, "file is empty (only whitespace)")
+    complete = size <= len(head)  # the head holds the whole file
+    lines = text.splitlines()
+    if not complete and lines and not text.endswith(("\n", "\r")):
+        lines = lines[:-1]  # the last line is cut by the 64 KiB limit
+    first = next((line.strip() for line in lines if line.strip()), "")
+
+    if stripped.startswith("{"):
+        record = _json_or_none(first)
+        if isinstance(record, dict):
+            if header_is_ours(record):
+                return "grpo_doctor_jsonl"
+            if "log_history" in record:
+                return "trainer_state"
+            if "step" in record and isinstance(record.get("data"), dict):
+                return "verl_jsonl"
+            if "global_step/max_steps" in record:
+                return "swift_jsonl"
+            return "jsonl"
+        if '"log_history"' in text or re.search(r'^\s*"global_step":\s*\d+,\s*$', text, re.M):
+            return "trainer_state"
+        if first.startswith("{'"):
+            pass  # a printed Python dict: console output, below
+        elif first.startswith("{") and not first.rstrip().endswith("}"):
+            raise unknown(path, "a JSON document without 'log_history', so not a trainer_state.json")
+    if any(STEP_LINE.search(line) for line in lines[:2000]) or any(m in text for m in CONFIG_MARKERS[:2]) \
+            or any(m in text for m in _VERL_MARKERS):
+        return "verl_console"
+    if "{'" in text:
+        for line in lines:
+            if "{'" in line:
+                for _pos, d in find_dicts(line):
+                    if any(k in _LOG_KEYS or str(k).startswith(("rewards/", "eval_")) for k in d):
+                        return "trl_console"
+    if any(m in text for m in _TRL_MARKERS):
+        return "trl_console"
+    csv_format = _csv_format(lines)
+    if csv_format:
+        return csv_format
+    if stripped.startswith("{") or stripped.startswith("["):
+        raise unknown(path, "JSON that is not a trainer_state.json or JSON lines")
+    raise unknown(path, "no known log lines in the first 64 KiB")
+
+
+def _json_or_none(line: str):
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _csv_format(lines: list[str]) -> str | None:
+    rows = [line for line in lines[:50] if line.strip()]
+    if not rows or ("," not in rows[0]):
+        return None
+    try:
+        parsed = list(csv.reader(io.StringIO("\n".join(rows[:20]))))
+    except csv.Error:
+        return None
+    header = [c.strip() for c in parsed[0]]
+    if len(header) < 2:
+        return None
+    if is_wandb_header(header):
+        return "wandb_csv"
+    if step_column(header) is not None:
+        return "csv"
+    # no step column: still a table if the next rows have the header's width (parse then says why)
+    if len(parsed) > 1 and all(len(r) == len(header) for r in parsed[1:]):
+        return "csv"
+    return None

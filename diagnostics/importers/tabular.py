@@ -1,0 +1,205 @@
+"""Generic tables: CSV (with a step column), wandb history CSV exports, JSONL (with a step key) and
+GRPO Doctor's own JSONL export."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from diagnostics.config_map import normalise_config
+from diagnostics.importers._base import (
+    MAX_LINE_CHARS,
+    STEP_KEYS,
+    SUMMARY_KEYS,
+    ParsedLog,
+    Source,
+    flatten,
+    iter_lines,
+    json_line,
+    to_step,
+)
+from diagnostics.importers.hf import is_eval_row, is_summary_row, run_name_for
+
+WANDB_STEP_KEYS = ("train/global_step", "_step")
+_WANDB_SKIP_PREFIXES = ("eval/", "test/")
+LOOKED_FOR = ", ".join(STEP_KEYS)
+
+
+def step_column(names, preferred=STEP_KEYS) -> str | None:
+    present = set(names)
+    for key in preferred:
+        if key in present:
+            return key
+    lower = {str(n).lower(): n for n in names}
+    for key in preferred:
+        if key in lower:
+            return lower[key]
+    return None
+
+
+def is_wandb_header(names) -> bool:
+    present = set(names)
+    return "train/global_step" in present or bool(present & {"_step", "_runtime", "_timestamp"})
+
+
+# ---------------------------------------------------------------------------- CSV
+def _csv_records(source: Source, path: Path) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, fields)`` from a CSV file, with bounded line lengths."""
+    lines = (line for _n, line in iter_lines(source, path))
+    csv.field_size_limit(MAX_LINE_CHARS)
+    reader = csv.reader(lines)
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise source.error(f"line {reader.line_num}: malformed CSV ({e})") from None
+        yield reader.line_num, fields
+
+
+def wandb_config(path: Path) -> tuple[dict, str]:
+    """A wandb ``config.yaml`` beside the CSV (``{key: {value: ...}}``), unwrapped, and the framework
+    it belongs to (verl configs are nested under ``actor_rollout_ref`` ...)."""
+    candidate = path.parent / "config.yaml"
+    try:
+        if not candidate.is_file() or candidate.stat().st_size > 8 * 2**20:
+            return {}, "trl"
+        import yaml  # a project dependency; only needed here
+
+        data = yaml.safe_load(candidate.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - a broken config is no config
+        return {}, "trl"
+    if not isinstance(data, dict):
+        return {}, "trl"
+    config = {}
+    for key, entry in data.items():
+        if str(key).startswith("_"):
+            continue
+        config[key] = entry.get("value") if isinstance(entry, dict) and "value" in entry else entry
+    framework = "verl" if ("actor_rollout_ref" in config or "algorithm" in config) else "trl"
+    return config, framework
+
+
+def parse_csv(display: str, path: Path, *, wandb: bool) -> ParsedLog:
+    source = Source(display)
+    config, framework = wandb_config(path) if wandb else ({}, "trl")
+    return ParsedLog(
+        path=display, format="wandb_csv" if wandb else "csv", source="wandb" if wandb else "csv",
+        config=normalise_config(config, framework) if config else {},
+        rows=_csv_rows(source, path, wandb=wandb), name=run_name_for(path),
+    )
+
+
+def _csv_rows(source: Source, path: Path, *, wandb: bool) -> Iterator[tuple[int, dict[str, float]]]:
+    records = _csv_records(source, path)
+    header = None
+    for _lineno, fields in records:
+        if any(f.strip() for f in fields):
+            header = [f.strip() for f in fields]
+            break
+    if header is None:
+        raise source.error("no header row")
+    column = step_column(header, WANDB_STEP_KEYS + STEP_KEYS if wandb else STEP_KEYS)
+    if column is None:
+        raise source.error(f"no step column (looked for {LOOKED_FOR})")
+    index = header.index(column)
+    keep = []  # (position, name) of the metric columns
+    for i, name in enumerate(header):
+        if i == index or not name:
+            continue
+        if wandb and (name.startswith("_") or name.startswith(_WANDB_SKIP_PREFIXES)
+                      or name.split("/", 1)[-1] in SUMMARY_KEYS or name == "train/global_step"):
+            continue
+        keep.append((i, name))
+    width = len(header)
+    for lineno, fields in records:
+        if not any(f.strip() for f in fields):
+            continue
+        if len(fields) != width:
+            raise source.error(f"line {lineno}: {len(fields)} fields, the header has {width}")
+        cell = fields[index].strip()
+        if not cell:
+            continue  # wandb: a row logged without the step metric
+        step = to_step(cell)
+        if step is None:
+            raise source.error(f"line {lineno}: step column {column!r} is {cell!r}, not an integer")
+        raw = {}
+        for i, name in keep:
+            value = fields[i]
+            if wandb and value.lstrip().startswith("{"):
+                continue  # a wandb media/table reference
+            raw[name] = value
+        yield step, source.numbers(raw, f"line {lineno}")
+
+
+# ---------------------------------------------------------------------------- JSONL
+def parse_jsonl(display: str, path: Path) -> ParsedLog:
+    return ParsedLog(path=display, format="jsonl", source="jsonl", config={},
+                     rows=_jsonl_rows(Source(display), path), name=run_name_for(path))
+
+
+def _jsonl_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+    for lineno, line in iter_lines(source, path):
+        if not line.strip():
+            continue
+        record = json_line(source, lineno, line)
+        if not isinstance(record, dict):
+            raise source.error(f"line {lineno}: a JSON {type(record).__name__}, not an object")
+        record = flatten(record)
+        if is_eval_row(record) or is_summary_row(record):
+            continue
+        key = step_column(record)
+        if key is None:
+            raise source.error(f"line {lineno}: no step key (looked for {LOOKED_FOR})")
+        step = to_step(record[key])
+        if step is None:
+            raise source.error(f"line {lineno}: {key!r} is {record[key]!r}, not an integer")
+        yield step, source.numbers(record, f"line {lineno}", skip=set(STEP_KEYS) & set(record))
+
+
+# ---------------------------------------------------------------------------- our own export
+def parse_grpo_doctor_jsonl(display: str, path: Path) -> ParsedLog:
+    source = Source(display)
+    header = None
+    for lineno, line in iter_lines(source, path):
+        if line.strip():
+            header = json_line(source, lineno, line)
+            break
+    run = header.get("run") if isinstance(header, dict) else None
+    if not isinstance(run, dict):
+        raise source.error('line 1: expected the header {"run": {...}}')
+    config = run.get("config") if isinstance(run.get("config"), dict) else {}
+    return ParsedLog(
+        path=display, format="grpo_doctor_jsonl", source=str(run.get("source") or "grpo-doctor"),
+        config=config, rows=_own_rows(source, path), name=str(run.get("name") or run_name_for(path)),
+        canonical=True,
+    )
+
+
+def _own_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+    first = True
+    for lineno, line in iter_lines(source, path):
+        if not line.strip():
+            continue
+        if first:  # the header
+            first = False
+            continue
+        record = json_line(source, lineno, line)
+        if not isinstance(record, dict) or not isinstance(record.get("metrics"), dict):
+            raise source.error(f'line {lineno}: expected {{"step": N, "metrics": {{...}}}}')
+        step = to_step(record.get("step"))
+        if step is None:
+            raise source.error(f"line {lineno}: 'step' is {record.get('step')!r}, not an integer")
+        yield step, source.numbers(record["metrics"], f"line {lineno}")
+
+
+def header_is_ours(record) -> bool:
+    return isinstance(record, dict) and isinstance(record.get("run"), dict) and set(record) <= {
+        "run", "format", "version"}
+
+
+def dumps(record) -> str:
+    return json.dumps(record, allow_nan=True, ensure_ascii=False)

@@ -1,0 +1,156 @@
+"""verl logs: the file logger's JSONL (``{"step": N, "data": {...}}``) and console lines
+(``step:N - key:value - key:value ...``, often behind a Ray prefix such as ``(TaskRunner pid=1)``)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from diagnostics.config_map import normalise_config
+from diagnostics.importers._base import (
+    ParsedLog,
+    Source,
+    flatten,
+    iter_lines,
+    json_line,
+    strip_ansi,
+    to_step,
+)
+from diagnostics.importers.hf import run_name_for
+
+STEP_LINE = re.compile(r"(?<![\w/])step:(\d+) - (\S+?:.*)$")
+_RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
+_WRAPPED = re.compile(r"^(?:np\.|numpy\.|torch\.)?\w+\(\s*([^,()]+?)\s*(?:,[^()]*)?\)$")
+_VAL_PREFIXES = ("val-core/", "val-aux/", "val/")
+CONFIG_MARKERS = ("{'actor_rollout_ref':", "{'algorithm':", "{'data': {")
+CONFIG_SCAN_CHARS = 8 * 2**20  # the config is printed at start-up
+CONFIG_MAX_CHARS = 4 * 2**20
+
+
+def is_val_row(data: Mapping) -> bool:
+    return bool(data) and all(str(k).startswith(_VAL_PREFIXES) for k in data)
+
+
+# ---------------------------------------------------------------------------- config
+def sibling_config(path: Path) -> dict:
+    """A Hydra ``config.yaml`` next to the log (``.hydra/config.yaml`` or ``config.yaml``)."""
+    for candidate in (path.parent / ".hydra" / "config.yaml", path.parent / "config.yaml"):
+        try:
+            if candidate.is_file() and candidate.stat().st_size <= 8 * 2**20:
+                import yaml  # a project dependency; only needed here
+
+                data = yaml.safe_load(candidate.read_text(encoding="utf-8"))
+                if isinstance(data, dict) and ("actor_rollout_ref" in data or "algorithm" in data):
+                    return data
+        except (OSError, ValueError, ImportError, Exception):  # noqa: BLE001 - a bad yaml is just no config
+            continue
+    return {}
+
+
+def console_config(path: Path) -> dict:
+    """The config dict verl prints (pprint) at start-up, Ray prefixes removed; {} if none."""
+    collecting: list[str] | None = None
+    depth, size, read = 0, 0, 0
+    for _lineno, line in iter_lines(Source(str(path)), path):
+        read += len(line)
+        text = _RAY_PREFIX.sub("", strip_ansi(line).rstrip("\r\n"))
+        if collecting is None:
+            if not text.lstrip().startswith(CONFIG_MARKERS):
+                if read > CONFIG_SCAN_CHARS:
+                    return {}
+                continue
+            collecting, depth = [], 0
+            text = text.lstrip()
+        collecting.append(text)
+        size += len(text)
+        depth += _brace_balance(text)
+        if depth <= 0:
+            try:
+                value = ast.literal_eval("\n".join(collecting))
+            except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+                return {}
+            return value if isinstance(value, dict) else {}
+        if size > CONFIG_MAX_CHARS:
+            return {}
+    return {}
+
+
+def _brace_balance(text: str) -> int:
+    depth, quote, escape = 0, None, False
+    for ch in text:
+        if quote:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+    return depth
+
+
+# ---------------------------------------------------------------------------- JSONL
+def parse_verl_jsonl(display: str, path: Path) -> ParsedLog:
+    return ParsedLog(
+        path=display, format="verl_jsonl", source="verl",
+        config=normalise_config(sibling_config(path), "verl"),
+        rows=_jsonl_rows(Source(display), path), name=run_name_for(path),
+    )
+
+
+def _jsonl_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+    for lineno, line in iter_lines(source, path):
+        if not line.strip():
+            continue
+        record = json_line(source, lineno, line)
+        if not isinstance(record, dict):
+            raise source.error(f"line {lineno}: a JSON {type(record).__name__}, not an object")
+        if "step" not in record:
+            raise source.error(f"line {lineno}: no 'step'")
+        step = to_step(record["step"])
+        if step is None:
+            raise source.error(f"line {lineno}: 'step' is {record['step']!r}, not an integer")
+        data = record.get("data")
+        if not isinstance(data, dict):
+            raise source.error(f"line {lineno}: 'data' is missing or not an object")
+        data = flatten(data)
+        if is_val_row(data):
+            continue
+        yield step, source.numbers(data, f"line {lineno}")
+
+
+# ---------------------------------------------------------------------------- console
+def parse_verl_console(display: str, path: Path) -> ParsedLog:
+    raw = console_config(path) or sibling_config(path)
+    return ParsedLog(
+        path=display, format="verl_console", source="verl", config=normalise_config(raw, "verl"),
+        rows=_console_rows(Source(display), path), name=run_name_for(path),
+    )
+
+
+def _console_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+    for lineno, line in iter_lines(source, path):
+        if "step:" not in line:
+            continue
+        m = STEP_LINE.search(strip_ansi(line.rstrip("\r\n")))
+        if not m:
+            continue
+        step = int(m[1])
+        data: dict[str, str] = {}
+        for part in m[2].split(" - "):
+            key, sep, value = part.partition(":")
+            key, value = key.strip(), value.strip()
+            if not sep or not key:
+                raise source.error(f"line {lineno}: {part.strip()!r} is not key:value")
+            wrapped = _WRAPPED.match(value)
+            data[key] = wrapped[1] if wrapped else value
+        if is_val_row(data):
+            continue
+        yield step, source.numbers(data, f"line {lineno}")

@@ -1,0 +1,539 @@
+"""The run store: one SQLite file (WAL mode) shared by trainers, importers, the diagnoser and the app.
+
+One writer and many readers in other processes work at once: writers take the lock with
+``BEGIN IMMEDIATE`` (and wait for it up to ``timeout``), readers never block in WAL mode, and every
+training step is one transaction, so a reader sees whole steps only. A writer killed with SIGKILL
+loses at most its open transaction.
+
+Reads return pandas DataFrames; each read is a single SELECT, so it sees one consistent state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from diagnostics import blocks
+from diagnostics.schema import migrate
+
+# numpy integers (ids read from a DataFrame) would otherwise bind as blobs and match nothing.
+for _np_int in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
+    sqlite3.register_adapter(_np_int, int)
+
+STATUSES = ("running", "finished", "crashed", "stopped")
+DEFAULT_DB = "grpo_runs.db"
+
+
+class StoreError(Exception):
+    """A user-facing problem with the store (its message is one line, fit to print)."""
+
+
+class RunNotFound(StoreError):
+    pass
+
+
+def default_db_path(cli_value: str | None = None) -> str:
+    """``--db``, else ``$GRPO_DOCTOR_DB``, else ``./grpo_runs.db``."""
+    return cli_value or os.environ.get("GRPO_DOCTOR_DB") or DEFAULT_DB
+
+
+def _as_float(key: str, value) -> float:
+    if isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise StoreError(f"metric {key!r}: {value!r} is not a number") from None
+
+
+class RunStore:
+    """A connection to one run-store file (or ``:memory:``); use as a context manager."""
+
+    def __init__(self, path: str | os.PathLike = ":memory:", *, timeout: float = 30.0):
+        self.path = str(path)
+        if self.path != ":memory:":
+            folder = Path(self.path).resolve().parent
+            if not folder.is_dir():
+                raise StoreError(f"{self.path}: folder {folder} does not exist")
+        try:
+            self.conn = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            self.conn.execute("PRAGMA foreign_keys = ON")
+            migrate(self.conn)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: not a usable GRPO Doctor store ({e})") from None
+        self._key_ids: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ plumbing
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE``); nested calls join the outer one."""
+        if self.conn.in_transaction:
+            yield self.conn
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            self._key_ids.clear()  # ids inserted in the rolled-back transaction are gone
+            raise
+        self.conn.execute("COMMIT")
+
+    def _read(self, sql: str, params: tuple = ()) -> pd.DataFrame:
+        cur = self.conn.execute(sql, params)
+        columns = [d[0] for d in cur.description]
+        return pd.DataFrame.from_records(cur.fetchall(), columns=columns)
+
+    # ------------------------------------------------------------------ runs
+    def create_run(
+        self,
+        name: str | None = None,
+        *,
+        config: Mapping | None = None,
+        source: str = "grpo-doctor",
+        source_path: str | None = None,
+        parent: int | str | None = None,
+        parent_step: int | None = None,
+        restart_reason: str | None = None,
+        pid: int | None = None,
+        status: str = "running",
+    ) -> int:
+        """Insert a run and return its id. Without a name, one is made from the source and time."""
+        if status not in STATUSES:
+            raise StoreError(f"unknown run status {status!r}; expected one of {', '.join(STATUSES)}")
+        with self.atomic():
+            parent_id = self.resolve_run(parent) if parent is not None else None
+            if name is None:
+                name = self.unique_name(f"{source}-{time.strftime('%Y%m%d-%H%M%S')}")
+            elif self._run_id_by_name(name) is not None:
+                raise StoreError(f"a run named {name!r} already exists in {self.path}")
+            now = time.time()
+            cur = self.conn.execute(
+                "INSERT INTO runs (name, created, status, config, source, source_path, parent_id,"
+                " parent_step, restart_reason, pid, host, heartbeat) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    name, now, status, json.dumps(dict(config or {}), default=str), source,
+                    source_path, parent_id, parent_step, restart_reason, pid,
+                    socket.gethostname() if pid else None, now if pid else None,
+                ),
+            )
+            return cur.lastrowid
+
+    def unique_name(self, base: str) -> str:
+        """``base``, or ``base-2``, ``base-3``, ... whichever is free."""
+        name, n = base, 1
+        while self._run_id_by_name(name) is not None:
+            n += 1
+            name = f"{base}-{n}"
+        return name
+
+    def _run_id_by_name(self, name: str) -> int | None:
+        row = self.conn.execute("SELECT id FROM runs WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def resolve_run(self, ref: int | str) -> int:
+        """A run id from a name or an id (an exact name wins over an id that looks the same)."""
+        if isinstance(ref, str):
+            found = self._run_id_by_name(ref)
+            if found is not None:
+                return found
+            if not ref.isdigit():
+                raise RunNotFound(f"no run named {ref!r} in {self.path}")
+        row = self.conn.execute("SELECT id FROM runs WHERE id = ?", (int(ref),)).fetchone()
+        if row is None:
+            raise RunNotFound(f"no run with id or name {ref!r} in {self.path}")
+        return row[0]
+
+    def get_run(self, ref: int | str) -> dict:
+        run_id = self.resolve_run(ref)
+        cur = self.conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,))
+        columns = [d[0] for d in cur.description]
+        run = dict(zip(columns, cur.fetchone()))
+        run["config"] = json.loads(run["config"])
+        return run
+
+    def list_runs(self) -> pd.DataFrame:
+        """Every run, newest first, with its last step and parent's name."""
+        return self._read(
+            "SELECT r.id, r.name, r.status, r.source, r.created, r.last_step, r.parent_id,"
+            " p.name AS parent, r.parent_step, r.restart_reason, r.pid, r.heartbeat, r.ended"
+            " FROM runs r LEFT JOIN runs p ON p.id = r.parent_id ORDER BY r.created DESC, r.id DESC"
+        )
+
+    def set_status(self, run_id: int, status: str) -> None:
+        if status not in STATUSES:
+            raise StoreError(f"unknown run status {status!r}")
+        ended = None if status == "running" else time.time()
+        with self.atomic():
+            self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run_id))
+
+    def update_config(self, run_id: int, config: Mapping) -> None:
+        with self.atomic():
+            self.conn.execute(
+                "UPDATE runs SET config = ? WHERE id = ?", (json.dumps(dict(config), default=str), run_id)
+            )
+
+    def heartbeat(self, run_id: int) -> None:
+        with self.atomic():
+            self.conn.execute("UPDATE runs SET heartbeat = ? WHERE id = ?", (time.time(), run_id))
+
+    def attach_process(self, run_id: int, pid: int) -> None:
+        """Record the process that now writes this run (a resume reuses the run)."""
+        with self.atomic():
+            self.conn.execute(
+                "UPDATE runs SET pid = ?, host = ?, heartbeat = ?, status = 'running', ended = NULL"
+                " WHERE id = ?",
+                (pid, socket.gethostname(), time.time(), run_id),
+            )
+
+    def reap_dead_runs(self, stale_after: float = 60.0) -> list[int]:
+        """Mark ``running`` runs crashed when their process on this host is gone, or their
+        heartbeat is older than ``stale_after`` seconds. Returns the ids marked."""
+        now, host, dead = time.time(), socket.gethostname(), []
+        rows = self.conn.execute(
+            "SELECT id, pid, host, heartbeat FROM runs WHERE status = 'running'"
+        ).fetchall()
+        for run_id, pid, run_host, beat in rows:
+            gone = pid is not None and run_host == host and not _pid_alive(pid)
+            stale = beat is not None and now - beat > stale_after
+            if gone or stale:
+                dead.append(run_id)
+        for run_id in dead:
+            with self.atomic():
+                self.conn.execute(
+                    "UPDATE runs SET status = 'crashed', ended = ? WHERE id = ? AND status = 'running'",
+                    (now, run_id),
+                )
+                self.conn.execute(
+                    "INSERT INTO events (run_id, step, time, kind, detail) VALUES (?, "
+                    "(SELECT last_step FROM runs WHERE id = ?), ?, 'crash', ?)",
+                    (run_id, run_id, now, json.dumps({"reason": "process gone or heartbeat stale"})),
+                )
+        return dead
+
+    def delete_run(self, run_id: int) -> None:
+        with self.atomic():
+            self.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+
+    # ------------------------------------------------------------------ writes
+    def _key_id(self, name: str) -> int:
+        key_id = self._key_ids.get(name)
+        if key_id is None:
+            self.conn.execute("INSERT OR IGNORE INTO metric_keys (name) VALUES (?)", (name,))
+            key_id = self.conn.execute("SELECT id FROM metric_keys WHERE name = ?", (name,)).fetchone()[0]
+            self._key_ids[name] = key_id
+        return key_id
+
+    def _metric_rows(self, run_id: int, step: int, metrics: Mapping[str, object]) -> list[tuple]:
+        return [(run_id, self._key_id(k), step, _as_float(k, v)) for k, v in metrics.items()]
+
+    def log_step(
+        self,
+        run_id: int,
+        step: int,
+        metrics: Mapping[str, float],
+        *,
+        samples: Iterable[Mapping] = (),
+        events: Iterable[tuple[str, Mapping]] = (),
+    ) -> None:
+        """Write one training step (metrics, sampled completions, events) in one transaction.
+
+        Writing a step again replaces its metrics (a resumed run redoes the steps after its
+        checkpoint); the heartbeat and ``last_step`` move with it.
+        """
+        with self.atomic():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO metrics (run_id, key_id, step, value) VALUES (?,?,?,?)",
+                self._metric_rows(run_id, step, metrics),
+            )
+            self._insert_samples(run_id, step, samples)
+            for kind, detail in events:
+                self.add_event(run_id, step, kind, detail)
+            self.conn.execute(
+                "UPDATE runs SET heartbeat = ?, last_step = MAX(COALESCE(last_step, ?), ?) WHERE id = ?",
+                (time.time(), step, step, run_id),
+            )
+            if step % blocks.BLOCK_SIZE == 0 and step > blocks.BLOCK_SIZE:
+                self.compact(run_id, step - blocks.BLOCK_SIZE)  # keep the live tail as rows
+
+    def write_steps(self, run_id: int, rows: Iterable[tuple[int, Mapping[str, object]]]) -> int:
+        """Bulk-write ``(step, metrics)`` rows (importers); returns the number of steps.
+        Call inside ``atomic()`` to make a whole import one transaction, then ``compact()``."""
+        n, last = 0, None
+        with self.atomic():
+            for step, metrics in rows:
+                self.conn.executemany(
+                    "INSERT OR REPLACE INTO metrics (run_id, key_id, step, value) VALUES (?,?,?,?)",
+                    self._metric_rows(run_id, step, metrics),
+                )
+                n += 1
+                last = step if last is None else max(last, step)
+            if last is not None:
+                self.conn.execute("UPDATE runs SET last_step = ? WHERE id = ?", (last, run_id))
+        return n
+
+    def _insert_samples(self, run_id: int, step: int, samples: Iterable[Mapping]) -> None:
+        known = {"group", "prompt", "completion", "reward", "length", "truncated"}
+        self.conn.executemany(
+            "INSERT INTO samples (run_id, step, grp, prompt, completion, reward, length, truncated, extra)"
+            " VALUES (?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    run_id, step, int(s.get("group", 0)), str(s["prompt"]), str(s["completion"]),
+                    None if s.get("reward") is None else float(s["reward"]),
+                    None if s.get("length") is None else int(s["length"]),
+                    int(bool(s.get("truncated", False))),
+                    json.dumps({k: v for k, v in s.items() if k not in known}, default=str),
+                )
+                for s in samples
+            ],
+        )
+
+    def add_samples(self, run_id: int, step: int, samples: Iterable[Mapping]) -> None:
+        with self.atomic():
+            self._insert_samples(run_id, step, samples)
+
+    def add_event(self, run_id: int, step: int | None, kind: str, detail: Mapping | None = None) -> None:
+        with self.atomic():
+            self.conn.execute(
+                "INSERT INTO events (run_id, step, time, kind, detail) VALUES (?,?,?,?,?)",
+                (run_id, step, time.time(), kind, json.dumps(dict(detail or {}), default=str)),
+            )
+
+    # ------------------------------------------------------------------ blocks
+    def compact(self, run_id: int, upto_step: int | None = None) -> None:
+        """Pack the run's metric rows up to ``upto_step`` (all when None) into blocks, merging any
+        block they overlap. One transaction: a reader sees either the rows or the blocks."""
+        bound = 2**62 if upto_step is None else upto_step
+        with self.atomic():
+            key_ids = [r[0] for r in self.conn.execute(
+                "SELECT DISTINCT key_id FROM metrics WHERE run_id = ? AND step <= ?", (run_id, bound))]
+            for key_id in key_ids:
+                rows = self.conn.execute(
+                    "SELECT step, value FROM metrics WHERE run_id = ? AND key_id = ? AND step <= ?"
+                    " ORDER BY step", (run_id, key_id, bound)).fetchall()
+                row_steps, row_values = blocks.rows_to_arrays(rows)
+                first, last = int(row_steps[0]), int(row_steps[-1])
+                old = self.conn.execute(
+                    "SELECT first_step, steps, vals FROM metric_blocks WHERE run_id = ? AND key_id = ?"
+                    " AND last_step >= ? AND first_step <= ? ORDER BY first_step",
+                    (run_id, key_id, first, last)).fetchall()
+                steps, values = blocks.merge([blocks.decode(b[1], b[2]) for b in old], row_steps, row_values)
+                self.conn.executemany(
+                    "DELETE FROM metric_blocks WHERE run_id = ? AND key_id = ? AND first_step = ?",
+                    [(run_id, key_id, b[0]) for b in old])
+                self.conn.execute("DELETE FROM metrics WHERE run_id = ? AND key_id = ? AND step <= ?",
+                                  (run_id, key_id, bound))
+                self._insert_blocks(run_id, key_id, steps, values)
+
+    def _insert_blocks(self, run_id: int, key_id: int, steps, values) -> None:
+        self.conn.executemany(
+            "INSERT INTO metric_blocks (run_id, key_id, first_step, last_step, steps, vals)"
+            " VALUES (?,?,?,?,?,?)",
+            [(run_id, key_id, int(s[0]), int(s[-1]), *blocks.encode(s, v)) for s, v in blocks.chunks(steps, values)],
+        )
+
+    def truncate_after(self, run_id: int, step: int) -> None:
+        """Drop every metric, sample and event after ``step`` (a resume redoes those steps)."""
+        with self.atomic():
+            self.conn.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", (run_id, step))
+            straddling = self.conn.execute(
+                "SELECT key_id, first_step, steps, vals FROM metric_blocks WHERE run_id = ? AND last_step > ?",
+                (run_id, step)).fetchall()
+            for key_id, first_step, steps_blob, vals_blob in straddling:
+                self.conn.execute("DELETE FROM metric_blocks WHERE run_id = ? AND key_id = ? AND first_step = ?",
+                                  (run_id, key_id, first_step))
+                steps, values = blocks.decode(steps_blob, vals_blob)
+                keep = steps <= step
+                if keep.any():
+                    self._insert_blocks(run_id, key_id, steps[keep], values[keep])
+            self.conn.execute("DELETE FROM samples WHERE run_id = ? AND step > ?", (run_id, step))
+            self.conn.execute("DELETE FROM events WHERE run_id = ? AND step > ?", (run_id, step))
+            self.conn.execute("UPDATE runs SET last_step = MIN(COALESCE(last_step, ?), ?) WHERE id = ?",
+                              (step, step, run_id))
+
+    # ------------------------------------------------------------------ reads
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One read transaction, so several SELECTs see the same state."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
+    def _key_names(self) -> dict[int, str]:
+        return dict(self.conn.execute("SELECT id, name FROM metric_keys"))
+
+    def _series_arrays(self, run_id: int, names: list[str] | None, since_step: int | None,
+                       until_step: int | None = None):
+        """{name: (steps, values)} merged from blocks and rows, since_step < step <= until_step."""
+        since = -(2**62) if since_step is None else since_step
+        until = 2**62 if until_step is None else until_step
+        names_of = self._key_names()
+        wanted = None if names is None else {k for k, n in names_of.items() if n in set(names)}
+        key_filter, params = "", [run_id, since, until]
+        if wanted is not None:
+            key_filter = f" AND key_id IN ({','.join('?' * len(wanted))})"
+            params += sorted(wanted)
+        with self._snapshot():
+            block_rows = self.conn.execute(
+                "SELECT key_id, steps, vals FROM metric_blocks WHERE run_id = ? AND last_step > ?"
+                " AND first_step <= ?" + key_filter + " ORDER BY key_id, first_step", params).fetchall()
+            value_rows = self.conn.execute(
+                "SELECT key_id, step, value FROM metrics WHERE run_id = ? AND step > ? AND step <= ?"
+                + key_filter + " ORDER BY key_id, step", params).fetchall()
+        parts: dict[int, list] = {}
+        for key_id, steps_blob, vals_blob in block_rows:
+            steps, values = blocks.decode(steps_blob, vals_blob)
+            keep = (steps > since) & (steps <= until)
+            parts.setdefault(key_id, []).append((steps[keep], values[keep]))
+        tails: dict[int, list] = {}
+        for row in value_rows:
+            tails.setdefault(row[0], []).append((row[1], row[2]))
+        out = {}
+        for key_id in sorted(set(parts) | set(tails), key=lambda k: names_of[k]):
+            row_steps, row_values = blocks.rows_to_arrays(tails.get(key_id, []))
+            out[names_of[key_id]] = blocks.merge(parts.get(key_id, []), row_steps, row_values)
+        return out
+
+    def steps(self, run_id: int) -> np.ndarray:
+        """Every step that has at least one metric, sorted."""
+        with self._snapshot():
+            parts = [blocks.decode(b, b"")[0] for (b,) in self.conn.execute(
+                "SELECT steps FROM metric_blocks WHERE run_id = ?", (run_id,))]
+            parts.append(np.array([r[0] for r in self.conn.execute(
+                "SELECT DISTINCT step FROM metrics WHERE run_id = ?", (run_id,))], dtype=np.int64))
+        return np.unique(np.concatenate(parts))
+
+    def metric_names(self, run_id: int) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT k.name FROM metric_keys k WHERE EXISTS"
+            " (SELECT 1 FROM metrics m WHERE m.run_id = ? AND m.key_id = k.id)"
+            " OR EXISTS (SELECT 1 FROM metric_blocks b WHERE b.run_id = ? AND b.key_id = k.id) ORDER BY k.name",
+            (run_id, run_id),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def metric(self, run_id: int, name: str, since_step: int | None = None) -> pd.Series:
+        """One metric as a Series indexed by step (NaN kept)."""
+        steps, values = self._series_arrays(run_id, [name], since_step).get(
+            name, (np.empty(0, np.int64), np.empty(0)))
+        return pd.Series(values, index=pd.Index(steps, name="step"), name=name, dtype="float64")
+
+    def metrics(
+        self,
+        run_id: int,
+        names: Iterable[str] | None = None,
+        *,
+        since_step: int | None = None,
+        until_step: int | None = None,
+        wide: bool = True,
+    ) -> pd.DataFrame:
+        """A run's metrics with since_step < step <= until_step (None: unbounded): wide (index step,
+        a column per metric, NaN where a metric was not logged) or long (columns step, name, value,
+        where NaN is a logged NaN). NaN and ±inf are kept."""
+        series = self._series_arrays(run_id, None if names is None else list(names), since_step, until_step)
+        if not wide:
+            if not series:
+                return pd.DataFrame({"step": pd.Series(dtype="int64"), "name": pd.Series(dtype="object"),
+                                     "value": pd.Series(dtype="float64")})
+            long = pd.DataFrame({
+                "step": np.concatenate([s for s, _ in series.values()]),
+                "name": np.repeat(list(series), [len(s) for s, _ in series.values()]),
+                "value": np.concatenate([v for _, v in series.values()]),
+            })
+            return long.sort_values(["step", "name"], kind="stable", ignore_index=True)
+        all_steps = np.unique(np.concatenate([s for s, _ in series.values()])) if series else np.empty(0, np.int64)
+        columns = {}
+        for name, (steps, values) in series.items():
+            column = np.full(len(all_steps), np.nan)
+            column[np.searchsorted(all_steps, steps)] = values
+            columns[name] = column
+        return pd.DataFrame(columns, index=pd.Index(all_steps, name="step"))
+
+    def latest(self, run_id: int) -> pd.DataFrame:
+        """The last logged step and value of every metric (columns name, step, value)."""
+        last: dict[str, tuple[int, float]] = {}
+        names_of = self._key_names()
+        with self._snapshot():
+            for key_id, steps_blob, vals_blob in self.conn.execute(
+                "SELECT key_id, steps, vals FROM metric_blocks b WHERE run_id = ? AND last_step ="
+                " (SELECT MAX(last_step) FROM metric_blocks WHERE run_id = b.run_id AND key_id = b.key_id)",
+                (run_id,),
+            ):
+                steps, values = blocks.decode(steps_blob, vals_blob)
+                last[names_of[key_id]] = (int(steps[-1]), float(values[-1]))
+            for key_id, step, value in self.conn.execute(
+                "SELECT m.key_id, m.step, m.value FROM metrics m JOIN (SELECT key_id, MAX(step) AS step"
+                " FROM metrics WHERE run_id = ? GROUP BY key_id) t ON t.key_id = m.key_id AND t.step = m.step"
+                " WHERE m.run_id = ?", (run_id, run_id),
+            ):
+                name = names_of[key_id]
+                if name not in last or step >= last[name][0]:
+                    last[name] = (step, math.nan if value is None else value)
+        names = sorted(last)
+        return pd.DataFrame({"name": names, "step": [last[n][0] for n in names],
+                             "value": np.array([last[n][1] for n in names], dtype="float64")})
+
+    def samples(self, run_id: int, since_step: int | None = None) -> pd.DataFrame:
+        frame = self._read(
+            "SELECT step, grp AS 'group', prompt, completion, reward, length, truncated, extra"
+            " FROM samples WHERE run_id = ? AND step > ? ORDER BY step, id",
+            (run_id, -(2**62) if since_step is None else since_step),
+        )
+        if not frame.empty:
+            frame["truncated"] = frame["truncated"].astype(bool)
+            frame["extra"] = frame["extra"].map(json.loads)
+        return frame
+
+    def events(self, run_id: int, kind: str | None = None) -> pd.DataFrame:
+        sql, params = "SELECT step, time, kind, detail FROM events WHERE run_id = ?", [run_id]
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        frame = self._read(sql + " ORDER BY time, id", tuple(params))
+        if not frame.empty:
+            frame["detail"] = frame["detail"].map(json.loads)
+        return frame
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) still answers kill(0).
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return True

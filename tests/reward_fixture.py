@@ -1,0 +1,5 @@
+"""A user reward function, imported by path in the trainer tests (``reward_fixture:count_sevens``)."""
+
+
+def count_sevens(prompts, completions, **columns):
+    return [float(c.count("7")) for c in completions]

@@ -1,0 +1,333 @@
+"""The ``grpo-doctor`` command line, end to end through ``main([...])``, plus one run of the installed script."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from app import cli
+from app.cli import COMMANDS, main
+from diagnostics.store import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = [
+    {"step": 1, "reward": 0.5, "kl": 0.01, "grad_norm": 5.0},
+    {"step": 2, "reward": 0.625, "kl": 0.02, "grad_norm": 4.5},
+    {"step": 3, "reward": 0.75, "kl": 0.03, "grad_norm": 4.0},
+]
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch) -> str:
+    monkeypatch.delenv("GRPO_DOCTOR_DB", raising=False)
+    return str(tmp_path / "runs.db")
+
+
+@pytest.fixture
+def jsonl_log(tmp_path) -> Path:
+    path = tmp_path / "tiny.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return path
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def rows_of(table: str) -> dict[str, list[str]]:
+    """``show``'s table as {metric: [cells]} (cells are two or more spaces apart)."""
+    rows = {}
+    for line in table.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) >= 4:
+            rows[cells[0]] = cells
+    return rows
+
+
+def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
+    assert code == 2
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("grpo-doctor: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+# ------------------------------------------------------------------------------------- import → show → export
+def test_import_runs_show_export_round_trip(capsys, db, jsonl_log, tmp_path):
+    code, out, err = run_cli(capsys, "--db", db, "import", jsonl_log, "--name", "tiny")
+    assert code == 0, err
+    assert out.count("\n") == 1
+    assert "'tiny'" in out and "3 steps" in out
+
+    code, out, _ = run_cli(capsys, "runs", "--db", db)  # --db after the subcommand works too
+    assert code == 0
+    header, line = out.splitlines()
+    assert header.split() == ["id", "name", "status", "source", "last", "step", "parent", "created"]
+    assert line.split()[1] == "tiny" and line.split()[4] == "3"
+
+    code, out, _ = run_cli(capsys, "--db", db, "show", "tiny")
+    assert code == 0
+    assert out.startswith("run tiny (id 1)")
+    rows = rows_of(out)
+    assert rows["grad_norm"][1:5] == ["3", "4.0", "0.1 – 1.0", "HIGH"]
+    assert "seed 001" in rows["grad_norm"][5]
+    assert rows["reward"][1:5] == ["3", "0.75", "–", "–"]
+    assert rows["kl"][3:5] == ["target 0.01 – 0.05", "ok"]
+    assert list(rows)[1:] == ["reward", "kl", "grad_norm"]  # catalogue order
+
+    out_csv = tmp_path / "out" / "tiny.csv"
+    out_csv.parent.mkdir()
+    code, _, err = run_cli(capsys, "--db", db, "export", "1", "--format", "csv", "-o", out_csv)
+    assert code == 0, err
+    assert [p.name for p in out_csv.parent.iterdir()] == ["tiny.csv"]  # no temporary file left
+
+    code, out, err = run_cli(capsys, "--db", db, "import", out_csv, "--format", "csv", "--name", "again")
+    assert code == 0, err
+    with RunStore(db) as store:
+        original, again = store.metrics(store.resolve_run("tiny")), store.metrics(store.resolve_run("again"))
+    assert again.equals(original)
+
+
+def test_export_jsonl_to_stdout(capsys, db, jsonl_log):
+    run_cli(capsys, "--db", db, "import", jsonl_log, "--name", "tiny")
+    code, out, _ = run_cli(capsys, "--db", db, "export", "tiny", "--format", "jsonl")
+    assert code == 0
+    header, *steps = [json.loads(line) for line in out.splitlines()]
+    assert header["run"]["name"] == "tiny"
+    assert [line["step"] for line in steps] == [1, 2, 3]
+    assert steps[0]["metrics"]["grad_norm"] == 5.0 and steps[2]["metrics"]["reward"] == 0.75
+
+
+def test_db_from_environment(capsys, db, jsonl_log, monkeypatch):
+    monkeypatch.setenv("GRPO_DOCTOR_DB", db)
+    assert run_cli(capsys, "import", jsonl_log)[0] == 0
+    code, out, _ = run_cli(capsys, "runs")
+    assert code == 0 and "tiny" in out
+    assert Path(db).exists()
+
+
+def test_show_statuses_ranges_and_order(capsys, db):
+    with RunStore(db) as store:
+        run_id = store.create_run("cfg", config={"num_generations": 8, "beta": 0.04, "num_iterations": 1},
+                                  status="finished")
+        store.log_step(run_id, 7, {
+            "zeta_custom": 1.0, "alpha_custom": 2.0, "loss": math.nan, "entropy": 0.001,
+            "clip_ratio/region_mean": 0.0, "advantage/abs_max": 2.0, "policy_loss": math.inf,
+            "reward": 0.5,
+        })
+    code, out, _ = run_cli(capsys, "--db", db, "show", "cfg")
+    assert code == 0
+    assert "num_generations=8 beta=0.04 num_iterations=1" in out.splitlines()[1]
+    rows = rows_of(out)
+    assert list(rows)[1:] == ["reward", "advantage/abs_max", "clip_ratio/region_mean", "entropy", "loss",
+                              "policy_loss", "alpha_custom", "zeta_custom"]
+    assert rows["advantage/abs_max"][3:5] == ["≤ 2.47", "ok"]  # (G−1)/√G with G = 8
+    assert rows["clip_ratio/region_mean"][3:5] == ["= 0 (exact)", "ok"]  # num_iterations = 1
+    assert rows["entropy"][3:5] == ["0.01 – 0.1", "LOW"]
+    assert rows["loss"][2:5] == ["NaN", "finite", "NaN"]
+    assert rows["policy_loss"][2:5] == ["inf", "–", "inf"]
+    assert rows["zeta_custom"][3:5] == ["–", "–"]
+
+
+def test_runs_and_show_on_an_empty_run(capsys, db):
+    with RunStore(db) as store:
+        parent = store.create_run("parent", status="crashed")
+        store.create_run("child", parent=parent, parent_step=5)
+    code, out, _ = run_cli(capsys, "--db", db, "runs")
+    assert code == 0
+    assert re.search(r"^2\s+child\s+running\s+grpo-doctor\s+–\s+parent\s", out, re.M)
+    code, out, _ = run_cli(capsys, "--db", db, "show", "child")
+    assert code == 0 and "no metrics logged yet" in out and "config: not recorded" in out
+
+
+# ------------------------------------------------------------------------------------- bad input
+def test_unknown_run_is_one_line_exit_2(capsys, db, jsonl_log):
+    run_cli(capsys, "--db", db, "import", jsonl_log)
+    for argv in (["show", "nope"], ["show", "99"], ["export", "nope", "--format", "csv"]):
+        code, out, err = run_cli(capsys, "--db", db, *argv)
+        assert_one_line_error(code, err, "no run")
+        assert out == ""
+
+
+def test_missing_file_and_store(capsys, db, tmp_path):
+    code, _, err = run_cli(capsys, "--db", db, "import", tmp_path / "missing.jsonl")
+    assert_one_line_error(code, err, "missing.jsonl", "no such file")
+    assert not Path(db).exists()  # nothing created
+    code, _, err = run_cli(capsys, "--db", db, "runs")
+    assert_one_line_error(code, err, "no run store")
+    code, _, err = run_cli(capsys, "--db", tmp_path / "no" / "such" / "folder.db", "import", tmp_path)
+    assert_one_line_error(code, err, "does not exist")
+
+
+def test_bad_format_and_arguments(capsys, db, jsonl_log):
+    code, _, err = run_cli(capsys, "--db", db, "import", jsonl_log, "--format", "xml")
+    assert_one_line_error(code, err, "invalid choice: 'xml'")
+    code, _, err = run_cli(capsys, "--db", db, "export", "1", "--format", "xml")
+    assert_one_line_error(code, err, "invalid choice: 'xml'")
+    code, _, err = run_cli(capsys, "--db", db, "import", jsonl_log, jsonl_log, "--name", "x")
+    assert_one_line_error(code, err, "--name needs exactly one PATH")
+    code, _, err = run_cli(capsys, "--db", db, "frobnicate")
+    assert_one_line_error(code, err, "invalid choice")
+    code, _, err = run_cli(capsys)
+    assert_one_line_error(code, err, "required")
+
+
+def test_unreadable_log_leaves_no_run(capsys, db, jsonl_log, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"step": 1, "reward": 0.5}\nthis is not json\n')
+    code, _, err = run_cli(capsys, "--db", db, "import", jsonl_log, bad, "--format", "jsonl")
+    assert_one_line_error(code, err)
+    with RunStore(db) as store:
+        assert store.list_runs().empty  # several PATHs: all or nothing
+
+
+def test_duplicate_name(capsys, db, jsonl_log):
+    assert run_cli(capsys, "--db", db, "import", jsonl_log, "--name", "a")[0] == 0
+    code, _, err = run_cli(capsys, "--db", db, "import", jsonl_log, "--name", "a")
+    assert_one_line_error(code, err, "already exists")
+
+
+def test_export_failure_leaves_nothing(capsys, db, jsonl_log, tmp_path, monkeypatch):
+    import diagnostics.importers.export as export
+
+    run_cli(capsys, "--db", db, "import", jsonl_log, "--name", "tiny")
+    steps = export._steps
+
+    def failing(store, run_id):  # the first step is written, then the disk fills up
+        rows = steps(store, run_id)
+        yield next(rows)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(export, "_steps", failing)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    code, _, err = run_cli(capsys, "--db", db, "export", "tiny", "--format", "csv", "-o", folder / "x.csv")
+    assert_one_line_error(code, err, "disk full")
+    assert list(folder.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------- dashboard
+class FakeChild:
+    launched: list = []
+
+    def __init__(self, command, env=None, **kwargs):
+        FakeChild.launched.append((command, env, kwargs))
+
+    def wait(self):
+        return 0
+
+    def poll(self):
+        return 0
+
+
+def test_dashboard_command_line(capsys, db, monkeypatch):
+    FakeChild.launched = []
+    monkeypatch.setattr(cli.subprocess, "Popen", FakeChild)
+    code, out, err = run_cli(capsys, "dashboard", "--db", db, "--port", "8555")
+    assert code == 0 and err == ""
+    assert "http://127.0.0.1:8555" in out
+    (command, env, _), = FakeChild.launched
+    assert command[:5] == [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "dashboard.py")]
+    flags = dict(zip(command[5::2], command[6::2]))
+    assert flags == {"--server.headless": "true", "--server.address": "127.0.0.1", "--server.port": "8555",
+                     "--browser.gatherUsageStats": "false", "--server.fileWatcherType": "none"}
+    assert env["GRPO_DOCTOR_DB"] == os.path.abspath(db)
+
+    code, out, err = run_cli(capsys, "--db", db, "dashboard", "--host", "0.0.0.0")
+    assert code == 0 and "warning" in err and "0.0.0.0" in err and "Traceback" not in err
+
+
+def test_dashboard_bad_port(capsys, db):
+    code, _, err = run_cli(capsys, "--db", db, "dashboard", "--port", "70000")
+    assert_one_line_error(code, err, "--port")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _script() -> str:
+    script = Path(sys.executable).with_name("grpo-doctor")
+    found = str(script) if script.exists() else shutil.which("grpo-doctor")
+    assert found, "the grpo-doctor console script is not installed (pip install -e .)"
+    return found
+
+
+def test_dashboard_serves_and_stops_on_sigterm(tmp_path, db):
+    port = _free_port()
+    log = open(tmp_path / "dashboard.log", "w")
+    proc = subprocess.Popen([_script(), "--db", db, "dashboard", "--port", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline, health = time.time() + 30, None
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1) as r:
+                    health = r.read().decode()
+                break
+            except OSError:
+                time.sleep(0.25)
+        assert health == "ok", (tmp_path / "dashboard.log").read_text()
+        proc.send_signal(signal.SIGTERM)  # forwarded to Streamlit, which shuts down
+        assert proc.wait(timeout=20) in (0, 128 + signal.SIGTERM)
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+# ------------------------------------------------------------------------------------- the installed script
+def test_installed_script(tmp_path, db, jsonl_log):
+    env = {k: v for k, v in os.environ.items() if k != "GRPO_DOCTOR_DB"}
+    script = _script()
+
+    done = subprocess.run([script, "--db", db, "import", str(jsonl_log), "--name", "tiny"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([script, "--db", db, "show", "tiny"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 0 and rows_of(done.stdout)["grad_norm"][4] == "HIGH"
+    done = subprocess.run([script, "--db", db, "show", "missing"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert_one_line_error(done.returncode, done.stderr, "no run named 'missing'")
+    assert done.stdout == ""
+
+
+def test_cli_start_up_imports_nothing_heavy():
+    probe = (
+        "import sys; import app.cli as c; c.build_parser(); "
+        "heavy = {'torch', 'transformers', 'streamlit', 'pandas', 'plotly'} & set(sys.modules); "
+        "print(sorted(heavy))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------- docs
+def test_every_subcommand_is_documented_in_readme():
+    readme = (ROOT / "README.md").read_text()
+    missing = [c.name for c in COMMANDS
+               if not re.search(rf"grpo-doctor(?: --db \S+)? {re.escape(c.name)}\b", readme)]
+    assert not missing, f"README.md does not show: {', '.join(missing)}"

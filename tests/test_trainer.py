@@ -1,0 +1,259 @@
+"""The embedded trainer end to end: config, every variant, streaming, checkpoints, resume, restart."""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from diagnostics.store import RunStore
+from trainer.config import ConfigError, parse_config
+from trainer.run import main, prepare
+from trainer.train import train
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--per_device_train_batch_size", "16", "--num_generations", "8", "--save_steps", "0"]
+
+
+def run_inprocess(tmp_path, *args, max_steps=3):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    db = tmp_path / "runs.db"
+    argv = ["--db", str(db), "--output_dir", str(tmp_path / "ckpt"), "--max_steps", str(max_steps), *SMALL, *args]
+    config, session = prepare(argv)
+    status = train(config, session)
+    return session.store, session.run_id, status
+
+
+# ---------------------------------------------------------------- config
+@pytest.mark.parametrize("argv,message", [
+    (["--num_generations", "1"], "num_generations: must be >= 2"),
+    (["--temperature", "0"], "temperature: must be > 0"),
+    (["--epsilon", "0.2", "--epsilon_high", "0.1"], "epsilon_high (0.1) must be >= epsilon"),
+    (["--temprature", "0.7"], "did you mean 'temperature'"),
+    (["--per_device_train_batch_size", "12", "--num_generations", "8"], "must be a multiple of num_generations"),
+    (["--loss_type", "ppo"], "loss_type: 'ppo' is not one of"),
+    (["--beta", "abc"], "beta: invalid float value"),
+    (["--kl_target", "0.02", "--beta", "0"], "kl_target needs beta > 0"),
+    (["--advantage_clip", "big"], "advantage_clip"),
+])
+def test_bad_config_gets_one_clear_message(argv, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(argv)
+    assert any(message in m for m in err.value.messages), err.value.messages
+
+
+def test_config_file_and_flags(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("beta: 0.1\nloss_type: dr_grpo\nreward_funcs: [correctness, prefers_long]\n")
+    config = parse_config(["--config", str(path), "--beta", "0.2"])
+    assert (config.beta, config.loss_type, config.reward_funcs) == (0.2, "dr_grpo", ["correctness", "prefers_long"])
+    path.write_text("betta: 0.1\n")
+    with pytest.raises(ConfigError, match="did you mean 'beta'"):
+        parse_config(["--config", str(path)])
+
+
+def test_cli_prints_errors_without_traceback(tmp_path, capsys):
+    assert main(["--db", str(tmp_path / "x.db"), "--num_generations", "1", "--temperature", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "num_generations" in err and "temperature" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- streaming
+EXPECTED = [
+    "reward", "reward_std", "rewards/correctness/mean", "rewards/format_reward/mean", "kl", "kl/k1", "kl/k2",
+    "kl/k3", "completions/mean_length", "completions/min_length", "completions/max_length",
+    "completions/clipped_ratio", "advantage/mean", "advantage/std", "advantage/abs_max", "clip_ratio/low_mean",
+    "clip_ratio/high_mean", "clip_ratio/region_mean", "grad_norm", "entropy", "loss", "policy_loss", "kl_loss",
+    "learning_rate", "beta", "epsilon", "frac_reward_zero_std", "repetition", "step_time", "tokens_per_second",
+    "memory/peak_gb",
+]
+
+
+def test_every_step_streams_every_metric_and_a_group(tmp_path):
+    store, run, status = run_inprocess(tmp_path, "--save_steps", "2", max_steps=4)
+    assert status == "finished" and store.get_run(run)["status"] == "finished"
+    wide = store.metrics(run)
+    assert list(wide.index) == [1, 2, 3, 4]
+    missing = [k for k in EXPECTED if k not in wide.columns]
+    assert not missing
+    assert wide[EXPECTED].notna().all().all()
+    assert wide.loc[1, "kl"] == pytest.approx(0.0, abs=1e-6)  # the reference is the initial policy
+    assert (wide["clip_ratio/region_mean"] == 0).all()  # num_iterations = 1: ratio ≡ 1
+    assert (wide["advantage/abs_max"] <= (8 - 1) / math.sqrt(8) + 1e-4).all()
+    samples = store.samples(run)
+    assert len(samples) == 4 * 8 and set(samples["group"]) == {0}
+    assert {"advantage", "rewards/correctness"} <= set(samples.loc[0, "extra"])
+    checkpoints = store.events(run, "checkpoint")
+    assert list(checkpoints["step"]) == [2, 4]
+    assert all(Path(d["path"]).is_dir() for d in checkpoints["detail"])
+    assert store.get_run(run)["config"]["num_generations"] == 8
+
+
+@pytest.mark.parametrize("variant", [
+    ["--advantage", "dr_grpo"], ["--advantage", "rloo"], ["--advantage", "reinforce", "--reinforce_baseline_every", "1"],
+    ["--scale_rewards", "batch"], ["--scale_rewards", "none"], ["--group_by", "length_quantile"],
+    ["--group_by", "reward_bucket"], ["--loss_type", "grpo"], ["--loss_type", "bnpo"], ["--loss_type", "dr_grpo"],
+    ["--kl_estimator", "k1"], ["--kl_estimator", "k2"], ["--kl_in", "reward"], ["--kl_target", "0.02"],
+    ["--beta", "0"], ["--dynamic_sampling"], ["--advantage_clip", "tanh"], ["--advantage_clip", "1.0"],
+    ["--length_penalty", "0.001", "--reward_clip", "1.0"], ["--mask_truncated_completions", "--max_completion_length", "2"],
+    ["--epsilon_schedule", "linear"], ["--epsilon_high", "0.28"], ["--warmup_steps", "2", "--warmup_lr", "5e-7"],
+    ["--num_iterations", "2", "--learning_rate", "1e-3"], ["--temperature", "0.7", "--top_p", "0.9"],
+    ["--reward_funcs", "correctness", "prefers_long", "--reward_weights", "1.0", "0.5"],
+])
+def test_variant_trains(tmp_path, variant):
+    store, run, status = run_inprocess(tmp_path, *variant)
+    assert status == "finished"
+    wide = store.metrics(run)
+    assert len(wide) == 3 and math.isfinite(wide["loss"].iloc[-1])
+    if "--beta" in variant:
+        assert "kl" not in wide.columns  # no reference model, no KL key (F5)
+    if "--kl_target" in variant:
+        assert wide["beta"].nunique() > 1
+    if "--num_iterations" in variant:
+        assert wide["clip_ratio/region_mean"].iloc[1:].max() > 0
+    if "--warmup_steps" in variant:
+        assert list(wide["learning_rate"]) == [5e-7, 5e-7, 1e-4]
+    if "--epsilon_schedule" in variant:
+        assert wide["epsilon"].iloc[0] > wide["epsilon"].iloc[-1]
+    if "--max_completion_length" in variant:
+        assert wide["completions/max_length"].max() <= 2
+
+
+def test_nonfinite_rewards_masked_or_skipped(tmp_path):
+    store, run, _ = run_inprocess(tmp_path / "a", "--reward_funcs", "nan_some", "--seed", "3", max_steps=4)
+    assert store.metrics(run)["reward"].notna().all()  # masked like TRL: left out of the mean
+    store, run, status = run_inprocess(tmp_path / "b", "--reward_funcs", "nan_some", "--nonfinite_rewards", "skip",
+                                       "--seed", "3", max_steps=4)
+    rewards = store.metrics(run)["reward"]
+    skipped = store.events(run, "skipped_update")
+    assert rewards.isna().any() and len(skipped) == rewards.isna().sum()
+    store, run, status = run_inprocess(tmp_path / "c", "--reward_funcs", "nan_some", "--nonfinite_rewards", "skip",
+                                       "--stop_on_nonfinite", "--seed", "3", max_steps=4)
+    assert status == "crashed" and len(store.events(run, "crash")) == 1
+
+
+def test_user_reward_function_by_import_path(tmp_path):
+    store, run, _ = run_inprocess(tmp_path, "--reward_funcs", "reward_fixture:count_sevens", max_steps=2)
+    assert "rewards/count_sevens/mean" in store.metric_names(run)
+    with pytest.raises(ConfigError, match="has no 'nope'"):
+        run_inprocess(tmp_path, "--reward_funcs", "reward_fixture:nope")
+
+
+def test_real_model_from_a_local_folder(tmp_path):
+    """A different architecture (GPT-2, absolute positions) saved with save_pretrained."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from trainer.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2, n_positions=64,
+                                       eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+                                       pad_token_id=tok.pad_token_id))
+    model.save_pretrained(tmp_path / "gpt2-tiny")
+    tok.save_pretrained(tmp_path / "gpt2-tiny")
+    store, run, status = run_inprocess(tmp_path, "--model", str(tmp_path / "gpt2-tiny"), max_steps=2)
+    assert status == "finished" and len(store.metrics(run)) == 2
+
+
+def test_reward_rises_on_cpu(tmp_path):
+    """The embedded default learns: mean correctness of the last 20 steps beats the first 20."""
+    store, run, _ = run_inprocess(tmp_path, "--per_device_train_batch_size", "128", max_steps=120)
+    correct = store.metric(run, "rewards/correctness/mean")
+    first, last = correct.iloc[:20].mean(), correct.iloc[-20:].mean()
+    assert 0.1 <= first <= 0.6
+    assert last > first + 0.08, (first, last)
+
+
+# ---------------------------------------------------------------- processes: SIGKILL, resume, restart, SIGTERM
+def start_trainer(tmp_path, *args):
+    cmd = [sys.executable, "-m", "trainer", "--db", str(tmp_path / "runs.db"), "--output_dir", str(tmp_path / "ckpt"),
+           "--per_device_train_batch_size", "16", "--run_name", "live", *args]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def checkpoint_steps(db, name="live"):
+    with RunStore(db) as store:
+        try:
+            return list(store.events(store.resolve_run(name), "checkpoint")["step"])
+        except Exception:
+            return []
+
+
+def test_sigkill_then_resume_then_restart_with_changes(tmp_path):
+    db = tmp_path / "runs.db"
+    proc = start_trainer(tmp_path, "--max_steps", "400", "--save_steps", "5")
+    wait_for(lambda: len(checkpoint_steps(db)) >= 2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with RunStore(db) as store:
+        run = store.resolve_run("live")
+        assert store.get_run(run)["status"] == "running"
+        assert store.reap_dead_runs() == [run]  # the dead pid is noticed
+        last_ckpt = max(checkpoint_steps(db))
+        assert store.get_run(run)["last_step"] >= last_ckpt
+
+    # resume the same run from its last checkpoint; the steps after it are redone
+    assert main(["--resume_from", "live", "--db", str(db), "--max_steps", str(last_ckpt + 3),
+                 "--save_steps", "0"]) == 0
+    with RunStore(db) as store:
+        run = store.resolve_run("live")
+        info = store.get_run(run)
+        assert info["status"] == "finished" and info["last_step"] == last_ckpt + 3
+        steps = list(store.metrics(run).index)
+        assert steps == list(range(1, last_ckpt + 4))
+        assert len(store.events(run, "resume")) == 1
+
+    # restart from that checkpoint with a change: a linked child run
+    assert main(["--restart_from", f"live@{last_ckpt}", "--set", "beta=0.2", "loss_type=dr_grpo",
+                 f"max_steps={last_ckpt + 2}", "--db", str(db)]) == 0
+    with RunStore(db) as store:
+        runs = store.list_runs().set_index("name")
+        child = runs.loc["live-restart"]
+        assert child["parent"] == "live" and child["parent_step"] == last_ckpt
+        assert "beta: 0.04 -> 0.2" in child["restart_reason"] and "loss_type: dapo -> dr_grpo" in child["restart_reason"]
+        child_run = store.get_run("live-restart")
+        assert child_run["config"]["beta"] == 0.2
+        assert list(store.metrics(child_run["id"]).index) == [last_ckpt + 1, last_ckpt + 2]
+        assert store.metric(child_run["id"], "beta").iloc[0] == 0.2
+        parent_steps = list(store.metrics(store.resolve_run("live")).index)
+        assert parent_steps == list(range(1, last_ckpt + 4))  # the parent's data is untouched
+
+
+def test_sigterm_stops_cleanly_with_a_checkpoint(tmp_path):
+    db = tmp_path / "runs.db"
+    proc = start_trainer(tmp_path, "--max_steps", "1000", "--save_steps", "0")
+    wait_for(lambda: RunStore(db).get_run("live")["last_step"] if db.exists() and _has_run(db) else False)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    with RunStore(db) as store:
+        info = store.get_run("live")
+        assert info["status"] == "stopped"
+        assert checkpoint_steps(db) == [info["last_step"]]
+
+
+def _has_run(db):
+    with RunStore(db) as store:
+        return not store.list_runs().empty
+
+
+def test_corrupt_checkpoint_is_refused(tmp_path):
+    store, run, _ = run_inprocess(tmp_path, "--save_steps", "2", "--run_name", "c", max_steps=2)
+    path = Path(store.events(run, "checkpoint")["detail"].iloc[0]["path"])
+    (path / "trainer_state.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(Exception, match="unreadable checkpoint"):
+        prepare(["--resume_from", "c", "--db", str(tmp_path / "runs.db")])
