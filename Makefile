@@ -29,7 +29,8 @@ $(STAMP): pyproject.toml
 test: install
 	$(BIN)/python -m pytest -q
 
-# The dashboard on $(DEMO_DB). When that store is new and sample_runs/ exists, its logs are imported first
+# A live embedded training run streaming into $(DEMO_DB), and the dashboard showing it (Ctrl-C stops both;
+# the run saves a checkpoint). When that store is new and sample_runs/ exists, its logs are imported first
 # (a log that does not import is reported and skipped).
 demo: install
 	@if [ -d sample_runs ] && [ ! -e '$(DEMO_DB)' ]; then \
@@ -37,4 +38,4 @@ demo: install
 	    $(BIN)/grpo-doctor --db '$(DEMO_DB)' import "$$log" || echo "demo: skipped $$log"; \
 	  done; \
 	fi
-	$(BIN)/grpo-doctor --db '$(DEMO_DB)' dashboard --host '$(DEMO_HOST)' --port '$(DEMO_PORT)'
+	$(BIN)/grpo-doctor --db '$(DEMO_DB)' demo --host '$(DEMO_HOST)' --port '$(DEMO_PORT)'

@@ -1,6 +1,6 @@
 """``grpo-doctor``: the command line.
 
-Start-up stays fast: this module imports only the standard library and ``app.present``; pandas (through
+Start-up stays fast: this module imports only the standard library; pandas (through
 the store), the importers and Streamlit are imported inside the subcommands that need them, and the
 trainer is only ever started as a child process.
 
@@ -221,17 +221,18 @@ def _run_export(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------------------------- dashboard
 def _add_dashboard(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, this machine only)")
-    p.add_argument("--port", type=_port, default=8501, help="port to serve on (default: 8501)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=_port, default=8501, help="port (default 8501)")
 
 
-def _run_dashboard(args: argparse.Namespace) -> int:
+def _dashboard_command(args: argparse.Namespace) -> tuple[list[str], str]:
+    """The Streamlit command line and the store's absolute path (a bad path fails here, in one line)."""
     import importlib.util
 
     if importlib.util.find_spec("streamlit") is None:
         raise CliError("streamlit is not installed in this Python environment")
     db = os.path.abspath(_db_path(args))
-    _open_store(args, create=True).close()  # a bad path fails here, in one line, not inside Streamlit
+    _open_store(args, create=True).close()
     script = Path(__file__).with_name("dashboard.py")
     command = [
         sys.executable, "-m", "streamlit", "run", str(script),
@@ -246,8 +247,13 @@ def _run_dashboard(args: argparse.Namespace) -> int:
               "can read the runs (the dashboard has no login)", file=sys.stderr)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"GRPO Doctor dashboard: http://{host}:{args.port}  (store {db}; Ctrl-C stops it)", flush=True)
+    return command, db
+
+
+def _wait_child(command: list[str], env: dict[str, str] | None = None) -> int:
+    """Run a child process (no shell), passing SIGINT/SIGTERM on to it once; its exit code."""
     # Its own session: a terminal's Ctrl-C reaches only us, and we pass it on once.
-    child = subprocess.Popen(command, env={**os.environ, "GRPO_DOCTOR_DB": db}, start_new_session=True)
+    child = subprocess.Popen(command, env=env, start_new_session=True)
 
     def forward(signum, _frame):
         if child.poll() is None:
@@ -260,6 +266,51 @@ def _run_dashboard(args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell reports it
+
+
+def _run_dashboard(args: argparse.Namespace) -> int:
+    command, db = _dashboard_command(args)
+    return _wait_child(command, {**os.environ, "GRPO_DOCTOR_DB": db})
+
+
+def _add_train(p: argparse.ArgumentParser) -> None:
+    """Everything but --db is the trainer's (``main`` hands the unparsed options on)."""
+
+
+def _trainer_command(args: argparse.Namespace, extra: Sequence[str] = ()) -> list[str]:
+    """``python -m trainer ...`` with the store path passed on (the trainer runs as its own process)."""
+    return [sys.executable, "-m", "trainer", *args.trainer_args, *extra, "--db", os.path.abspath(_db_path(args))]
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    if any(a in ("-h", "--help") for a in args.trainer_args):
+        return _wait_child([sys.executable, "-m", "trainer", "--help"])
+    return _wait_child(_trainer_command(args))
+
+
+def _add_demo(p: argparse.ArgumentParser) -> None:
+    _add_dashboard(p)
+    p.add_argument("--max_steps", type=int, default=2000, help="steps of the live embedded run (default 2000)")
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    """A live embedded training run streaming into the store, and the dashboard showing it."""
+    import time
+
+    command, db = _dashboard_command(args)
+    args.trainer_args = ["--max_steps", str(args.max_steps), "--run_name", f"demo-{time.strftime('%Y%m%d-%H%M%S')}",
+                         "--output_dir", os.path.join(os.path.dirname(db), "runs")]
+    trainer = subprocess.Popen(_trainer_command(args), start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        return _wait_child(command, {**os.environ, "GRPO_DOCTOR_DB": db})
+    finally:
+        if trainer.poll() is None:
+            trainer.send_signal(signal.SIGTERM)  # it finishes its step and saves a checkpoint
+            try:
+                trainer.wait(60)
+            except subprocess.TimeoutExpired:
+                trainer.kill()
 
 
 # --------------------------------------------------------------------------------------------- the table
@@ -279,9 +330,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("show", "the latest value of every metric of a run against its healthy range", _add_show, _run_show),
     Command("export", "write a run's metrics as CSV or JSONL", _add_export, _run_export),
     Command("dashboard", "serve the Streamlit dashboard on the run store", _add_dashboard, _run_dashboard),
-    # ---- `train`: added by the trainer's issue as one more entry here, e.g.
-    #   Command("train", "...", _add_train, _run_train),
-    # with _run_train starting the trainer as a child process (never importing torch here).
+    Command("train", "train with the embedded GRPO trainer, streaming every step into the store",
+            _add_train, _run_train),
+    Command("demo", "a live embedded training run and the dashboard showing it", _add_demo, _run_demo),
 )
 
 
@@ -291,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--db", metavar="PATH", default=None, help=db_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
-        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        p = sub.add_parser(command.name, help=command.help, description=command.help,
+                           add_help=command.name != "train")  # train passes --help on to the trainer
         # --db after the subcommand too; SUPPRESS keeps a value given before it.
         p.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=db_help)
         command.add_arguments(p)
@@ -317,7 +369,11 @@ def _fail(message: object) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args, unknown = build_parser().parse_known_args(argv)
+        if args.command == "train":
+            args.trainer_args = unknown
+        elif unknown:
+            raise _UsageError(f"unrecognized arguments: {' '.join(unknown)} (see '{PROG} --help')")
     except _UsageError as e:
         return _fail(e)
     except SystemExit as e:  # --help, --version

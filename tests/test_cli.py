@@ -331,3 +331,42 @@ def test_every_subcommand_is_documented_in_readme():
     missing = [c.name for c in COMMANDS
                if not re.search(rf"grpo-doctor(?: --db \S+)? {re.escape(c.name)}\b", readme)]
     assert not missing, f"README.md does not show: {', '.join(missing)}"
+
+
+def test_train_subcommand_runs_the_trainer_as_a_process(tmp_path, capsys):
+    db = tmp_path / "t.db"
+    code = main(["--db", str(db), "train", "--max_steps", "2", "--per_device_train_batch_size", "16",
+                 "--output_dir", str(tmp_path / "ckpt"), "--run_name", "cli-run"])
+    assert code == 0
+    with RunStore(db) as store:
+        assert store.get_run("cli-run")["last_step"] == 2
+    assert main(["--db", str(db), "train", "--beta", "x"]) == 2
+
+
+def test_demo_serves_a_live_run(tmp_path):
+    import urllib.request
+
+    db, port = tmp_path / "demo.db", _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "--db", str(db), "demo", "--port", str(port),
+                             "--max_steps", "400"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        steps = []
+        while time.time() < deadline and len(set(steps)) < 2:
+            time.sleep(0.5)
+            if db.exists():
+                with RunStore(db) as store:
+                    runs = store.list_runs()
+                    last = None if runs.empty else runs.loc[0, "last_step"]
+                    if last is not None and last == last:  # None or NaN until the first step
+                        steps.append(int(last))
+        assert len(set(steps)) >= 2, "the demo run did not stream steps"
+        health = urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=30).read()
+        assert health == b"ok"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(90)
+    with RunStore(db) as store:
+        run = store.list_runs().iloc[0]
+        assert run["name"].startswith("demo-") and run["status"] == "stopped"

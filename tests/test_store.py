@@ -83,7 +83,7 @@ def test_text_value_rejected_and_step_not_half_written(store):
 
 
 def test_runs_by_name_or_id_and_lineage(store):
-    parent = store.create_run("parent")
+    store.create_run("parent")
     child = store.create_run("child", parent="parent", parent_step=40, restart_reason="beta: 0.0 -> 0.04")
     assert store.resolve_run("child") == child and store.resolve_run(str(child)) == child
     with pytest.raises(RunNotFound):

@@ -224,3 +224,38 @@ class ParsedLog:
     canonical: bool = False  # keys are already canonical names (our own export)
     last_wins: bool = False  # a repeated step overwrites the earlier one (TensorBoard)
     extra: dict = field(default_factory=dict)
+
+
+def bracket_depths(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
+    """``(index, bracket, depth after it)`` for each bracket of ``text`` outside quoted strings
+    (Python or JSON literals: ' and " quotes, backslash escapes)."""
+    depth, quote, escape = 0, None, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if quote:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "{[(":
+            depth += 1
+            yield i, ch, depth
+        elif ch in "}])":
+            depth -= 1
+            yield i, ch, depth
+
+
+def json_records(source: Source, path: str | Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each non-blank line of a JSON-lines file; a line that is not a
+    JSON object is an error."""
+    for lineno, line in iter_lines(source, path):
+        if not line.strip():
+            continue
+        record = json_line(source, lineno, line)
+        if not isinstance(record, dict):
+            raise source.error(f"line {lineno}: a JSON {type(record).__name__}, not an object")
+        yield lineno, record

@@ -13,6 +13,7 @@ import ijson
 
 from diagnostics.config_map import FIELDS, normalise_config
 from diagnostics.importers._base import (
+    bracket_depths,
     BAD,
     HF_STRING_FIELDS,
     ParsedLog,
@@ -214,24 +215,10 @@ def find_dicts(text: str) -> Iterator[tuple[int, dict]]:
 
 
 def _closing_brace(text: str, start: int) -> int | None:
-    depth, quote, escape = 0, None, False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if quote:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "{[(":
-            depth += 1
-        elif ch in "}])":
-            depth -= 1
-            if depth == 0:
-                return i if ch == "}" else None
+    """Index of the ``}`` that closes the bracket at ``start``, or None if another bracket closes it."""
+    for i, ch, depth in bracket_depths(text, start):
+        if depth == 0:
+            return i if ch == "}" else None
     return None
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from diagnostics.config_map import normalise_config
 from diagnostics.importers._base import (
+    json_records,
     MAX_LINE_CHARS,
     STEP_KEYS,
     SUMMARY_KEYS,
@@ -142,12 +143,7 @@ def parse_jsonl(display: str, path: Path) -> ParsedLog:
 
 
 def _jsonl_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    for lineno, line in iter_lines(source, path):
-        if not line.strip():
-            continue
-        record = json_line(source, lineno, line)
-        if not isinstance(record, dict):
-            raise source.error(f"line {lineno}: a JSON {type(record).__name__}, not an object")
+    for lineno, record in json_records(source, path):
         record = flatten(record)
         if is_eval_row(record) or is_summary_row(record):
             continue

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from diagnostics.config_map import normalise_config
 from diagnostics.importers._base import (
+    bracket_depths,
+    json_records,
     ParsedLog,
     Source,
     flatten,
     iter_lines,
-    json_line,
     strip_ansi,
     to_step,
 )
@@ -78,22 +79,8 @@ def console_config(path: Path) -> dict:
 
 
 def _brace_balance(text: str) -> int:
-    depth, quote, escape = 0, None, False
-    for ch in text:
-        if quote:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "{[(":
-            depth += 1
-        elif ch in "}])":
-            depth -= 1
-    return depth
+    """Open brackets minus closed ones (outside quotes)."""
+    return next(iter(reversed([d for _, _, d in bracket_depths(text)])), 0)
 
 
 # ---------------------------------------------------------------------------- JSONL
@@ -106,12 +93,7 @@ def parse_verl_jsonl(display: str, path: Path) -> ParsedLog:
 
 
 def _jsonl_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    for lineno, line in iter_lines(source, path):
-        if not line.strip():
-            continue
-        record = json_line(source, lineno, line)
-        if not isinstance(record, dict):
-            raise source.error(f"line {lineno}: a JSON {type(record).__name__}, not an object")
+    for lineno, record in json_records(source, path):
         if "step" not in record:
             raise source.error(f"line {lineno}: no 'step'")
         step = to_step(record["step"])
