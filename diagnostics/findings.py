@@ -1,0 +1,53 @@
+"""What the diagnoser reports: findings with their evidence, causes and fixes.
+
+A ``Fix`` is a concrete config change computed from the run's current values (``{"beta": 0.08}``),
+plus the same change in the source framework's own terms where a mapping exists, so the dashboard's
+"Restart with this fix" can pass ``changes`` to ``grpo-doctor train --restart_from RUN@STEP --set``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+SEVERITIES = ("expected", "info", "warning", "critical")  # ascending; "expected" = a false alarm explained
+
+
+@dataclass
+class Evidence:
+    step: int
+    metric: str
+    value: float
+    note: str = ""
+
+
+@dataclass
+class Fix:
+    description: str                                   # "raise beta 0.04 -> 0.08"
+    changes: dict[str, object] = field(default_factory=dict)   # our/TRL config names -> new value
+    framework: str | None = None                       # the run's source framework, when imported
+    framework_changes: dict[str, object] = field(default_factory=dict)  # the same in its own keys
+
+
+@dataclass
+class Finding:
+    rule: str                       # stable id, e.g. "kl_blowup"
+    title: str                      # the symptom in words
+    severity: str                   # one of SEVERITIES
+    onset_step: int | None
+    last_step: int | None
+    evidence: list[Evidence] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)    # ranked, most likely first
+    fixes: list[Fix] = field(default_factory=list)     # ranked
+    references: list[str] = field(default_factory=list)  # "seed 000 §4.5", "painpoints row 9"
+    status: str = "open"            # open | resolved
+    resolved_step: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Finding:
+        data = dict(data)
+        data["evidence"] = [Evidence(**e) for e in data.get("evidence", [])]
+        data["fixes"] = [Fix(**f) for f in data.get("fixes", [])]
+        return cls(**data)
