@@ -357,7 +357,8 @@ class RunStore:
         )
 
     def truncate_after(self, run_id: int, step: int) -> None:
-        """Drop every metric, sample and event after ``step`` (a resume redoes those steps)."""
+        """Drop every metric, sample and timeline event (checkpoint, skipped update) after ``step``:
+        a resume redoes those steps."""
         with self.atomic():
             self.conn.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", (run_id, step))
             straddling = self.conn.execute(
@@ -371,7 +372,9 @@ class RunStore:
                 if keep.any():
                     self._insert_blocks(run_id, key_id, steps[keep], values[keep])
             self.conn.execute("DELETE FROM samples WHERE run_id = ? AND step > ?", (run_id, step))
-            self.conn.execute("DELETE FROM events WHERE run_id = ? AND step > ?", (run_id, step))
+            self.conn.execute(  # the run's history (crash, stop, resume, restart) stays
+                "DELETE FROM events WHERE run_id = ? AND step > ? AND kind NOT IN"
+                " ('crash', 'stop', 'resume', 'restart')", (run_id, step))
             self.conn.execute("UPDATE runs SET last_step = MIN(COALESCE(last_step, ?), ?) WHERE id = ?",
                               (step, step, run_id))
 
