@@ -58,11 +58,30 @@ def _quiet() -> None:
     logging.getLogger("tensorboard").setLevel(logging.ERROR)
 
 
+class CorruptRecord(Exception):
+    """A record whose crc32 check failed before the end of the file (data would be lost silently)."""
+
+
 def _events(path: Path):
-    from tensorboard.backend.event_processing import event_file_loader
+    """The file's events, read with TensorBoard's own record reader. A truncated last record is
+    the end of the file (a writer still running or killed, as TensorBoard reads it); a record that
+    fails its crc32 check is corrupt data and raises ``CorruptRecord`` instead of stopping quietly."""
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.compat.tensorflow_stub import errors
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
 
     _quiet()
-    return event_file_loader.EventFileLoader(str(path)).Load()
+    reader = PyRecordReader_New(str(path))
+    while True:
+        try:
+            reader.GetNext()
+        except errors.OutOfRangeError:
+            return
+        except errors.DataLossError as e:
+            if "crc32" in str(e):
+                raise CorruptRecord(f"corrupt record ({str(e).rsplit(' ', 3)[-3]} crc32 check failed)") from None
+            return  # truncated tail
+        yield event_pb2.Event.FromString(reader.record())
 
 
 def _scalar(value, plugin: str | None) -> float | None:
@@ -161,6 +180,8 @@ def _rows(source: Source, files: list[Path]) -> Iterator[tuple[int, dict[str, fl
                     row[tag] = number
         except OSError as e:
             raise source.error(f"{path.name}: {e.strerror or e}") from None
+        except CorruptRecord as e:
+            raise source.error(f"{path.name}: {e}") from None
         except Exception as e:  # noqa: BLE001 - corrupt protobuf etc.
             raise source.error(f"{path.name}: not a readable TensorBoard event file ({type(e).__name__})") from None
     if row:
