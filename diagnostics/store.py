@@ -69,6 +69,8 @@ class RunStore:
             self.conn = sqlite3.connect(
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
             )
+            # A new file frees the pages of packed rows as it goes (set before any table exists).
+            self.conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
             self.conn.execute("PRAGMA foreign_keys = ON")
@@ -349,6 +351,11 @@ class RunStore:
                                   (run_id, key_id, bound))
                 self._insert_blocks(run_id, key_id, steps, values)
 
+    def reclaim_space(self) -> None:
+        """Give free pages back to the file system (after packing a large import); outside a transaction."""
+        if not self.conn.in_transaction:
+            self.conn.executescript("PRAGMA incremental_vacuum;")  # sqlite3_exec steps it to the end
+
     def _insert_blocks(self, run_id: int, key_id: int, steps, values) -> None:
         self.conn.executemany(
             "INSERT INTO metric_blocks (run_id, key_id, first_step, last_step, steps, vals)"
@@ -505,6 +512,12 @@ class RunStore:
         return pd.DataFrame({"name": names, "step": [last[n][0] for n in names],
                              "value": np.array([last[n][1] for n in names], dtype="float64")})
 
+    def series(self, run_id: int, names: Iterable[str] | None = None, *, since_step: int | None = None,
+               until_step: int | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """``{metric: (steps, values)}`` as numpy arrays, since_step < step <= until_step, NaN and inf
+        kept and a step absent where the metric was not logged (the diagnoser's read: no DataFrame)."""
+        return self._series_arrays(run_id, None if names is None else list(names), since_step, until_step)
+
     def samples(self, run_id: int, since_step: int | None = None) -> pd.DataFrame:
         frame = self._read(
             "SELECT step, grp AS 'group', prompt, completion, reward, length, truncated, extra"
@@ -540,3 +553,4 @@ def _pid_alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][:1] != "Z"
     except OSError:
         return True
+

@@ -233,3 +233,15 @@ def test_numpy_ids_from_dataframes_work(store):
     store.log_step(run, 1, {"a": 1.0})
     run_from_frame = store.list_runs()["id"].iloc[0]
     assert store.metric_names(run_from_frame) == ["a"]
+
+
+def test_import_sized_writes_give_space_back(tmp_path):
+    with RunStore(tmp_path / "big.db") as store:
+        run = store.create_run("big")
+        with store.atomic():
+            store.write_steps(run, ((s, {f"m{k}": float(s) for k in range(10)}) for s in range(1, 20_001)))
+            store.compact(run)
+        assert store.conn.execute("PRAGMA freelist_count").fetchone()[0] > 0
+        store.reclaim_space()
+        assert store.conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+        assert len(store.metric(run, "m3")) == 20_000

@@ -79,6 +79,7 @@ def import_path(store, path: str | os.PathLike, *, name: str | None = None, fmt:
             raise LogFormatError(parsed.path, "no training steps found")
         store.compact(run_id)  # pack the series into blocks: fast reads of long runs
         store.set_status(run_id, "finished")
+    store.reclaim_space()
     return run_id
 
 
