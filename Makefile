@@ -17,7 +17,7 @@ DEMO_DB   ?= demo.db
 DEMO_HOST ?= 127.0.0.1
 DEMO_PORT ?= 8501
 
-.PHONY: install test demo
+.PHONY: install test demo browser
 
 install: $(STAMP)
 
@@ -26,15 +26,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install '$(TORCH_SPEC)' -e '.[test]'
 	touch $@
 
-test: install
+test: install browser
 	$(BIN)/python -m pytest -q
+
+# The browser test drives Debian's chromium through Playwright (which never downloads a browser of its own).
+# Installed with apt-get when missing: as root directly (CI), otherwise through sudo.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium for the browser test (apt-get)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update && apt-get install -y chromium; \
+	  else sudo apt-get update && sudo apt-get install -y chromium; fi; }
 
 # A live embedded training run streaming into $(DEMO_DB), and the dashboard showing it (Ctrl-C stops both;
 # the run saves a checkpoint). When that store is new and sample_runs/ exists, its logs are imported first
 # (a log that does not import is reported and skipped).
 demo: install
 	@if [ -d sample_runs ] && [ ! -e '$(DEMO_DB)' ]; then \
-	  for log in sample_runs/*; do \
+	  for log in sample_runs/*.jsonl; do \
 	    $(BIN)/grpo-doctor --db '$(DEMO_DB)' import "$$log" || echo "demo: skipped $$log"; \
 	  done; \
 	fi

@@ -219,6 +219,38 @@ def _run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------------- diagnose
+def _add_diagnose(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="RUN_OR_FILE",
+                   help="a run's name or id, or a log file the importers read (a path that exists is read as a file)")
+    p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    p.add_argument("--fail-on", dest="fail_on", choices=("warning", "critical"),
+                   help="exit 1 when a finding at or above this severity was found (expected notes never count)")
+
+
+def _run_diagnose(args: argparse.Namespace) -> int:
+    import json
+
+    from diagnostics.engine import diagnose
+    from diagnostics.importers import LogFormatError, import_path
+    from diagnostics.report import at_or_above, to_json, to_text
+    from diagnostics.store import RunStore
+
+    if os.path.exists(args.target):  # a log file: diagnosed in memory, nothing written
+        with RunStore(":memory:") as store:
+            try:
+                result = diagnose(store, import_path(store, args.target), save=False)
+            except LogFormatError as e:
+                raise CliError(str(e)) from None
+    else:
+        if not os.path.exists(_db_path(args)):
+            raise CliError(f"{args.target}: no such file, and no run store at {_db_path(args)} to look up a run in")
+        with _open_store(args) as store:
+            result = diagnose(store, args.target)  # its findings are written to the store
+    print(json.dumps(to_json(result), indent=2) if args.json else to_text(result))
+    return 1 if args.fail_on and at_or_above(result, args.fail_on) else 0
+
+
 # --------------------------------------------------------------------------------------------- dashboard
 def _add_dashboard(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
@@ -313,6 +345,46 @@ def _run_demo(args: argparse.Namespace) -> int:
                 trainer.kill()
 
 
+def _add_scenarios(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", metavar="NAME", help="scenarios to run (default: all; see --list)")
+    p.add_argument("--list", action="store_true", help="print the scenario names, one a line, and exit")
+    p.add_argument("--record", metavar="DIR", help="train in a scratch store and write each run as DIR/RUN.jsonl "
+                                                   "with DIR/manifest.json (how sample_runs/ is made)")
+    p.add_argument("--max_steps", type=int, default=None, help="fewer steps than the scenario's own (a quick look)")
+
+
+def _run_scenarios(args: argparse.Namespace) -> int:
+    """Each troubleshooting row reproduced by the embedded trainer, then its fixed twin restarted with the
+    diagnoser's own fix (app/scenario_runs.py)."""
+    from trainer.scenarios import SCENARIOS
+
+    if args.list:
+        print("\n".join(s.name for s in SCENARIOS))
+        return 0
+    if args.max_steps is not None and args.max_steps < 2:
+        raise CliError(f"--max_steps: must be at least 2 (got {args.max_steps})")
+    from app import scenario_runs
+
+    try:
+        chosen = scenario_runs.resolve(args.names)
+        if args.record:
+            if args.max_steps is not None:
+                raise CliError("--record keeps the scenarios' own steps; leave out --max_steps")
+            manifest = scenario_runs.record(chosen, Path(args.record))
+            entries = [e for e in manifest["scenarios"] if e["scenario"] in {s.name for s in chosen}]
+            print(f"wrote {len(entries)} scenario(s) and {args.record}/{scenario_runs.MANIFEST}")
+            return 0 if all(e["found"] for e in entries) else 1
+        with _open_store(args, create=True) as store:
+            outcomes = [scenario_runs.run_scenario(s, _db_path(args), store, max_steps=args.max_steps)
+                        for s in chosen]
+    except scenario_runs.ScenarioError as e:
+        raise CliError(str(e)) from None
+    print(_table(["scenario", "rule", "found", "onset", "twin", "cleared"],
+                 [[o.scenario.name, o.scenario.rule or "(none)", "yes" if o.found else "NO", o.onset, o.twin,
+                   None if o.cleared is None else ("yes" if o.cleared else "NO")] for o in outcomes]))
+    return 0 if all(o.found for o in outcomes) else 1
+
+
 # --------------------------------------------------------------------------------------------- the table
 @dataclass(frozen=True)
 class Command:
@@ -329,10 +401,14 @@ COMMANDS: tuple[Command, ...] = (
     Command("runs", "list the runs in the store", _add_runs, _run_runs),
     Command("show", "the latest value of every metric of a run against its healthy range", _add_show, _run_show),
     Command("export", "write a run's metrics as CSV or JSONL", _add_export, _run_export),
+    Command("diagnose", "find what is wrong with a run (or a log file): symptom, evidence, cause, fix",
+            _add_diagnose, _run_diagnose),
     Command("dashboard", "serve the Streamlit dashboard on the run store", _add_dashboard, _run_dashboard),
     Command("train", "train with the embedded GRPO trainer, streaming every step into the store",
             _add_train, _run_train),
     Command("demo", "a live embedded training run and the dashboard showing it", _add_demo, _run_demo),
+    Command("scenarios", "reproduce each troubleshooting row with the embedded trainer, then its fix working",
+            _add_scenarios, _run_scenarios),
 )
 
 

@@ -76,36 +76,50 @@ class Row:
     fixes: str
     math: str  # a key of MATH
     source: str
+    scenario: str | None = None  # the trainer/scenarios.py scenario that reproduces it (None: not reproduced)
 
 
 TABLE: list[Row] = [
     Row("reward flat", "no upward trend in `reward`", "the reward cannot discriminate; lr too small; no "
         "variety inside groups", "check the reward; raise lr; raise G or temperature", "advantage normalisation",
-        "seed 000 §4.1, §4.5"),
+        "seed 000 §4.1, §4.5", "reward_flat"),
     Row("KL blow-up", "`kl` rising fast or above the target band", "β too small; lr too large",
-        "raise β (or the adaptive controller `kl_target`); lower lr; use k3", "KL estimators", "seed 000 §4.5"),
+        "raise β (or the adaptive controller `kl_target`); lower lr; use k3", "KL estimators", "seed 000 §4.5",
+        "kl_blowup"),
     Row("outputs shrink", "`completions/mean_length` falls (e.g. −40% from the start)",
         "length bias of per-sequence normalisation", "`loss_type` dr_grpo or dapo",
-        "loss aggregation and length bias", "seed 000 §2.4, §4.2"),
+        "loss aggregation and length bias", "seed 000 §2.4, §4.2", "outputs_shrink"),
     Row("outputs explode", "length rising to the cap, `completions/clipped_ratio` climbing",
         "the reward prefers long outputs", "length penalty 0.001/token; `mask_truncated_completions`",
-        "loss aggregation and length bias", "seed 000 §4.2"),
+        "loss aggregation and length bias", "seed 000 §4.2", "outputs_explode"),
     Row("repetition", "`repetition` rising, zero-std groups rising", "temperature too low; ε too large",
-        "raise temperature; ε decay 0.3 → 0.1", "clipping", "seed 001 §3.1"),
+        "raise temperature; ε decay 0.3 → 0.1", "clipping", "seed 001 §3.1", "repetition"),
     Row("loss NaN", "any non-finite loss, gradient or KL", "NaN/inf reward; division by zero",
         "check the reward; eps; lr 1e-7 and β 0.1 for a few hundred steps, or roll back to the last checkpoint",
-        "advantage normalisation", "seed 000 §4.4"),
+        "advantage normalisation", "seed 000 §4.4", "nan_reward"),
     Row("clip fraction high", "`clip_ratio/region_mean` > 0.3 (only with num_iterations > 1)",
-        "the update is too aggressive", "lower lr; raise ε", "clipping", "seed 000 §3.5"),
+        "the update is too aggressive", "lower lr; raise ε", "clipping", "seed 000 §3.5", "clip_high"),
     Row("advantage std ≈ 0", "`advantage/std` ≈ 0, `frac_reward_zero_std` high", "temperature too low; task "
         "too easy or too hard", "raise temperature; dynamic sampling; change prompts", "advantage normalisation",
-        "seed 000 §3.5, §2.9"),
+        "seed 000 §3.5, §2.9", "uniform_groups"),
     Row("advantage explosion", "`advantage/abs_max` above (G−1)/√G", "a std floor or batch std; near-constant "
         "groups", "tanh compression; a larger std floor; `scale_rewards` none", "advantage normalisation",
-        "seed 001 §3.1"),
+        "seed 001 §3.1", "advantage_explosion"),
     Row("baseline drift", "reward up while sample quality goes down", "stale baseline or reward hacking",
-        "a moving-average baseline; inspect the samples", "advantage normalisation", "seed 001 §3.1"),
+        "a moving-average baseline; inspect the samples", "advantage normalisation", "seed 001 §3.1",
+        "reward_hacking"),
+    Row("truncation zeroes the reward", "`completions/clipped_ratio` high while `reward` sits at 0",
+        "`max_completion_length` too short: answers are cut before they end", "raise `max_completion_length`; "
+        "`mask_truncated_completions`", "loss aggregation and length bias", "painpoints row 3", "truncation"),
+    Row("multi-process grouping error", "`frac_reward_zero_std` and advantages differ from a 1-process run "
+        "with the same batch", "group statistics computed per process before gathering the rewards (a group "
+        "split across processes)", "gather every process's rewards before any group statistic",
+        "advantage normalisation", "seed 000 §2.9"),
     Row("OOM", "the run crashes out of memory", "batch or G too large",
         "batch → 32, then G → 4, then gradient checkpointing, then LoRA", "loss aggregation and length bias",
         "seed 000 §4.3"),
 ]
+
+#: The healthy baseline every symptom is compared with (a row of its own on the Teach page).
+HEALTHY = Row("healthy baseline", "`reward` rises, KL small, lengths steady, groups varied", "–", "–",
+              "advantage normalisation", "REFERENCE §3", "healthy")

@@ -155,6 +155,10 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("val/advantages_std", "advantages/std")),
     Metric("advantage/abs_max", "largest |advantage| in the batch", group="advantage",
            ranges=_advantage_abs_max_range),
+    Metric("advantage/group_mean_abs_max", "largest |mean advantage| of any prompt group", group="advantage",
+           ranges=_fixed(0.0, 0.0, "REFERENCE §1 (multi-process: gather before group statistics)", kind="exact",
+                         note="0 by construction for group-centred advantages; above 0 = groups split "
+                              "across processes without the gather (painpoints row 28)")),
     Metric("advantage/max", "largest advantage", group="advantage",
            aliases=("critic/advantages/max", "val/advantages_max", "advantages/max")),
     Metric("advantage/min", "smallest advantage", group="advantage",

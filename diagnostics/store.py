@@ -18,12 +18,14 @@ import socket
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from diagnostics import blocks
+from diagnostics.findings import Finding
 from diagnostics.schema import migrate
 
 # numpy integers (ids read from a DataFrame) would otherwise bind as blobs and match nothing.
@@ -413,14 +415,16 @@ class RunStore:
             key_filter = f" AND key_id IN ({','.join('?' * len(wanted))})"
             params += sorted(wanted)
         with self._snapshot():
-            block_rows = self.conn.execute(
-                "SELECT key_id, steps, vals FROM metric_blocks WHERE run_id = ? AND last_step > ?"
-                " AND first_step <= ?" + key_filter + " ORDER BY key_id, first_step", params).fetchall()
+            # No ORDER BY (the rows are sorted below): with one, SQLite walks the primary key through every
+            # block of the run, blobs and all, instead of searching metric_blocks_by_last for the new ones.
+            block_rows = sorted(self.conn.execute(
+                "SELECT key_id, first_step, steps, vals FROM metric_blocks WHERE run_id = ? AND last_step > ?"
+                " AND first_step <= ?" + key_filter, params).fetchall(), key=lambda r: (r[0], r[1]))
             value_rows = self.conn.execute(
                 "SELECT key_id, step, value FROM metrics WHERE run_id = ? AND step > ? AND step <= ?"
                 + key_filter + " ORDER BY key_id, step", params).fetchall()
         parts: dict[int, list] = {}
-        for key_id, steps_blob, vals_blob in block_rows:
+        for key_id, _, steps_blob, vals_blob in block_rows:
             steps, values = blocks.decode(steps_blob, vals_blob)
             keep = (steps > since) & (steps <= until)
             parts.setdefault(key_id, []).append((steps[keep], values[keep]))
@@ -538,6 +542,42 @@ class RunStore:
         if not frame.empty:
             frame["detail"] = frame["detail"].map(json.loads)
         return frame
+
+    # ------------------------------------------------------------------ findings
+    def save_findings(self, run_id: int, findings: Iterable[Finding], *, replace: bool = False) -> None:
+        """Write the diagnoser's findings in one transaction, one row per (run, rule): a rule seen
+        again updates its row and keeps the onset stored first. ``replace`` first drops the run's
+        other findings (a whole-run diagnosis replaces the previous one)."""
+        now = time.time()
+        with self.atomic():
+            if replace:
+                self.conn.execute("DELETE FROM findings WHERE run_id = ?", (run_id,))
+            for f in findings:
+                detail = json.dumps({"evidence": [asdict(e) for e in f.evidence], "causes": f.causes,
+                                     "fixes": [asdict(x) for x in f.fixes], "references": f.references},
+                                    default=str)
+                values = (f.severity, f.status, f.onset_step, f.last_step, f.resolved_step, f.title, detail, now)
+                cur = self.conn.execute(
+                    "UPDATE findings SET severity = ?, status = ?, onset_step = COALESCE(onset_step, ?),"
+                    " last_step = ?, resolved_step = ?, title = ?, detail = ?, updated = ?"
+                    " WHERE run_id = ? AND rule = ?", (*values, run_id, f.rule))
+                if cur.rowcount == 0:
+                    self.conn.execute(
+                        "INSERT INTO findings (severity, status, onset_step, last_step, resolved_step, title,"
+                        " detail, updated, run_id, rule) VALUES (?,?,?,?,?,?,?,?,?,?)", (*values, run_id, f.rule))
+
+    def findings(self, run_id: int) -> list[Finding]:
+        """The run's stored findings, most severe first, then by onset."""
+        rows = self.conn.execute(
+            "SELECT rule, title, severity, onset_step, last_step, status, resolved_step, detail FROM findings"
+            " WHERE run_id = ? ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1"
+            " WHEN 'info' THEN 2 ELSE 3 END, onset_step, rule", (run_id,)).fetchall()
+        out = []
+        for rule, title, severity, onset, last, status, resolved, detail in rows:
+            out.append(Finding.from_dict({
+                "rule": rule, "title": title, "severity": severity, "onset_step": onset, "last_step": last,
+                "status": status, "resolved_step": resolved, **json.loads(detail)}))
+        return out
 
 
 def _pid_alive(pid: int) -> bool:

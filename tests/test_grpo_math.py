@@ -447,6 +447,20 @@ def test_clipped_surrogate_matches_loop(eps_low, eps_high):
     assert any(map(any, e_low)) and any(map(any, e_high))  # the fixture exercises both clip sides
 
 
+def test_clipped_surrogate_token_level_advantages_match_loop():
+    """GAE gives one advantage per token: (N, T) advantages against a per-token loop."""
+    rng = np.random.default_rng(7)
+    logp = rng.normal(-1, 0.3, size=(3, 5))
+    old = logp + rng.normal(0, 0.3, size=(3, 5))
+    adv = rng.normal(0, 1, size=(3, 5))
+    loss, low, high = gm.clipped_surrogate(torch.tensor(logp), torch.tensor(old), torch.tensor(adv), 0.2, 0.28)
+    for i in range(3):  # row i with its own per-token advantages = the sequence-level loop on single tokens
+        for t in range(5):
+            e_loss, e_low, e_high = ref_surrogate([[logp[i, t]]], [[old[i, t]]], [adv[i, t]], 0.2, 0.28)
+            close([loss[i, t].item()], e_loss[0])
+            assert low[i, t].item() == e_low[0][0] and high[i, t].item() == e_high[0][0]
+
+
 def test_clipped_surrogate_eps_high_defaults_to_eps_low():
     logp, old, adv = torch.zeros(1, 2), T64([[0.3, -0.3]]).float(), torch.tensor([1.0])
     a = gm.clipped_surrogate(logp, old, adv, 0.2)
@@ -599,7 +613,10 @@ def test_linear_schedule(step, expected):
 # ------------------------------------------------------------------------------------------------------------
 
 
-def test_selective_log_softmax_and_entropy_match_loop():
+@pytest.mark.parametrize("chunk", [1, 2 * 4 * 11, None])  # one row, two rows, everything at once
+def test_selective_log_softmax_and_entropy_match_loop(monkeypatch, chunk):
+    if chunk is not None:
+        monkeypatch.setattr(gm, "CHUNK_ELEMENTS", chunk)
     rng = np.random.default_rng(2)
     N, T, V = 3, 4, 11
     logits = rng.normal(0, 3, size=(N, T, V))
@@ -670,6 +687,105 @@ def test_repetition_rate_hand_example_and_loop():
         got = gm.repetition_rate(torch.tensor(rand), torch.tensor(rmask), n=n)
         expected = ref_repetition(rows, n)
         assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# PPO: GAE, critic loss, whitening, explained variance (float64 loops written here)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def ref_gae(rewards, values, lengths, gamma, lam):
+    """Per row: δ_t = r_t + γ V_{t+1} − V_t over its first `length` tokens (V beyond = 0), A_t = Σ (γλ)^k δ_{t+k}."""
+    advs, rets = [], []
+    for r, v, n in zip(rewards, values, lengths):
+        T = len(r)
+        a = [0.0] * T
+        for t in range(n):
+            total = 0.0
+            for k in range(t, n):
+                v_next = v[k + 1] if k + 1 < n else 0.0
+                delta = r[k] + gamma * v_next - v[k]
+                total += (gamma * lam) ** (k - t) * delta
+            a[t] = total
+        advs.append(a)
+        rets.append([a[t] + v[t] if t < n else 0.0 for t in range(T)])
+    return advs, rets
+
+
+def ref_masked_moments(x, mask):
+    vals = [v for row, mrow in zip(x, mask) for v, m in zip(row, mrow) if m]
+    mean = sum(vals) / len(vals)
+    var = sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)
+    return mean, var
+
+
+@pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (0.95, 0.9), (1.0, 1.0), (0.9, 0.0)])
+def test_gae_matches_loop(gamma, lam):
+    rng = np.random.default_rng(11)
+    N, T = 5, 7
+    lengths = [7, 3, 1, 5, 0]  # a full row, short rows, and an empty one
+    rewards = rng.normal(0, 1, size=(N, T))
+    values = rng.normal(0, 1, size=(N, T))
+    mask = (np.arange(T)[None, :] < np.array(lengths)[:, None]).astype(np.float64)
+    exp_adv, exp_ret = ref_gae(rewards.tolist(), values.tolist(), lengths, gamma, lam)
+    adv, ret = gm.gae_advantages(torch.tensor(rewards), torch.tensor(values), torch.tensor(mask), gamma, lam)
+    close(adv, exp_adv)
+    close(ret, exp_ret)
+
+
+def test_gae_with_lambda_one_and_terminal_reward_is_reward_minus_value():
+    """γ = λ = 1 and a reward only at the end: A_t = R − V_t (Monte Carlo), whatever the values."""
+    mask = T64([[1, 1, 1, 0]])
+    values = T64([[0.3, -0.2, 0.5, 9.0]])
+    rewards = gm.token_rewards(T64([2.0]), mask)
+    assert rewards.tolist() == [[0.0, 0.0, 2.0, 0.0]]
+    adv, ret = gm.gae_advantages(rewards, values, mask, 1.0, 1.0)
+    close(adv, [[1.7, 2.2, 1.5, 0.0]])
+    close(ret, [[2.0, 2.0, 2.0, 0.0]])
+
+
+def test_token_rewards_place_the_score_on_the_last_token():
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]])
+    got = gm.token_rewards(T64([1.0, -2.0, 5.0]), mask)
+    assert got.tolist() == [[0.0, 1.0, 0.0], [0.0, 0.0, -2.0], [0.0, 0.0, 0.0]]
+
+
+def test_value_loss_matches_loop():
+    rng = np.random.default_rng(12)
+    v, old, ret = (rng.normal(0, 1, size=(3, 4)) for _ in range(3))
+    got = gm.value_loss(torch.tensor(v), torch.tensor(old), torch.tensor(ret), 0.2)
+    for i in range(3):
+        for t in range(4):
+            clipped = old[i, t] + min(max(v[i, t] - old[i, t], -0.2), 0.2)
+            expected = 0.5 * max((v[i, t] - ret[i, t]) ** 2, (clipped - ret[i, t]) ** 2)
+            assert got[i, t].item() == pytest.approx(expected, abs=1e-12)
+
+
+def test_masked_whiten_and_explained_variance_match_loop():
+    rng = np.random.default_rng(13)
+    x = rng.normal(3, 2, size=(4, 5))
+    mask = (rng.random((4, 5)) < 0.7).astype(np.float64)
+    mean, var = ref_masked_moments(x.tolist(), mask.tolist())
+    expected = [[(v - mean) / math.sqrt(var + 1e-8) if m else 0.0 for v, m in zip(row, mr)]
+                for row, mr in zip(x.tolist(), mask.tolist())]
+    close(gm.masked_whiten(torch.tensor(x), torch.tensor(mask)), expected)
+    values = rng.normal(0, 1, size=(4, 5))
+    _, var_r = ref_masked_moments(x.tolist(), mask.tolist())
+    _, var_err = ref_masked_moments((x - values).tolist(), mask.tolist())
+    got = gm.explained_variance(torch.tensor(values), torch.tensor(x), torch.tensor(mask))
+    assert got.item() == pytest.approx(1 - var_err / var_r, abs=1e-12)
+    assert gm.explained_variance(torch.tensor(x), torch.tensor(x), torch.tensor(mask)).item() == 1.0
+
+
+def test_group_mean_abs_max_is_zero_for_group_estimators_only():
+    rewards, ids = random_batch(21, nan_frac=0.0)
+    r, g = T64(rewards), torch.tensor(ids)
+    for adv in (gm.grpo_advantages(r, g), gm.dr_grpo_advantages(r, g), gm.rloo_advantages(r, g)):
+        assert gm.group_mean_abs_max(adv, g).item() < 1e-9
+    batch_baseline = gm.reinforce_advantages(r, float(r.mean()))
+    stats = ref_group_stats(rewards, ids)
+    expected = max(abs(stats[k][0] - float(r.mean())) for k in stats)
+    assert gm.group_mean_abs_max(batch_baseline, g).item() == pytest.approx(expected)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

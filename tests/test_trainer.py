@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from diagnostics.store import RunStore
+from trainer.checkpoint import CheckpointError
 from trainer.config import ConfigError, parse_config
 from trainer.run import main, prepare
 from trainer.train import train
@@ -41,6 +42,10 @@ def run_inprocess(tmp_path, *args, max_steps=3):
     (["--beta", "abc"], "beta: invalid float value"),
     (["--kl_target", "0.02", "--beta", "0"], "kl_target needs beta > 0"),
     (["--advantage_clip", "big"], "advantage_clip"),
+    (["--advantage", "gae", "--dynamic_sampling"], "dynamic_sampling needs a group advantage"),
+    (["--advantage", "gae", "--ppo_warmup_steps", "5"], "ppo_warmup_steps: only with a group advantage"),
+    (["--advantage", "gae", "--lam", "1.5"], "lam: must be in [0, 1]"),
+    (["--ppo_warmup_steps", "-1"], "ppo_warmup_steps: must be >= 0"),
 ])
 def test_bad_config_gets_one_clear_message(argv, message):
     with pytest.raises(ConfigError) as err:
@@ -71,7 +76,7 @@ EXPECTED = [
     "completions/clipped_ratio", "advantage/mean", "advantage/std", "advantage/abs_max", "clip_ratio/low_mean",
     "clip_ratio/high_mean", "clip_ratio/region_mean", "grad_norm", "entropy", "loss", "policy_loss", "kl_loss",
     "learning_rate", "beta", "epsilon", "frac_reward_zero_std", "repetition", "step_time", "tokens_per_second",
-    "memory/peak_gb",
+    "memory/peak_gb", "advantage/group_mean_abs_max",
 ]
 
 
@@ -86,6 +91,7 @@ def test_every_step_streams_every_metric_and_a_group(tmp_path):
     assert wide.loc[1, "kl"] == pytest.approx(0.0, abs=1e-6)  # the reference is the initial policy
     assert (wide["clip_ratio/region_mean"] == 0).all()  # num_iterations = 1: ratio ≡ 1
     assert (wide["advantage/abs_max"] <= (8 - 1) / math.sqrt(8) + 1e-4).all()
+    assert (wide["advantage/group_mean_abs_max"] < 1e-5).all()  # every prompt group centred (painpoints row 28)
     samples = store.samples(run)
     assert len(samples) == 4 * 8 and set(samples["group"]) == {0}
     assert {"advantage", "rewards/correctness"} <= set(samples.loc[0, "extra"])
@@ -105,6 +111,8 @@ def test_every_step_streams_every_metric_and_a_group(tmp_path):
     ["--epsilon_schedule", "linear"], ["--epsilon_high", "0.28"], ["--warmup_steps", "2", "--warmup_lr", "5e-7"],
     ["--num_iterations", "2", "--learning_rate", "1e-3"], ["--temperature", "0.7", "--top_p", "0.9"],
     ["--reward_funcs", "correctness", "prefers_long", "--reward_weights", "1.0", "0.5"],
+    ["--advantage", "gae"], ["--advantage", "gae", "--kl_in", "reward", "--num_iterations", "2", "--gamma", "0.95"],
+    ["--lora_r", "4"],
 ])
 def test_variant_trains(tmp_path, variant):
     store, run, status = run_inprocess(tmp_path, *variant)
@@ -123,6 +131,23 @@ def test_variant_trains(tmp_path, variant):
         assert wide["epsilon"].iloc[0] > wide["epsilon"].iloc[-1]
     if "--max_completion_length" in variant:
         assert wide["completions/max_length"].max() <= 2
+    if "gae" in variant:
+        assert wide[["value_loss", "explained_variance"]].notna().all().all()
+        assert wide["advantage/mean"].abs().max() < 1e-4  # whitened over the batch's tokens
+        assert "advantage/group_mean_abs_max" not in wide.columns
+
+
+def test_ppo_warmup_then_grpo(tmp_path):
+    """seed 001 §4.2 cold start: GAE with the value head for the first steps, then the group advantage."""
+    store, run, status = run_inprocess(tmp_path, "--ppo_warmup_steps", "2", max_steps=4)
+    wide = store.metrics(run)
+    assert status == "finished"
+    assert wide["value_loss"].notna().tolist() == [True, True, False, False]
+    assert wide["advantage/group_mean_abs_max"].notna().tolist() == [False, False, True, True]
+    assert (wide["advantage/abs_max"].iloc[2:] <= (8 - 1) / math.sqrt(8) + 1e-4).all()
+    saved = torch.load(Path(store.events(run, "checkpoint")["detail"].iloc[-1]["path"]) / "trainer_state.pt",
+                       weights_only=False)
+    assert saved["value_head"]["linear.weight"].abs().max() > 0  # the critic trained during the warm-up
 
 
 def test_nonfinite_rewards_masked_or_skipped(tmp_path):
@@ -161,9 +186,12 @@ def test_real_model_from_a_local_folder(tmp_path):
     assert status == "finished" and len(store.metrics(run)) == 2
 
 
-def test_reward_rises_on_cpu(tmp_path):
-    """The embedded default learns: mean correctness of the last 20 steps beats the first 20."""
-    store, run, _ = run_inprocess(tmp_path, "--per_device_train_batch_size", "128", max_steps=120)
+@pytest.mark.parametrize("variant", [
+    [], ["--advantage", "gae"], ["--lora_r", "16", "--lora_target_modules", "all-linear", "--learning_rate", "1e-3"],
+], ids=["grpo", "gae", "lora"])
+def test_reward_rises_on_cpu(tmp_path, variant):
+    """The embedded default learns, and so do PPO (GAE) and LoRA: the last 20 steps' correctness beats the first."""
+    store, run, _ = run_inprocess(tmp_path, "--per_device_train_batch_size", "128", *variant, max_steps=120)
     correct = store.metric(run, "rewards/correctness/mean")
     first, last = correct.iloc[:20].mean(), correct.iloc[-20:].mean()
     assert 0.1 <= first <= 0.6
@@ -251,9 +279,14 @@ def _has_run(db):
         return not store.list_runs().empty
 
 
-def test_corrupt_checkpoint_is_refused(tmp_path):
-    store, run, _ = run_inprocess(tmp_path, "--save_steps", "2", "--run_name", "c", max_steps=2)
-    path = Path(store.events(run, "checkpoint")["detail"].iloc[0]["path"])
-    (path / "trainer_state.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(Exception, match="unreadable checkpoint"):
+def test_corrupt_checkpoint_is_refused_and_the_previous_one_used(tmp_path, capsys):
+    store, run, _ = run_inprocess(tmp_path, "--save_steps", "2", "--save_total_limit", "5", "--run_name", "c",
+                                  max_steps=4)
+    paths = {int(r["step"]): Path(r["detail"]["path"]) for _, r in store.events(run, "checkpoint").iterrows()}
+    (paths[4] / "trainer_state.pt").write_bytes(b"not a checkpoint")
+    config, session = prepare(["--resume_from", "c", "--db", str(tmp_path / "runs.db"), "--max_steps", "5"])
+    assert session.init_checkpoint == paths[2]
+    assert "refusing checkpoint" in capsys.readouterr().err
+    (paths[2] / "trainer_state.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
         prepare(["--resume_from", "c", "--db", str(tmp_path / "runs.db")])

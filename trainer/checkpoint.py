@@ -1,7 +1,7 @@
-"""Checkpoints: ``OUTPUT_DIR/RUN/checkpoint-STEP/`` with the policy (``save_pretrained``), its
-tokenizer, and ``trainer_state.pt`` (optimizer, RNG states, adaptive β, EMA baseline, step,
-resolved config). The learning-rate and ε schedules are pure functions of the step and config,
-so they need no state of their own.
+"""Checkpoints: ``OUTPUT_DIR/RUN/checkpoint-STEP/`` with the policy (``save_pretrained``: the full weights, or
+only the adapter of a LoRA run), its tokenizer, and ``trainer_state.pt`` (optimizer, RNG states, adaptive β,
+EMA baseline, step, value head of a PPO run, wandb run id, resolved config). The learning-rate and ε
+schedules are pure functions of the step and config, so they need no state of their own.
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ class TrainState:
     beta: float = 0.0
     baseline: float | None = None  # reinforce EMA baseline
     num_tokens: int = 0
+    wandb_id: str | None = None  # the wandb mirror's run, continued on resume
 
 
 class CheckpointError(RuntimeError):
     pass
 
 
-def save(folder: Path, model, tokenizer, optimizer, state: TrainState, config: dict) -> Path:
+def save(folder: Path, model, tokenizer, optimizer, state: TrainState, config: dict,
+         value_head: dict | None = None) -> Path:
     """Write a checkpoint atomically: into ``folder.tmp`` first, then renamed."""
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -41,8 +43,8 @@ def save(folder: Path, model, tokenizer, optimizer, state: TrainState, config: d
     rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({"optimizer": optimizer.state_dict(), "state": asdict(state), "rng": rng, "config": config},
-               tmp / STATE_FILE)
+    torch.save({"optimizer": optimizer.state_dict(), "state": asdict(state), "rng": rng, "config": config,
+                "value_head": value_head}, tmp / STATE_FILE)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
     return folder

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ADVANTAGES = ("grpo", "dr_grpo", "rloo", "reinforce")
+ADVANTAGES = ("grpo", "dr_grpo", "rloo", "reinforce", "gae")
 SCALE_REWARDS = ("group", "batch", "none")
 GROUP_BY = ("prompt", "length_quantile", "reward_bucket")
 LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
@@ -24,6 +24,8 @@ KL_IN = ("loss", "reward")
 EPSILON_SCHEDULES = ("constant", "linear")
 DEVICES = ("auto", "cpu", "cuda")
 NONFINITE_REWARDS = ("mask", "skip")
+REPORT_TO = ("wandb", "none")
+WANDB_MODES = ("offline", "online")
 
 
 class ConfigError(ValueError):
@@ -68,7 +70,7 @@ class GRPOConfig:
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     num_iterations: int = field(default=1, metadata={"help": "μ: optimisation passes per rollout (1 = on-policy, ratio ≡ 1)"})
     # --- advantages
-    advantage: str = field(default="grpo", metadata={"help": "grpo | dr_grpo | rloo | reinforce (EMA baseline)"})
+    advantage: str = field(default="grpo", metadata={"help": "grpo | dr_grpo | rloo | reinforce (EMA baseline) | gae (PPO with a value head)"})
     scale_rewards: str = field(default="group", metadata={"help": "group | batch | none: which std divides the advantage"})
     group_by: str = field(default="prompt", metadata={"help": "prompt | length_quantile | reward_bucket (seed 001 §2.1: a batch-level baseline, not per prompt)"})
     reinforce_baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the reinforce baseline"})
@@ -78,6 +80,12 @@ class GRPOConfig:
     length_penalty: float = field(default=0.0, metadata={"help": "r ← r − c·length (seed 000 §4.2: 0.001)"})
     reward_clip: float | None = field(default=None, metadata={"help": "clamp rewards to ±c (seed 000 §4.6: 1.0)"})
     mask_truncated_completions: bool = field(default=False, metadata={"help": "no loss on completions that hit max_completion_length"})
+    # --- PPO: GAE with a value head on the policy (advantage=gae, or the first ppo_warmup_steps steps)
+    ppo_warmup_steps: int = field(default=0, metadata={"help": "seed 001 §4.2 cold start: PPO (GAE) for the first N steps, then `advantage`"})
+    gamma: float = field(default=1.0, metadata={"help": "GAE discount γ (TRL PPO: 1.0; seed 001: 0.95)"})
+    lam: float = field(default=0.95, metadata={"help": "GAE λ (seed 000 §2.2: 0.9–0.95)"})
+    vf_coef: float = field(default=0.1, metadata={"help": "weight of the value loss (TRL PPO: 0.1)"})
+    cliprange_value: float = field(default=0.2, metadata={"help": "clip of the value update around the rollout's values (TRL PPO)"})
     # --- loss
     loss_type: str = field(default="dapo", metadata={"help": "grpo | bnpo | dapo | dr_grpo (research/trl.md §2)"})
     epsilon: float = field(default=0.2, metadata={"help": "ε_low of the clipped ratio"})
@@ -90,6 +98,15 @@ class GRPOConfig:
     kl_in: str = field(default="loss", metadata={"help": "loss (GRPO: +β·KL per token) | reward (PPO: r − β·Σ k1)"})
     kl_target: float | None = field(default=None, metadata={"help": "adaptive KL controller target (0.01–0.05); None = fixed beta"})
     kl_horizon: int = field(default=50, metadata={"help": "adaptive KL horizon, in steps"})
+    # --- LoRA (the `lora` extra: peft); the reference is the base with the adapter disabled
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank (0 = full fine-tuning; seed 000 §4.3: 16–64)"})
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (default 2·lora_r)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input (TRL: 0.05)"})
+    lora_target_modules: list[str] = field(default_factory=list, metadata={"help": "module names to adapt, or all-linear (default: peft's choice for the architecture)"})
+    # --- tracking
+    report_to: list[str] = field(default_factory=list, metadata={"help": "wandb | none: mirror every step's metrics to wandb too (the `wandb` extra)"})
+    wandb_mode: str = field(default="offline", metadata={"help": "offline (files under OUTPUT_DIR/wandb, no key) | online"})
+    wandb_project: str = field(default="grpo-doctor", metadata={"help": "wandb project of the mirror"})
     # --- hardware
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda"})
     bf16: bool | None = field(default=None, metadata={"help": "bf16 autocast (default: on for CUDA with bf16 support)"})
@@ -123,6 +140,9 @@ def validate(c: GRPOConfig) -> list[str]:
     _choice(m, "epsilon_schedule", c.epsilon_schedule, EPSILON_SCHEDULES)
     _choice(m, "device", c.device, DEVICES)
     _choice(m, "nonfinite_rewards", c.nonfinite_rewards, NONFINITE_REWARDS)
+    _choice(m, "wandb_mode", c.wandb_mode, WANDB_MODES)
+    for value in c.report_to:
+        _choice(m, "report_to", value, REPORT_TO)
     if c.num_generations < 2:
         m.append(f"num_generations: must be >= 2 to form a group (got {c.num_generations})")
     elif c.per_device_train_batch_size % c.num_generations:
@@ -181,6 +201,29 @@ def validate(c: GRPOConfig) -> list[str]:
         m.append(f"length_penalty: must be >= 0 (got {c.length_penalty})")
     if c.reward_weights and len(c.reward_weights) != max(len(c.reward_funcs), 1):
         m.append(f"reward_weights: {len(c.reward_weights)} weights for {len(c.reward_funcs)} reward functions")
+    if c.ppo_warmup_steps < 0:
+        m.append(f"ppo_warmup_steps: must be >= 0 (got {c.ppo_warmup_steps})")
+    elif c.ppo_warmup_steps and c.advantage == "gae":
+        m.append("ppo_warmup_steps: only with a group advantage to switch to (advantage is already gae)")
+    if c.advantage == "gae" or c.ppo_warmup_steps:
+        if not 0 <= c.gamma <= 1:
+            m.append(f"gamma: must be in [0, 1] (got {c.gamma})")
+        if not 0 <= c.lam <= 1:
+            m.append(f"lam: must be in [0, 1] (got {c.lam})")
+        if not c.vf_coef > 0:
+            m.append(f"vf_coef: must be > 0 (got {c.vf_coef})")
+        if not c.cliprange_value > 0:
+            m.append(f"cliprange_value: must be > 0 (got {c.cliprange_value})")
+        if c.dynamic_sampling:
+            m.append("dynamic_sampling needs a group advantage: GAE has no groups to drop")
+    if c.lora_r < 0:
+        m.append(f"lora_r: must be >= 0 (got {c.lora_r})")
+    elif c.lora_r == 0 and (c.lora_alpha is not None or c.lora_target_modules):
+        m.append("lora_alpha and lora_target_modules need lora_r > 0")
+    if c.lora_alpha is not None and not c.lora_alpha > 0:
+        m.append(f"lora_alpha: must be > 0 (got {c.lora_alpha})")
+    if not 0 <= c.lora_dropout < 1:
+        m.append(f"lora_dropout: must be in [0, 1) (got {c.lora_dropout})")
     if c.sample_groups_to_log < 0:
         m.append(f"sample_groups_to_log: must be >= 0 (got {c.sample_groups_to_log})")
     if c.torch_threads < 1:

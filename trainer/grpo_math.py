@@ -165,6 +165,15 @@ def advantage_bound(G: int) -> float:
     return (G - 1) / math.sqrt(G)
 
 
+def group_mean_abs_max(adv: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """max_g |mean_{i∈g} A_i| over the prompt groups: 0 by construction for grpo, dr_grpo and rloo.
+
+    painpoints row 28 "unit-test per-group mean(A) = 0": above ~1e-3 the baseline was not the prompt's group
+    (a group split across processes without a gather, mis-strided groups, or a batch baseline by config).
+    """
+    return group_mean(_as_float(adv), group_ids).abs().max()  # () scalar
+
+
 def clip_advantages(adv: torch.Tensor, mode: str | float | None, scale: float = 1.0) -> torch.Tensor:
     """None → A; "tanh" → c·tanh(A/c), c = scale (≈ A when |A| ≪ c, |out| < c); number c → clamp(A, −c, c).
 
@@ -237,12 +246,13 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
                       eps_high: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """ℓ = −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A), r = exp(logp − old_logp); eps_high None = eps_low.
 
+    adv is (N,) (one advantage per sequence, GRPO family) or (N, T) (per token, GAE).
     Returns (per_token_loss, low_clipped, high_clipped), all (N, T); low = [r < 1−ε_low ∧ A < 0],
     high = [r > 1+ε_high ∧ A > 0] (TRL's clip_ratio/*): exactly the tokens whose gradient the clip removes.
     """
     eps_high = eps_low if eps_high is None else eps_high
     ratio = torch.exp(logp - old_logp)  # (N, T)
-    a = adv.unsqueeze(-1)  # (N, 1) one advantage per sequence, broadcast over tokens
+    a = adv.unsqueeze(-1) if adv.dim() == 1 else adv  # (N, 1) broadcast over tokens, or (N, T)
     pg_loss1 = ratio * a  # (N, T)
     pg_loss2 = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * a  # (N, T)
     per_token_loss = -torch.min(pg_loss1, pg_loss2)  # (N, T)
@@ -283,6 +293,75 @@ def aggregate_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, loss_type: 
 
 
 # ---------------------------------------------------------------------------------------------------------
+# PPO with a value head: GAE, the critic loss and its diagnostics (seed 000 §2.2; TRL's PPOTrainer).
+# Token t of a completion is the action; V_t is the value of the state before it. Reductions that span the
+# batch take ``reduce`` (a sum over processes; identity in one process) so that N processes give the same
+# numbers as one process on the gathered batch.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """r_{i,t} = score_i at the last completion token of row i (its EOS, or T−1 if truncated), else 0: (N, T)."""
+    m = mask.bool()  # (N, T)
+    last = (m.cumsum(-1) == m.sum(-1, keepdim=True)) & m  # (N, T) one True per non-empty row
+    return torch.where(last, _as_float(scores).unsqueeze(-1), 0.0)  # (N, T)
+
+
+def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
+                   lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A_t = δ_t + γλ·A_{t+1}, δ_t = r_t + γ·V_{t+1} − V_t (V and A are 0 past the last token); R_t = A_t + V_t.
+
+    (Schulman et al. 2016, eq. 16.) rewards, values, mask: (N, T); returns (advantages, returns), both (N, T)
+    and 0 on masked positions. A backward loop over T, vectorised over the N rows.
+    """
+    m = mask.to(values.dtype)  # (N, T)
+    r, v = rewards.to(values.dtype) * m, values * m  # (N, T)
+    T = v.shape[-1]
+    adv = torch.zeros_like(v)  # (N, T)
+    next_adv = next_value = torch.zeros_like(v[:, 0])  # (N,)
+    for t in reversed(range(T)):
+        delta = r[:, t] + gamma * next_value - v[:, t]  # (N,)
+        next_adv = (delta + gamma * lam * next_adv) * m[:, t]  # (N,) a masked step passes nothing back
+        next_value = v[:, t]
+        adv[:, t] = next_adv
+    return adv, (adv + v) * m
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+               clip: float) -> torch.Tensor:
+    """ℓ_v = ½·max((V − R)², (V_old + clip(V − V_old, ±c) − R)²) per token (N, T) (PPO's clipped critic loss)."""
+    v_clipped = old_values + (values - old_values).clamp(-clip, clip)  # (N, T)
+    return 0.5 * torch.max((values - returns) ** 2, (v_clipped - returns) ** 2)  # (N, T)
+
+
+def _masked_mean_var(x: torch.Tensor, mask: torch.Tensor, reduce) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, unbiased variance) of x over the masked entries of the whole (reduced) batch; two passes."""
+    m = mask.to(x.dtype)
+    n = reduce(m.sum())
+    mean = reduce((x * m).sum()) / n.clamp(min=1)
+    var = reduce((((x - mean) * m) ** 2).sum()) / (n - 1).clamp(min=1)
+    return mean, var
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, reduce=_identity, eps: float = 1e-8) -> torch.Tensor:
+    """(x − mean_M) / sqrt(var_M + eps) on the masked entries, 0 elsewhere (TRL's PPO whitens advantages)."""
+    mean, var = _masked_mean_var(x, mask, reduce)
+    return (x - mean) * torch.rsqrt(var + eps) * mask.to(x.dtype)  # (N, T)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+                       reduce=_identity) -> torch.Tensor:
+    """EV = 1 − Var_M(R − V) / Var_M(R): 1 = perfect critic, 0 = no better than a constant, < 0 worse."""
+    _, var_err = _masked_mean_var(returns - values, mask, reduce)
+    _, var_r = _masked_mean_var(returns, mask, reduce)
+    return 1.0 - var_err / var_r  # () NaN when the returns do not vary
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Controllers and schedules
 # ---------------------------------------------------------------------------------------------------------
 
@@ -303,29 +382,39 @@ def linear_schedule(start: float, end: float, step: int, total_steps: int) -> fl
 
 # ---------------------------------------------------------------------------------------------------------
 # Token-level quantities from logits. Both take logits ALREADY divided by the sampling temperature
-# (TRL: log-probs and entropy use logits / temperature), and go one row at a time so that the peak extra
-# memory is one (T, V) row instead of a full (N, T, V) log_softmax. bf16/fp16 rows are upcast to float32.
+# (TRL: log-probs and entropy use logits / temperature), and go a chunk of rows at a time so that the peak
+# extra memory is about CHUNK_ELEMENTS floats instead of a full (N, T, V) log_softmax, without a Python loop
+# per row on small batches. bf16/fp16 chunks are upcast to float32.
 # ---------------------------------------------------------------------------------------------------------
+
+CHUNK_ELEMENTS = 1 << 24  # 64 MB of float32 per chunk
+
+
+def _row_chunks(logits: torch.Tensor) -> int:
+    """Rows per chunk: as many (T, V) rows as fit in CHUNK_ELEMENTS (at least one)."""
+    per_row = max(logits[0].numel(), 1) if logits.shape[0] else 1
+    return max(CHUNK_ELEMENTS // per_row, 1)
 
 
 def selective_log_softmax(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """log π(y_t) = z_t[y_t] − logsumexp(z_t): (N, T, V) logits, (N, T) ids → (N, T) log-probs."""
-    rows = []
-    for row_logits, row_ids in zip(logits, ids):  # (T, V), (T,)
-        z = _as_float(row_logits)
-        chosen = z.gather(-1, row_ids.unsqueeze(-1)).squeeze(-1)  # (T,)
-        rows.append(chosen - torch.logsumexp(z, dim=-1))  # (T,)
-    return torch.stack(rows)  # (N, T)
+    rows = _row_chunks(logits)
+    out = []
+    for z, y in zip(logits.split(rows), ids.split(rows)):  # (n, T, V), (n, T)
+        z = _as_float(z)
+        chosen = z.gather(-1, y.unsqueeze(-1)).squeeze(-1)  # (n, T)
+        out.append(chosen - torch.logsumexp(z, dim=-1))  # (n, T)
+    return torch.cat(out) if out else logits.new_zeros(ids.shape, dtype=torch.float32)  # (N, T)
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """H_t = −Σ_v p_v log p_v over the full vocabulary, p = softmax(z_t); (N, T, V) → (N, T)."""
-    rows = []
-    for row_logits in logits:  # (T, V)
-        logp = torch.log_softmax(_as_float(row_logits), dim=-1)  # (T, V)
+    out = []
+    for z in logits.split(_row_chunks(logits)):  # (n, T, V)
+        logp = torch.log_softmax(_as_float(z), dim=-1)  # (n, T, V)
         p = logp.exp()
-        rows.append(-(p * torch.where(p > 0, logp, 0.0)).sum(-1))  # (T,) 0·log 0 = 0 for −inf logits
-    return torch.stack(rows)  # (N, T)
+        out.append(-(p * torch.where(p > 0, logp, 0.0)).sum(-1))  # (n, T) 0·log 0 = 0 for −inf logits
+    return torch.cat(out) if out else logits.new_zeros(logits.shape[:-1], dtype=torch.float32)  # (N, T)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -352,20 +441,31 @@ def completion_mask(completion_ids: torch.Tensor,
     return mask, ~has_eos
 
 
-def repetition_rate(token_ids: torch.Tensor | Sequence[Sequence[int]], mask: torch.Tensor | None = None,
-                    n: int = 3) -> float:
-    """mean over completions with ≥ n tokens of #{n-grams equal to an earlier n-gram of it} / #n-grams.
+def repetition_sum_count(token_ids: torch.Tensor | Sequence[Sequence[int]], mask: torch.Tensor | None = None,
+                         n: int = 3) -> tuple[float, int]:
+    """(Σ over completions with ≥ n tokens of #{n-grams equal to an earlier n-gram} / #n-grams, how many).
 
-    Only masked-in tokens count (mask None = all). NaN when no completion has n tokens (nothing to measure).
+    Only masked-in tokens count (mask None = all). A (sum, count) pair so processes can add theirs up.
     Pure Python over lists: N·T is small next to a forward pass.
     """
     ids = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else [list(r) for r in token_ids]
     keep = [[True] * len(r) for r in ids] if mask is None else mask.bool().tolist()
-    rates = []
+    total, count = 0.0, 0
     for row, row_keep in zip(ids, keep):
         toks = [t for t, k in zip(row, row_keep) if k]
         grams = [tuple(toks[j:j + n]) for j in range(len(toks) - n + 1)]
         if not grams:
             continue
-        rates.append(1.0 - len(set(grams)) / len(grams))  # repeats = total − distinct
-    return sum(rates) / len(rates) if rates else math.nan
+        total += 1.0 - len(set(grams)) / len(grams)  # repeats = total − distinct
+        count += 1
+    return total, count
+
+
+def repetition_rate(token_ids: torch.Tensor | Sequence[Sequence[int]], mask: torch.Tensor | None = None,
+                    n: int = 3) -> float:
+    """mean over completions with ≥ n tokens of #{n-grams equal to an earlier n-gram of it} / #n-grams.
+
+    NaN when no completion has n tokens (nothing to measure).
+    """
+    total, count = repetition_sum_count(token_ids, mask, n)
+    return total / count if count else math.nan

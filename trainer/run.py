@@ -4,6 +4,9 @@
     python -m trainer [--config FILE] [--key value ...]
     python -m trainer --resume_from RUN [--max_steps N]
     python -m trainer --restart_from RUN@STEP --set beta=0.08 loss_type=dr_grpo
+
+Several processes: the same command under ``accelerate launch`` or ``torchrun`` (trainer.distributed).
+Process 0 parses the options and creates or attaches the run; the others receive its config.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from pathlib import Path
 from diagnostics.store import RunStore, StoreError, default_db_path
 from trainer.checkpoint import CheckpointError, load_state
 from trainer.config import FIELDS, ConfigError, GRPOConfig, overrides_to_argv, parse_config
+from trainer.distributed import LaunchError, setup
 
-USER_ERRORS = (ConfigError, StoreError, CheckpointError)
+USER_ERRORS = (ConfigError, StoreError, CheckpointError, LaunchError)
 
 
 def launch_parser() -> argparse.ArgumentParser:
@@ -31,18 +35,27 @@ def launch_parser() -> argparse.ArgumentParser:
 
 
 def checkpoint_at(store: RunStore, run_id: int, step: int | None) -> tuple[int, Path]:
-    """The newest checkpoint of a run at or before ``step`` that still exists on disk."""
+    """The newest readable checkpoint of a run at or before ``step``. A corrupt one is refused with a
+    message on stderr and the one before it is used; none left is a CheckpointError."""
     events = store.events(run_id, "checkpoint")
     found = []
     for _, row in events.iterrows():
         path = Path(row["detail"]["path"])
         if (step is None or row["step"] <= step) and path.is_dir():
             found.append((int(row["step"]), path))
-    if not found:
-        run = store.get_run(run_id)["name"]
-        where = "" if step is None else f" at or before step {step}"
-        raise CheckpointError(f"run {run!r} has no checkpoint on disk{where}")
-    return max(found)
+    refused = []
+    for ckpt_step, path in sorted(found, reverse=True):
+        try:
+            load_state(path)
+        except CheckpointError as e:
+            print(f"grpo-doctor train: refusing checkpoint {path}: {e}; trying the one before it", file=sys.stderr)
+            refused.append(str(e))
+            continue
+        return ckpt_step, path
+    run = store.get_run(run_id)["name"]
+    where = "" if step is None else f" at or before step {step}"
+    detail = f" ({len(refused)} unreadable: {refused[0]})" if refused else ""
+    raise CheckpointError(f"run {run!r} has no usable checkpoint on disk{where}{detail}")
 
 
 def split_ref(ref: str) -> tuple[str, int | None]:
@@ -84,7 +97,6 @@ def prepare(argv: list[str]):
         run = store.get_run(ref)
         ckpt_step, path = checkpoint_at(store, run["id"], step)
         config = parse_config(rest, base={**run["config"], "run_name": run["name"]})
-        load_state(path)  # refuse a corrupt checkpoint before touching the run
         store.truncate_after(run["id"], ckpt_step)
         store.attach_process(run["id"], os.getpid())
         store.add_event(run["id"], ckpt_step, "resume", {"checkpoint": str(path)})
@@ -98,7 +110,6 @@ def prepare(argv: list[str]):
         if config.max_steps <= ckpt_step:
             raise ConfigError([f"max_steps ({config.max_steps}) must be above the checkpoint's step "
                                f"({ckpt_step}); add --set max_steps=N"])
-        load_state(path)
         config.run_name = config.run_name or store.unique_name(f"{parent['name']}-restart")
         reason = describe_changes(parent["config"], config.to_dict())
         run_id = store.create_run(config.run_name, config=config.to_dict(), parent=parent["id"],
@@ -120,22 +131,59 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def _report(error: Exception) -> int:
+    for message in getattr(error, "messages", [str(error)]):
+        print(f"grpo-doctor train: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _wants_cpu(argv: list[str]) -> bool:
+    """``--device cpu`` on the command line (under a launcher the device is chosen before any config is read)."""
+    return any(a == "--device=cpu" or (a == "--device" and argv[i + 1:i + 2] == ["cpu"]) for i, a in enumerate(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "-h" in argv or "--help" in argv:
         print(usage())
         return 0
     try:
-        config, session = prepare(argv)
-    except USER_ERRORS as e:
-        for message in getattr(e, "messages", [str(e)]):
-            print(f"grpo-doctor train: error: {message}", file=sys.stderr)
-        return 2
-    from trainer.train import train
+        dist = setup(cpu=_wants_cpu(argv))
+    except LaunchError as e:
+        return _report(e)
+    from trainer.train import Session, train
 
-    print(f"run {session.run_name!r} (id {session.run_id}) → {session.store.path}", file=sys.stderr)
-    status = train(config, session)
+    shared = None  # what process 0 hands the others: the resolved config, the run's name, its checkpoint
+    if dist.is_main:
+        try:
+            config, session = prepare(argv)
+            shared = (config.to_dict(), session.run_name, session.init_checkpoint)
+        except USER_ERRORS as e:
+            _report(e)
+    shared = dist.broadcast(shared)
+    if shared is None:
+        return 2
+    if dist.is_main:
+        where = f" on {dist.world_size} processes" if dist.world_size > 1 else ""
+        print(f"run {session.run_name!r} (id {session.run_id}) → {session.store.path}{where}", file=sys.stderr)
+    else:
+        config, session = GRPOConfig(**shared[0]), Session(None, None, shared[1], shared[2])
+    try:
+        status = train(config, session, dist)
+    except USER_ERRORS as e:  # found once the models load (e.g. LoRA target modules, a wandb without a key)
+        if dist.is_main:
+            _abandon(session)
+        return _report(e)
     return 0 if status in ("finished", "stopped") else 1
+
+
+def _abandon(session) -> None:
+    """After a user error at start-up: a run with no step yet is removed (nothing half-written); one with
+    steps (a resume) keeps them and is marked crashed."""
+    if session.store.get_run(session.run_id)["last_step"] is None:
+        session.store.delete_run(session.run_id)
+    else:
+        session.store.set_status(session.run_id, "crashed")
 
 
 __all__ = ["main", "prepare", "GRPOConfig"]

@@ -1,9 +1,11 @@
 """The GRPO training loop: rollout → rewards → advantages → clipped policy-gradient update → metrics.
 
-One step = one rollout of ``per_device_train_batch_size`` completions (``num_generations`` per
-prompt) followed by ``num_iterations`` optimizer updates on it. Every step's metrics (TRL's names),
-one sampled group of completions and any events go to the run store in one transaction.
-The math lives in ``trainer.grpo_math``; this file only wires it together, top to bottom.
+One step = one rollout of ``per_device_train_batch_size`` completions per process (``num_generations`` per
+prompt) followed by ``num_iterations`` optimizer updates on it. Under several processes every per-completion
+number is gathered before any group or batch statistic (trainer.distributed). Every step's metrics (TRL's
+names), one sampled group of completions and any events go to the run store in one transaction, from process 0.
+The math lives in ``trainer.grpo_math``, the model passes in ``trainer.policy`` and ``trainer.sampling``;
+this file only wires them together, top to bottom.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import torch
 from tqdm.auto import tqdm
 
 from diagnostics.store import RunStore
-from trainer import checkpoint, grpo_math as gm
+from trainer import checkpoint, grpo_math as gm, lora, sampling, tracking
 from trainer.checkpoint import TrainState
 from trainer.config import GRPOConfig
+from trainer.distributed import Dist
+from trainer.policy import PolicyModel
 from trainer.rewards import load_reward_funcs, reward_name, score
 from trainer.tasks import TASKS
 from trainer.tiny import DEFAULT_ASSET
@@ -33,23 +37,42 @@ ADVANTAGE_FUNCS = {"grpo": gm.grpo_advantages, "dr_grpo": gm.dr_grpo_advantages,
 
 @dataclass
 class Session:
-    """Where a run writes: its store, its id, and the checkpoint it starts from (if any)."""
+    """Where a run writes: its store, its id, and the checkpoint it starts from (if any).
 
-    store: RunStore
-    run_id: int
+    Processes other than 0 have no store (``store`` and ``run_id`` None): they train and write nothing.
+    """
+
+    store: RunStore | None
+    run_id: int | None
     run_name: str
     init_checkpoint: Path | None = None
 
 
 @dataclass
 class Rollout:
-    input_ids: torch.Tensor       # (N, P+T) prompt (left-padded) + completion
-    attention_mask: torch.Tensor  # (N, P+T) 0 on prompt padding and after the first EOS
-    completion_ids: torch.Tensor  # (N, T)
-    completion_mask: torch.Tensor  # (N, T) 1 up to and including the first EOS
-    truncated: torch.Tensor       # (N,) no EOS within max_completion_length
-    prompts: list[str]            # (N,) prompt text per completion
-    completions: list[str]        # (N,) decoded completion, without EOS/pad
+    prompt_ids: torch.Tensor       # (n_p, P) prompts, left-padded
+    prompt_mask: torch.Tensor      # (n_p, P) 0 on padding
+    completion_ids: torch.Tensor   # (N, T) N = n_p·G, prompt-major
+    completion_mask: torch.Tensor  # (N, T) 1 up to and including the first EOS (float)
+    truncated: torch.Tensor        # (N,) no EOS within max_completion_length
+    prompt_tokens: int             # attended prompt tokens, counted once per completion
+    prompts: list[str]             # (N,) prompt text per completion
+    completions: list[str]         # (N,) decoded completion, without EOS/pad
+    G: int
+
+    def model_inputs(self) -> tuple:
+        """What ``PolicyModel.forward`` takes first."""
+        return self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask, self.G
+
+
+@dataclass
+class Advantages:
+    local: torch.Tensor                # (N_local,) per sequence, or (N_local, T) per token (GAE)
+    loss_mask: torch.Tensor            # (N_local, T) the tokens that carry the policy loss
+    group_ids: torch.Tensor            # (N,) the groups of the whole batch (frac_reward_zero_std)
+    metrics: dict[str, torch.Tensor]   # advantage/* over the whole batch, the same on every process
+    returns: torch.Tensor | None = None     # (N_local, T) GAE value targets
+    value_mask: torch.Tensor | None = None  # (N_local, T) the tokens that carry the value loss
 
 
 class StopFlag:
@@ -64,14 +87,19 @@ class StopFlag:
         self.set = True
 
 
-def pick_device(config: GRPOConfig) -> tuple[torch.device, torch.dtype | None]:
-    """The device, and the autocast dtype (bf16 on CUDA when supported; None = full precision)."""
-    cuda = torch.cuda.is_available() if config.device == "auto" else config.device == "cuda"
-    if not cuda:
+def pick_device(config: GRPOConfig, dist: Dist) -> tuple[torch.device, torch.dtype | None]:
+    """The device (the launcher's under several processes), and the autocast dtype (bf16 on CUDA when
+    supported; None = full precision)."""
+    if dist.device is not None:
+        device = dist.device
+    else:
+        cuda = torch.cuda.is_available() if config.device == "auto" else config.device == "cuda"
+        device = torch.device("cuda" if cuda else "cpu")
+    if device.type != "cuda":
         torch.set_num_threads(config.torch_threads)
-        return torch.device("cpu"), None
+        return device, None
     use_bf16 = torch.cuda.is_bf16_supported() if config.bf16 is None else config.bf16
-    return torch.device("cuda"), torch.bfloat16 if use_bf16 else None
+    return device, torch.bfloat16 if use_bf16 else None
 
 
 def load_model(path: str | Path, device: torch.device):
@@ -87,39 +115,63 @@ def load_model(path: str | Path, device: torch.device):
     return model.to(device), tokenizer
 
 
+def load_policy(config: GRPOConfig, base_path: str, init_checkpoint: Path | None, device) -> tuple:
+    """The policy to train (from a checkpoint when resuming: full weights, or the base + its adapter), with
+    a fresh LoRA adapter when asked and a value head when PPO needs one; and its tokenizer."""
+    if init_checkpoint and lora.is_adapter(init_checkpoint):
+        base, tokenizer = load_model(base_path, device)
+        lm = lora.load(base, init_checkpoint, config)
+    else:
+        lm, tokenizer = load_model(init_checkpoint or base_path, device)
+        if config.lora_r > 0:
+            lm = lora.wrap(lm, config)
+    value_head = config.advantage == "gae" or config.ppo_warmup_steps > 0
+    return PolicyModel(lm, value_head=value_head).to(device), tokenizer
+
+
+def load_reference(config: GRPOConfig, base_path: str, policy: PolicyModel, device):
+    """(model, context) for the reference log-probs: the policy with its adapter disabled under LoRA, a frozen
+    copy of the base otherwise; (None, None) when beta = 0."""
+    if config.beta == 0:
+        return None, None
+    if config.lora_r > 0:
+        @contextlib.contextmanager
+        def base_weights():  # the adapter off, and no dropout: the reference is a frozen model
+            policy.eval()
+            with lora.reference_context(policy.lm):
+                yield
+            policy.train()
+        return policy, base_weights
+    lm, _ = load_model(base_path, device)
+    return PolicyModel(lm).eval().requires_grad_(False), contextlib.nullcontext
+
+
+def eos_token_ids(lm, tokenizer) -> list[int]:
+    """The tokenizer's EOS and the generation config's (models such as Llama 3 stop on several)."""
+    ids = {tokenizer.eos_token_id}
+    extra = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
+    ids.update(extra if isinstance(extra, (list, tuple)) else [extra])
+    return sorted(i for i in ids if i is not None)
+
+
 @torch.no_grad()
-def rollout(model, tokenizer, rows: list[dict], config: GRPOConfig, max_new_tokens: int, device) -> Rollout:
-    """Sample G completions for each prompt in one ``generate`` call (prompt-major order)."""
+def rollout(lm, tokenizer, rows: list[dict], config: GRPOConfig, max_new_tokens: int, device) -> Rollout:
+    """Sample G completions for each prompt (prompt-major order) and decode them."""
     G = config.num_generations
-    enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True).to(device)
-    out = model.generate(
-        **enc, do_sample=True, temperature=config.temperature, top_p=config.top_p, top_k=0,
-        max_new_tokens=max_new_tokens, num_return_sequences=G,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-    )                                                               # (N, P+T)
-    P = enc["input_ids"].shape[1]
-    completion_ids = out[:, P:]                                     # (N, T)
-    mask, truncated = gm.completion_mask(completion_ids, tokenizer.eos_token_id)
-    texts = []
-    for row, n in zip(completion_ids.tolist(), mask.sum(1).tolist()):
-        texts.append(tokenizer.decode(row[:int(n)], skip_special_tokens=True))
-    prompt_mask = enc["attention_mask"].repeat_interleave(G, dim=0)  # (N, P)
+    enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True)
+    prompt_tokens = enc["attention_mask"].sum()  # counted on the host: no device sync
+    enc = enc.to(device)
+    eos = eos_token_ids(lm, tokenizer)
+    completion_ids = sampling.generate(lm, enc["input_ids"], enc["attention_mask"], G, max_new_tokens,
+                                       config.temperature, config.top_p, eos, tokenizer.pad_token_id)  # (N, T)
+    mask, truncated = gm.completion_mask(completion_ids, eos)
+    rows_ids = [ids[:n] for ids, n in zip(completion_ids.tolist(), mask.sum(1).tolist())]
     return Rollout(
-        input_ids=out, attention_mask=torch.cat([prompt_mask, mask.to(prompt_mask.dtype)], dim=1),
-        completion_ids=completion_ids, completion_mask=mask.float(), truncated=truncated,
-        prompts=[r["prompt"] for r in rows for _ in range(G)], completions=texts,
+        prompt_ids=enc["input_ids"], prompt_mask=enc["attention_mask"], completion_ids=completion_ids,
+        completion_mask=mask.float(), truncated=truncated, prompt_tokens=int(prompt_tokens) * G,
+        prompts=[r["prompt"] for r in rows for _ in range(G)],
+        completions=tokenizer.batch_decode(rows_ids, skip_special_tokens=True), G=G,
     )
-
-
-def token_logps(model, ro: Rollout, temperature: float, with_entropy: bool = False):
-    """Per-token log π(y_t) (N, T) of the completion under ``model``, and its entropy if asked."""
-    T = ro.completion_ids.shape[1]
-    position_ids = (ro.attention_mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ro.input_ids, attention_mask=ro.attention_mask, position_ids=position_ids,
-                   logits_to_keep=T + 1).logits                     # (N, T+1, V)
-    logits = logits[:, :-1].float() / temperature                   # (N, T, V): position t predicts y_t
-    logp = gm.selective_log_softmax(logits, ro.completion_ids)
-    return logp, (gm.token_entropy(logits) if with_entropy else None)
 
 
 def lr_at(config: GRPOConfig, step: int) -> float:
@@ -133,6 +185,377 @@ def epsilons_at(config: GRPOConfig, step: int) -> tuple[float, float]:
     eps = (gm.linear_schedule(config.epsilon_start, config.epsilon_end, step, config.max_steps)
            if config.epsilon_schedule == "linear" else config.epsilon)
     return eps, eps if config.epsilon_high is None else max(config.epsilon_high, eps)
+
+
+def group_advantages(config: GRPOConfig, state: TrainState, step: int, rewards: torch.Tensor,
+                     lengths: torch.Tensor, n_prompts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(advantages, keep, group_ids), all (N,), for the WHOLE batch (every process's completions, gathered)."""
+    G = config.num_generations
+    if config.group_by == "prompt":
+        group_ids = gm.prompt_group_ids(n_prompts, G)
+    elif config.group_by == "length_quantile":
+        group_ids = gm.length_quantile_group_ids(lengths)
+    else:
+        group_ids = gm.reward_bucket_group_ids(rewards)
+    if config.advantage == "reinforce":
+        if state.baseline is None:
+            state.baseline = gm.ema_baseline(None, torch.nanmean(rewards).item(), 0.0)
+        advantages = gm.reinforce_advantages(rewards, state.baseline)
+        if step % config.reinforce_baseline_every == 0:
+            state.baseline = gm.ema_baseline(state.baseline, torch.nanmean(rewards).item(),
+                                             config.reinforce_baseline_decay)
+    elif config.advantage == "grpo":
+        advantages = gm.grpo_advantages(rewards, group_ids, config.scale_rewards)
+    else:
+        advantages = ADVANTAGE_FUNCS[config.advantage](rewards, group_ids)
+    advantages = clip_advantages(config, torch.nan_to_num(advantages, nan=0.0))
+    keep = (gm.dynamic_sampling_mask(rewards, group_ids) if config.dynamic_sampling
+            else torch.ones_like(advantages, dtype=torch.bool))
+    return advantages, keep, group_ids
+
+
+def clip_advantages(config: GRPOConfig, advantages: torch.Tensor) -> torch.Tensor:
+    """advantage_clip: tanh-compressed or clamped, on the scale of the group bound (G−1)/√G."""
+    if config.advantage_clip is None:
+        return advantages
+    mode = "tanh" if config.advantage_clip == "tanh" else float(config.advantage_clip)
+    return gm.clip_advantages(advantages, mode, scale=gm.advantage_bound(config.num_generations))
+
+
+def gae_token_advantages(config: GRPOConfig, beta: float, scores: torch.Tensor, values: torch.Tensor,
+                         old_logp: torch.Tensor, ref_logp: torch.Tensor | None, mask: torch.Tensor,
+                         dist: Dist) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's (advantages, returns), (N_local, T): token rewards (score at the last token, −β·k1 per token when
+    kl_in=reward), GAE(γ, λ) on the rollout's values, advantages whitened over the whole batch."""
+    rewards = gm.token_rewards(scores, mask)                                     # (N, T)
+    if ref_logp is not None and config.kl_in == "reward":
+        rewards = rewards - beta * gm.kl_k1(old_logp, ref_logp) * mask
+    advantages, returns = gm.gae_advantages(rewards, values, mask, config.gamma, config.lam)
+    return gm.masked_whiten(advantages, mask, reduce=dist.sum), returns
+
+
+def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str:
+    """Run the loop to ``max_steps`` (or a stop signal); returns the final status."""
+    dist = dist or Dist()
+    store, run_id = (session.store, session.run_id) if dist.is_main else (None, None)
+    W, G = dist.world_size, config.num_generations
+    torch.manual_seed(config.seed)
+    device, amp_dtype = pick_device(config, dist)
+    autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
+    clock = device_clock(device)
+    task = TASKS[config.task]
+    base_path = config.model or str(DEFAULT_ASSET)
+    max_new_tokens = config.max_completion_length or task.max_new_tokens
+    funcs = load_reward_funcs(config.reward_funcs or task.default_rewards)
+    weights = config.reward_weights or [1.0] * len(funcs)
+    names = [reward_name(f) for f in funcs]
+
+    # --- models: the policy (from the checkpoint when resuming) and the reference (β > 0)
+    policy, tokenizer = load_policy(config, base_path, session.init_checkpoint, device)
+    reference, reference_context = load_reference(config, base_path, policy, device)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.learning_rate,
+                                  weight_decay=config.weight_decay)
+    state = TrainState(beta=config.beta)
+    events_at_start = []
+    if session.init_checkpoint:
+        saved = checkpoint.load_state(session.init_checkpoint)
+        state = TrainState(**saved["state"])
+        checkpoint.restore_rng(saved["rng"])
+        if saved["config"].get("beta") != config.beta:
+            state.beta = config.beta  # a restart that changed beta starts from the new value
+        if policy.value_head is not None and saved.get("value_head"):
+            policy.value_head.load_state_dict(saved["value_head"])
+        try:
+            optimizer.load_state_dict(saved["optimizer"])
+        except ValueError:  # a restart that added a value head or an adapter: other parameters
+            events_at_start.append(("optimizer_reset", {"reason": "the trained parameters changed"}))
+    if W > 1:  # each process samples its own completions; DDP copies process 0's weights to all
+        torch.manual_seed(config.seed + 1_000_003 * dist.rank + state.step)
+    model = dist.wrap(policy, find_unused_parameters=config.ppo_warmup_steps > 0)  # the head idles after warm-up
+    policy.train()
+    dataset = task.make_prompts(max(config.num_prompts * W * 64, 1024), config.seed)
+    run_dir = Path(config.output_dir) / session.run_name
+    stop_flag, beats = StopFlag(), threading.Event()
+    if store is not None and store.path != ":memory:":
+        heartbeat_thread(store.path, run_id, beats)
+    if store is not None:
+        for kind, detail in events_at_start:
+            store.add_event(run_id, state.step, kind, detail)
+    store_seconds = 0.0
+    status = "finished"
+    bar = tqdm(range(state.step + 1, config.max_steps + 1), initial=state.step, total=config.max_steps,
+               desc=session.run_name, dynamic_ncols=True, disable=not dist.is_main)
+    mirror = None
+    try:
+        mirror = tracking.start(config, session.run_name, state.wandb_id) if dist.is_main else None
+        if mirror is not None:
+            state.wandb_id = mirror.run.id
+        for step in bar:
+            t0 = clock()
+            timings: dict[str, float] = {}
+            lr = lr_at(config, step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            eps_low, eps_high = epsilons_at(config, step)
+            ppo = config.advantage == "gae" or step <= config.ppo_warmup_steps  # this step is PPO with GAE
+
+            # 1. rollout: G completions for each of this process's prompts (whole groups per process)
+            n_global = config.num_prompts * W
+            start = (step - 1) * n_global % len(dataset) + dist.rank * config.num_prompts
+            rows = [dataset[(start + i) % len(dataset)] for i in range(config.num_prompts)]
+            policy.eval()
+            with autocast():
+                ro = rollout(policy.lm, tokenizer, rows, config, max_new_tokens, device)
+            policy.train()
+            t = clock()
+            timings["time/generation"] = t - t0
+            N_local = len(ro.completions)
+            local = slice(dist.rank * N_local, (dist.rank + 1) * N_local)  # this process's rows of the batch
+
+            # 2. rewards (fp32, on CPU): scored here, then gathered from every process BEFORE any statistic
+            columns = {k: [r[k] for r in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
+            per_func, rewards = score(funcs, weights, ro.prompts, ro.completions, columns)
+            per_func, rewards = dist.gather(per_func), dist.gather(rewards)     # (N, K), (N,)
+            lengths = dist.gather(ro.completion_mask.sum(1).cpu())              # (N,) EOS included, as TRL
+            truncated = dist.gather(ro.truncated.cpu().float()).bool()          # (N,)
+            bad_rewards = not torch.isfinite(rewards).all()
+            if config.nonfinite_rewards == "mask":                             # inf counts as "no score" too
+                rewards = torch.where(torch.isfinite(rewards), rewards, torch.full_like(rewards, math.nan))
+            rewards = gm.shape_rewards(rewards, lengths, config.length_penalty, config.reward_clip)
+            timings["time/rewards"] = clock() - t
+
+            # 3. reference log-probs (no grad)
+            t = clock()
+            ref_logp = None
+            if reference is not None:
+                with torch.no_grad(), autocast(), reference_context():
+                    ref_logp = reference(*ro.model_inputs(), temperature=config.temperature).logp  # (N_local, T)
+            timings["time/reference"] = clock() - t
+
+            # 4. num_iterations clipped policy-gradient updates on this rollout
+            t_policy = t_opt = 0.0
+            clip_sums = torch.zeros(3, device=device)                           # low, high, region token shares
+            skipped = []
+            for it in range(config.num_iterations):
+                t = clock()
+                with autocast():
+                    out = model(*ro.model_inputs(), temperature=config.temperature, with_entropy=(it == 0),
+                                with_values=ppo)
+                t_policy += clock() - t
+                if it == 0:  # before any update the policy IS the rollout policy: this pass gives π_old (and V_old)
+                    old_logp = out.logp.detach()
+                    old_values = out.values.detach() if ppo else None
+                    adv = advantages_for(config, state, step, ppo, rewards, lengths, ro, old_logp, old_values,
+                                         ref_logp, local, dist)
+                    n_loss_tokens = dist.sum(adv.loss_mask.sum()).clamp(min=1) / W  # dapo: Σ ℓM / (N_tokens / W)
+                    first_pass = out
+                t = clock()
+                per_token, low, high = gm.clipped_surrogate(out.logp, old_logp, adv.local, eps_low, eps_high)
+                policy_loss = gm.aggregate_loss(per_token, adv.loss_mask, config.loss_type, max_new_tokens,
+                                                n_loss_tokens)
+                kl_loss = torch.zeros((), device=device)
+                if ref_logp is not None and config.kl_in == "loss":
+                    kl_tok = gm.KL_ESTIMATORS[config.kl_estimator](out.logp, ref_logp)  # (N_local, T)
+                    kl_loss = state.beta * gm.aggregate_loss(kl_tok, adv.loss_mask, config.loss_type,
+                                                             max_new_tokens, n_loss_tokens)
+                vf_loss = torch.zeros((), device=device)
+                if ppo:  # the critic: a token mean over the whole batch, as the dapo policy loss
+                    v_tok = gm.value_loss(out.values, old_values, adv.returns, config.cliprange_value)
+                    vf_loss = gm.aggregate_loss(v_tok, adv.value_mask, "dapo", None,
+                                                dist.sum(adv.value_mask.sum()).clamp(min=1) / W)
+                loss = policy_loss + kl_loss + config.vf_coef * vf_loss
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()                                                 # DDP averages the gradients here
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                t_policy += clock() - t
+                t = clock()
+                loss_sum = dist.sum(loss.detach())                              # the mean over processes, × W
+                finite = bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))  # the one sync of the update
+                if bad_rewards and config.nonfinite_rewards == "skip":
+                    optimizer.zero_grad(set_to_none=True)
+                    skipped.append({"iteration": it, "reason": "non-finite reward"})
+                elif finite:
+                    optimizer.step()
+                else:
+                    optimizer.zero_grad(set_to_none=True)
+                    skipped.append({"iteration": it, "reason": "non-finite loss or gradient",
+                                    "loss": loss_sum.item() / W, "grad_norm": grad_norm.item()})
+                t_opt += clock() - t
+                clip_sums += torch.stack([gm.masked_mean(f.float(), adv.loss_mask) for f in (low, high, low | high)])
+                if it == 0:
+                    parts = dist.sum(torch.stack([policy_loss, kl_loss, vf_loss]).detach()) / W
+                    losses = {"loss": loss_sum / W, "policy_loss": parts[0], "kl_loss": parts[1]}
+                    if ppo:
+                        losses["value_loss"] = parts[2]
+            timings["time/policy"], timings["time/optimizer"] = t_policy, t_opt
+
+            # 5. metrics: statistics of the gathered batch, token sums reduced over processes; one host sync
+            state.step = step
+            tensors = step_metrics(config, rewards, per_func, names, lengths, truncated, adv, first_pass, old_logp,
+                                   ref_logp, ro, dist)
+            clip = dist.sum(clip_sums) / W / config.num_iterations
+            tensors.update(losses, grad_norm=grad_norm, **{"clip_ratio/low_mean": clip[0],
+                           "clip_ratio/high_mean": clip[1], "clip_ratio/region_mean": clip[2]})
+            values = torch.stack([v.detach().to(device, torch.float32) for v in tensors.values()]).tolist()
+            metrics = dict(zip(tensors, values))
+            metrics.update(learning_rate=lr, epsilon=eps_low, epsilon_high=eps_high)
+
+            # 6. controllers
+            if ref_logp is not None:
+                kl_now = metrics["kl/k1"] if config.kl_in == "reward" else metrics[f"kl/{config.kl_estimator}"]
+                metrics.update(kl=kl_now, beta=state.beta)
+                if config.kl_target is not None and math.isfinite(kl_now):
+                    state.beta = gm.adaptive_kl_beta(state.beta, kl_now, config.kl_target, config.kl_horizon, 1)
+            if config.advantage == "reinforce":
+                metrics["reward_baseline"] = state.baseline
+
+            # 7. metrics, samples, events → the store (one transaction, process 0)
+            prompt_tokens = int(dist.sum(torch.tensor(ro.prompt_tokens)))
+            state.num_tokens += prompt_tokens + int(lengths.sum())
+            metrics["num_tokens"] = float(state.num_tokens)
+            metrics["memory/peak_gb"] = peak_memory_gb(device)
+            metrics["time/store"] = store_seconds
+            metrics.update(timings)
+            metrics["step_time"] = clock() - t0
+            metrics["tokens_per_second"] = (prompt_tokens + float(lengths.sum())) / metrics["step_time"]
+            events = [("skipped_update", s) for s in skipped]
+            save_now = (config.save_steps and step % config.save_steps == 0) or step == config.max_steps
+            stop_now = dist.any(stop_flag.set)
+            if (save_now or stop_now) and dist.is_main:
+                head = policy.value_head.state_dict() if policy.value_head is not None else None
+                path = checkpoint.save(run_dir / f"checkpoint-{step}", policy.lm, tokenizer, optimizer, state,
+                                       config.to_dict(), value_head=head)
+                checkpoint.prune(run_dir, config.save_total_limit)
+                events.append(("checkpoint", {"path": str(path.resolve())}))
+            if store is not None:
+                t = time.perf_counter()
+                samples = sample_rows(config, ro, rewards[local], per_func[local], names, adv)
+                store.log_step(run_id, step, metrics, samples=samples, events=events)
+                if mirror is not None:
+                    mirror.log(step, metrics)
+                store_seconds = time.perf_counter() - t
+            bar.set_postfix(reward=f"{metrics['reward']:.3f}", kl=f"{metrics.get('kl', 0.0):.4f}",
+                            len=f"{metrics['completions/mean_length']:.1f}", refresh=False)
+            if skipped and config.stop_on_nonfinite:
+                status = "crashed"
+                if store is not None:
+                    store.add_event(run_id, step, "crash", {"reason": "non-finite loss or gradient",
+                                                            "stop_on_nonfinite": True})
+                break
+            if stop_now:
+                status = "stopped"
+                if store is not None:
+                    store.add_event(run_id, step, "stop", {"reason": "signal"})
+                break
+    except BaseException as e:
+        if store is not None:
+            store.add_event(run_id, state.step or None, "crash", {"error": f"{type(e).__name__}: {e}"})
+            store.set_status(run_id, "crashed")
+        if mirror is not None:
+            mirror.finish("crashed")
+        raise
+    finally:
+        beats.set()
+        bar.close()
+    if store is not None:
+        store.set_status(run_id, status)
+    if mirror is not None:
+        mirror.finish(status)
+    return status
+
+
+def advantages_for(config: GRPOConfig, state: TrainState, step: int, ppo: bool, rewards: torch.Tensor,
+                   lengths: torch.Tensor, ro: Rollout, old_logp: torch.Tensor, old_values: torch.Tensor | None,
+                   ref_logp: torch.Tensor | None, local: slice, dist: Dist) -> Advantages:
+    """This process's advantages and loss mask, from the whole batch's rewards (already gathered)."""
+    device = old_logp.device
+    G = config.num_generations
+    prompt_ids = gm.prompt_group_ids(config.num_prompts * dist.world_size, G)  # (N,) the prompt groups
+    if ppo:  # GAE: per token, from the scores of this process's completions; unscored ones carry no loss
+        scores = rewards[local].to(device)
+        m = ro.completion_mask * (~torch.isnan(scores)).unsqueeze(1)                  # (N_local, T)
+        adv_tok, returns = gae_token_advantages(config, state.beta, torch.nan_to_num(scores), old_values,
+                                                old_logp, ref_logp, m, dist)
+        adv_tok = clip_advantages(config, adv_tok)
+        loss_mask = m * (~ro.truncated).unsqueeze(1) if config.mask_truncated_completions else m
+        n = dist.sum(m.sum())
+        mean = dist.sum((adv_tok * m).sum()) / n.clamp(min=1)
+        std = torch.sqrt(dist.sum((((adv_tok - mean) * m) ** 2).sum()) / (n - 1).clamp(min=1))
+        metrics = {"advantage/mean": mean, "advantage/std": std,
+                   "advantage/abs_max": dist.max((adv_tok.abs() * m).max())}
+        return Advantages(adv_tok, loss_mask, prompt_ids, metrics, returns=returns, value_mask=m)
+    if ref_logp is not None and config.kl_in == "reward":  # PPO-style KL in the reward: r − β·Σ_t k1
+        seq_kl = dist.gather((gm.kl_k1(old_logp, ref_logp) * ro.completion_mask).sum(1).float().cpu())
+        rewards = rewards - state.beta * seq_kl
+    advantages, keep, group_ids = group_advantages(config, state, step, rewards, lengths,
+                                                   config.num_prompts * dist.world_size)
+    loss_mask = ro.completion_mask * keep[local].to(device).unsqueeze(1)             # (N_local, T)
+    if config.mask_truncated_completions:
+        loss_mask = loss_mask * (~ro.truncated).unsqueeze(1)
+    metrics = {"advantage/mean": advantages.mean(), "advantage/std": advantages.std(),
+               "advantage/abs_max": advantages.abs().max(),
+               "advantage/group_mean_abs_max": gm.group_mean_abs_max(advantages, prompt_ids)}
+    if config.dynamic_sampling:
+        metrics["dynamic_sampling/frac_dropped"] = 1.0 - keep.float().mean()
+    return Advantages(advantages[local].to(device), loss_mask, group_ids, metrics)
+
+
+def step_metrics(config: GRPOConfig, rewards, per_func, names, lengths, truncated, adv: Advantages, first_pass,
+                 old_logp, ref_logp, ro: Rollout, dist: Dist) -> dict:
+    """The step's metrics as 0-d tensors: batch statistics from the gathered tensors, token means as
+    Σ over processes / count over processes."""
+    m = ro.completion_mask
+
+    def token_mean(x):  # Σ x·M over every process / Σ M over every process
+        return dist.sum((torch.where(m.bool(), x.detach(), 0.0)).sum()) / dist.sum(m.sum()).clamp(min=1)
+
+    finite = rewards[~torch.isnan(rewards)]
+    std_g = gm.group_std(rewards, adv.group_ids)
+    terminated = lengths[~truncated]
+    out = {
+        "reward": torch.nanmean(rewards) if config.nonfinite_rewards == "mask" else rewards.mean(),
+        "reward_std": _std(finite),
+        "reward_max": finite.max() if finite.numel() else torch.tensor(math.nan),
+        "reward_min": finite.min() if finite.numel() else torch.tensor(math.nan),
+        "frac_reward_zero_std": torch.isclose(std_g, torch.zeros_like(std_g)).float().mean(),
+        "completions/mean_length": lengths.mean(), "completions/min_length": lengths.min(),
+        "completions/max_length": lengths.max(), "completions/clipped_ratio": truncated.float().mean(),
+        "completions/mean_terminated_length": terminated.mean() if terminated.numel() else torch.tensor(0.0),
+        "entropy": token_mean(first_pass.entropy),
+        **adv.metrics,
+    }
+    out["reward_gap"] = out["reward_max"] - out["reward_min"]
+    for k, name in enumerate(names):
+        column = per_func[:, k]
+        out[f"rewards/{name}/mean"] = torch.nanmean(column)
+        out[f"rewards/{name}/std"] = _std(column[~torch.isnan(column)])
+    if ref_logp is not None:
+        out.update({f"kl/{k}": token_mean(f(old_logp, ref_logp)) for k, f in gm.KL_ESTIMATORS.items()})
+    if adv.returns is not None:
+        out["explained_variance"] = gm.explained_variance(first_pass.values.detach(), adv.returns, adv.value_mask,
+                                                          reduce=dist.sum)
+    rep_sum, rep_count = gm.repetition_sum_count(ro.completion_ids, m)
+    rep = dist.sum(torch.tensor([rep_sum, float(rep_count)], dtype=torch.float64))
+    out["repetition"] = rep[0] / rep[1] if rep[1] > 0 else torch.tensor(math.nan)
+    return out
+
+
+def sample_rows(config: GRPOConfig, ro: Rollout, rewards, per_func, names, adv: Advantages) -> list[dict]:
+    """The first sample_groups_to_log groups of this process's completions, for the store."""
+    G = config.num_generations
+    n = min(config.sample_groups_to_log * G, len(ro.completions))
+    lengths = ro.completion_mask.sum(1).tolist()
+    if adv.local.dim() == 2:  # GAE: the mean over the completion's tokens
+        seq_adv = ((adv.local * ro.completion_mask).sum(1) / ro.completion_mask.sum(1).clamp(min=1)).tolist()
+    else:
+        seq_adv = adv.local.tolist()
+    return [
+        {"group": i // G, "prompt": ro.prompts[i], "completion": ro.completions[i],
+         "reward": _finite_or_none(rewards[i].item()), "length": int(lengths[i]),
+         "truncated": bool(ro.truncated[i]), "advantage": seq_adv[i],
+         **{f"rewards/{name}": _finite_or_none(per_func[i, k].item()) for k, name in enumerate(names)}}
+        for i in range(n)
+    ]
 
 
 def peak_memory_gb(device) -> float:
@@ -152,253 +575,18 @@ def heartbeat_thread(db_path: str, run_id: int, stop: threading.Event, every: fl
     return thread
 
 
-def train(config: GRPOConfig, session: Session) -> str:
-    """Run the loop to ``max_steps`` (or a stop signal); returns the final status."""
-    store, run_id = session.store, session.run_id
-    torch.manual_seed(config.seed)
-    device, amp_dtype = pick_device(config)
-    autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if amp_dtype else contextlib.nullcontext
-    task = TASKS[config.task]
-    base_path = config.model or str(DEFAULT_ASSET)
-    max_new_tokens = config.max_completion_length or task.max_new_tokens
-    funcs = load_reward_funcs(config.reward_funcs or task.default_rewards)
-    weights = config.reward_weights or [1.0] * len(funcs)
-    names = [reward_name(f) for f in funcs]
-
-    # --- models: the policy (from the checkpoint when resuming) and a frozen reference (the base)
-    policy, tokenizer = load_model(session.init_checkpoint or base_path, device)
-    reference = None
-    if config.beta > 0:
-        reference, _ = load_model(base_path, device)
-        reference.eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
-    state = TrainState(beta=config.beta)
-    if session.init_checkpoint:
-        saved = checkpoint.load_state(session.init_checkpoint)
-        optimizer.load_state_dict(saved["optimizer"])
-        state = TrainState(**saved["state"])
-        checkpoint.restore_rng(saved["rng"])
-        if saved["config"].get("beta") != config.beta:
-            state.beta = config.beta  # a restart that changed beta starts from the new value
-    policy.train()
-    dataset = task.make_prompts(max(config.num_prompts * 64, 1024), config.seed)
-    run_dir = Path(config.output_dir) / session.run_name
-    stop_flag, beats = StopFlag(), threading.Event()
-    if store.path != ":memory:":
-        heartbeat_thread(store.path, run_id, beats)
-    store_seconds = 0.0
-    status = "finished"
-    bar = tqdm(range(state.step + 1, config.max_steps + 1), initial=state.step, total=config.max_steps,
-               desc=session.run_name, dynamic_ncols=True)
-    try:
-        for step in bar:
-            t0 = time.perf_counter()
-            timings: dict[str, float] = {}
-            lr = lr_at(config, step)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            eps_low, eps_high = epsilons_at(config, step)
-
-            # 1. rollout: G completions per prompt
-            start = (step - 1) * config.num_prompts % len(dataset)
-            rows = [dataset[(start + i) % len(dataset)] for i in range(config.num_prompts)]
-            policy.eval()
-            with autocast():
-                ro = rollout(policy, tokenizer, rows, config, max_new_tokens, device)
-            policy.train()
-            timings["time/generation"] = time.perf_counter() - t0
-            N, G = len(ro.completions), config.num_generations
-            lengths = ro.completion_mask.sum(1)                        # (N,) EOS included, as TRL
-
-            # 2. rewards (fp32, on CPU): weighted sum over functions, NaN = "no score"
-            t = time.perf_counter()
-            columns = {k: [r[k] for r in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
-            per_func, rewards = score(funcs, weights, ro.prompts, ro.completions, columns)
-            bad_rewards = not torch.isfinite(rewards).all()
-            if config.nonfinite_rewards == "mask":                     # inf counts as "no score" too
-                rewards = torch.where(torch.isfinite(rewards), rewards, torch.full_like(rewards, math.nan))
-            rewards = gm.shape_rewards(rewards, lengths.cpu(), config.length_penalty, config.reward_clip)
-            timings["time/rewards"] = time.perf_counter() - t
-
-            # 3. reference and old log-probs (no grad)
-            t = time.perf_counter()
-            ref_logp = old_logp = None
-            with torch.no_grad(), autocast():
-                if reference is not None:
-                    ref_logp, _ = token_logps(reference, ro, config.temperature)
-                if config.num_iterations > 1 or config.kl_in == "reward":
-                    old_logp, _ = token_logps(policy, ro, config.temperature)
-            timings["time/reference"] = time.perf_counter() - t
-            if config.kl_in == "reward":                                # PPO-style: r − β·Σ_t k1
-                seq_kl = (gm.kl_k1(old_logp, ref_logp) * ro.completion_mask).sum(1).float().cpu()
-                rewards = rewards - state.beta * seq_kl
-
-            # 4. advantages (fp32)
-            if config.group_by == "prompt":
-                group_ids = gm.prompt_group_ids(config.num_prompts, G)
-            elif config.group_by == "length_quantile":
-                group_ids = gm.length_quantile_group_ids(lengths.cpu())
-            else:
-                group_ids = gm.reward_bucket_group_ids(rewards)
-            if config.advantage == "reinforce":
-                if state.baseline is None:
-                    state.baseline = gm.ema_baseline(None, torch.nanmean(rewards).item(), 0.0)
-                advantages = gm.reinforce_advantages(rewards, state.baseline)
-                if step % config.reinforce_baseline_every == 0:
-                    state.baseline = gm.ema_baseline(state.baseline, torch.nanmean(rewards).item(),
-                                                     config.reinforce_baseline_decay)
-            elif config.advantage == "grpo":
-                advantages = gm.grpo_advantages(rewards, group_ids, config.scale_rewards)
-            else:
-                advantages = ADVANTAGE_FUNCS[config.advantage](rewards, group_ids)
-            advantages = torch.nan_to_num(advantages, nan=0.0)
-            if config.advantage_clip is not None:
-                mode = "tanh" if config.advantage_clip == "tanh" else float(config.advantage_clip)
-                advantages = gm.clip_advantages(advantages, mode, scale=gm.advantage_bound(G))
-            keep = (gm.dynamic_sampling_mask(rewards, group_ids) if config.dynamic_sampling
-                    else torch.ones(N, dtype=torch.bool))
-            loss_mask = ro.completion_mask * keep.to(device).unsqueeze(1)   # (N, T)
-            if config.mask_truncated_completions:
-                loss_mask = loss_mask * (~ro.truncated).unsqueeze(1)
-            adv = advantages.to(device)
-
-            # 5. num_iterations clipped policy-gradient updates on this rollout
-            t_policy = t_opt = 0.0
-            clip_sums = {"low": 0.0, "high": 0.0, "region": 0.0}
-            skipped = []
-            for it in range(config.num_iterations):
-                t = time.perf_counter()
-                with autocast():
-                    logp, entropy = token_logps(policy, ro, config.temperature, with_entropy=(it == 0))
-                old = logp.detach() if old_logp is None else old_logp
-                per_token, low, high = gm.clipped_surrogate(logp, old, adv, eps_low, eps_high)
-                policy_loss = gm.aggregate_loss(per_token, loss_mask, config.loss_type, max_new_tokens)
-                kl_loss = torch.zeros((), device=device)
-                if reference is not None:
-                    kl_tok = gm.KL_ESTIMATORS[config.kl_estimator](logp, ref_logp)   # (N, T)
-                    if config.kl_in == "loss":
-                        kl_loss = state.beta * gm.aggregate_loss(kl_tok, loss_mask, config.loss_type, max_new_tokens)
-                    if it == 0:
-                        kl_values = {f"kl/{k}": gm.masked_mean(f(logp.detach(), ref_logp), ro.completion_mask).item()
-                                     for k, f in gm.KL_ESTIMATORS.items()}
-                loss = policy_loss + kl_loss
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm).item()
-                t_policy += time.perf_counter() - t
-                t = time.perf_counter()
-                if bad_rewards and config.nonfinite_rewards == "skip":
-                    optimizer.zero_grad(set_to_none=True)
-                    skipped.append({"iteration": it, "reason": "non-finite reward"})
-                elif math.isfinite(loss.item()) and math.isfinite(grad_norm):
-                    optimizer.step()
-                else:
-                    optimizer.zero_grad(set_to_none=True)
-                    skipped.append({"iteration": it, "reason": "non-finite loss or gradient",
-                                    "loss": loss.item(), "grad_norm": grad_norm})
-                t_opt += time.perf_counter() - t
-                for name, flags in (("low", low), ("high", high), ("region", low | high)):
-                    clip_sums[name] += gm.masked_mean(flags.float(), loss_mask).item()
-                if it == 0:
-                    first = {"loss": loss.item(), "policy_loss": policy_loss.item(), "kl_loss": kl_loss.item(),
-                             "entropy": gm.masked_mean(entropy.detach(), ro.completion_mask).item()}
-            timings["time/policy"], timings["time/optimizer"] = t_policy, t_opt
-
-            # 6. controllers
-            kl_now = None
-            if reference is not None:
-                kl_now = kl_values["kl/k1"] if config.kl_in == "reward" else kl_values[f"kl/{config.kl_estimator}"]
-                if config.kl_target is not None and math.isfinite(kl_now):
-                    state.beta = gm.adaptive_kl_beta(state.beta, kl_now, config.kl_target, config.kl_horizon, 1)
-
-            # 7. metrics, samples, events → the store (one transaction)
-            state.step = step
-            prompt_tokens = int(ro.attention_mask[:, :-ro.completion_ids.shape[1]].sum())
-            state.num_tokens += prompt_tokens + int(lengths.sum())
-            std_g = gm.group_std(rewards, group_ids)
-            metrics = {
-                "reward": (torch.nanmean(rewards) if config.nonfinite_rewards == "mask" else rewards.mean()).item(),
-                "reward_std": _nanstd(rewards),
-                "reward_max": _nan_reduce(rewards, torch.max), "reward_min": _nan_reduce(rewards, torch.min),
-                "frac_reward_zero_std": torch.isclose(std_g, torch.zeros_like(std_g)).float().mean().item(),
-                "completions/mean_length": lengths.mean().item(),
-                "completions/min_length": lengths.min().item(),
-                "completions/max_length": lengths.max().item(),
-                "completions/clipped_ratio": ro.truncated.float().mean().item(),
-                "completions/mean_terminated_length": (lengths[~ro.truncated].mean().item()
-                                                       if (~ro.truncated).any() else 0.0),
-                "advantage/mean": advantages.mean().item(), "advantage/std": advantages.std().item(),
-                "advantage/abs_max": advantages.abs().max().item(),
-                "clip_ratio/low_mean": clip_sums["low"] / config.num_iterations,
-                "clip_ratio/high_mean": clip_sums["high"] / config.num_iterations,
-                "clip_ratio/region_mean": clip_sums["region"] / config.num_iterations,
-                "grad_norm": grad_norm, **first,
-                "learning_rate": lr, "epsilon": eps_low, "epsilon_high": eps_high,
-                "repetition": gm.repetition_rate(ro.completion_ids, ro.completion_mask),
-                "num_tokens": float(state.num_tokens),
-                "memory/peak_gb": peak_memory_gb(device),
-                "time/store": store_seconds, **timings,
-            }
-            metrics["reward_gap"] = metrics["reward_max"] - metrics["reward_min"]
-            if config.dynamic_sampling:
-                metrics["dynamic_sampling/frac_dropped"] = 1.0 - keep.float().mean().item()
-            if config.advantage == "reinforce":
-                metrics["reward_baseline"] = state.baseline
-            if reference is not None:
-                metrics.update(kl=kl_now, beta=state.beta, **kl_values)
-            for k, name in enumerate(names):
-                column = per_func[:, k]
-                metrics[f"rewards/{name}/mean"] = torch.nanmean(column).item()
-                metrics[f"rewards/{name}/std"] = _nanstd(column)
-            metrics["step_time"] = time.perf_counter() - t0
-            metrics["tokens_per_second"] = (prompt_tokens + float(lengths.sum())) / metrics["step_time"]
-            events = [("skipped_update", s) for s in skipped]
-            samples = [
-                {"group": i // G, "prompt": ro.prompts[i], "completion": ro.completions[i],
-                 "reward": _finite_or_none(rewards[i].item()), "length": int(lengths[i]),
-                 "truncated": bool(ro.truncated[i]), "advantage": advantages[i].item(),
-                 **{f"rewards/{n}": _finite_or_none(per_func[i, k].item()) for k, n in enumerate(names)}}
-                for i in range(min(config.sample_groups_to_log * G, N))
-            ]
-            save_now = (config.save_steps and step % config.save_steps == 0) or step == config.max_steps
-            if save_now or stop_flag.set:
-                path = checkpoint.save(run_dir / f"checkpoint-{step}", policy, tokenizer, optimizer, state,
-                                       config.to_dict())
-                checkpoint.prune(run_dir, config.save_total_limit)
-                events.append(("checkpoint", {"path": str(path.resolve())}))
-            t = time.perf_counter()
-            store.log_step(run_id, step, metrics, samples=samples, events=events)
-            store_seconds = time.perf_counter() - t
-            bar.set_postfix(reward=f"{metrics['reward']:.3f}", kl=f"{metrics.get('kl', 0.0):.4f}",
-                            len=f"{metrics['completions/mean_length']:.1f}", refresh=False)
-            if skipped and config.stop_on_nonfinite:
-                status = "crashed"
-                store.add_event(run_id, step, "crash", {"reason": "non-finite loss or gradient",
-                                                        "stop_on_nonfinite": True})
-                break
-            if stop_flag.set:
-                status = "stopped"
-                store.add_event(run_id, step, "stop", {"reason": "signal"})
-                break
-    except BaseException as e:
-        store.add_event(run_id, state.step or None, "crash", {"error": f"{type(e).__name__}: {e}"})
-        store.set_status(run_id, "crashed")
-        raise
-    finally:
-        beats.set()
-        bar.close()
-    store.set_status(run_id, status)
-    return status
+def device_clock(device: torch.device):
+    """perf_counter, after the GPU's queued work on CUDA (phase timings would otherwise measure launches)."""
+    if device.type == "cuda":
+        def clock():
+            torch.cuda.synchronize(device)
+            return time.perf_counter()
+        return clock
+    return time.perf_counter
 
 
-def _nanstd(x: torch.Tensor) -> float:
-    finite = x[~torch.isnan(x)]
-    return finite.std().item() if finite.numel() > 1 else 0.0
-
-
-def _nan_reduce(x: torch.Tensor, fn) -> float:
-    finite = x[~torch.isnan(x)]
-    return fn(finite).item() if finite.numel() else math.nan
+def _std(x: torch.Tensor) -> torch.Tensor:
+    return x.std() if x.numel() > 1 else torch.tensor(0.0)
 
 
 def _finite_or_none(v: float) -> float | None:

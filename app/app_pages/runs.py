@@ -1,30 +1,52 @@
-"""Runs: every run in the store; choose one to open it on the Run page."""
+"""Runs: every run in the store (status, step, worst open finding, source framework, parent); start a new
+embedded run; stop a running one. Refreshes every 2 s while a run is running or starting."""
 
 import streamlit as st
 
-from app.present import time_text
-from app.session import RUN_KEY, RUN_PAGE, open_store, store_path
+from app import launch, runs_view
+from app.run_form import new_run_form
+from app.session import RUN_KEY, RUN_PAGE, RUN_PARAM, open_store, run_label, store_path
 
 st.title("Runs")
 with open_store() as store:
+    launch.reap(store)
     runs = store.list_runs()
+live = runs_view.is_live(runs)
 
-if runs.empty:
-    st.info(f"No runs in `{store_path()}` yet. Import a log with `grpo-doctor import PATH`.")
-    st.stop()
+with st.expander("Start a new run", expanded=runs.empty):
+    values = None
+    try:
+        values = new_run_form()
+        if values is not None:
+            with open_store() as store:
+                launch.start(launch.new_run(values, store_path(), store))
+            st.rerun()  # the table starts refreshing
+    except launch.LaunchError as e:
+        st.error("Not started:\n" + "\n".join(f"- {m}" for m in e.messages))
 
-table = runs[["id", "name", "status", "source", "last_step", "parent"]].copy()
-table["parent"] = table["parent"].fillna("")
-table["created"] = runs["created"].map(time_text)
-table = table.rename(columns={"last_step": "last step"})
-picked = st.dataframe(table, hide_index=True, on_select="rerun", selection_mode="single-row",
-                      key="runs.table")
-rows = picked.selection.rows if picked is not None else []
 
-names = {int(i): name for i, name in zip(runs["id"], runs["name"])}
-with st.form("runs.open", border=False):
-    choice = st.selectbox("Run", list(names), format_func=lambda i: f"{names[i]} (id {i})", key="runs.choice")
-    opened = st.form_submit_button("Open run")
-if rows or opened:
-    st.session_state[RUN_KEY] = int(runs["id"].iloc[rows[0]]) if rows else int(choice)
-    st.switch_page(RUN_PAGE)
+@st.fragment(run_every=runs_view.REFRESH_SECONDS if live else None)
+def table() -> None:
+    with open_store() as store:
+        launch.reap(store)
+        runs = store.list_runs()
+        worst = runs_view.worst_findings(store, runs)
+    if runs_view.is_live(runs) != live:
+        st.rerun()  # a run started or ended: redraw the page with (or without) the timer
+    runs_view.launches(runs)
+    runs_view.running(runs)
+    if runs.empty:
+        st.info(f"No runs in `{store_path()}` yet: start one above, or import a log on the Import page.")
+        return
+    rows = runs_view.table(runs, worst, key="runs.table")
+    names = {int(i): name for i, name in zip(runs["id"], runs["name"])}
+    with st.form("runs.open", border=False):
+        choice = st.selectbox("Run", list(names), format_func=lambda i: run_label(i, names[i]), key="runs.choice")
+        opened = st.form_submit_button("Open run")
+    if rows or opened:
+        run_id = int(runs["id"].iloc[rows[0]]) if rows else int(choice)
+        st.session_state[RUN_KEY] = run_id
+        st.switch_page(RUN_PAGE, query_params={RUN_PARAM: str(run_id)})
+
+
+table()

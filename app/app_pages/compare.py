@@ -1,0 +1,39 @@
+"""Compare: any runs overlaid, one chart per metric (a restarted child against its parent, variants
+against each other); refreshed every 2 s while one of them runs."""
+
+import streamlit as st
+
+from app import compare_view
+from app.run_view import smoothing_control
+from app.session import RUN_KEY, all_runs, open_store, run_label
+
+st.title("Compare")
+runs = all_runs()
+
+names = {int(i): n for i, n in zip(runs["id"], runs["name"])}
+start = st.session_state.get(RUN_KEY, next(iter(names)))
+default = [i for i in compare_view.family(runs, start) if i in names]
+chosen = st.multiselect("Runs", list(names), default=default, format_func=lambda i: run_label(i, names[i]),
+                        key="compare.runs")
+if not chosen:
+    st.info("Choose the runs to overlay.")
+    st.stop()
+with open_store() as store:
+    available = sorted({name for r in chosen for name in store.metric_names(r)})
+left, right = st.columns([3, 2])
+metrics = left.multiselect("Metrics", available, default=compare_view.default_metrics(available),
+                           key="compare.metrics")
+with right:
+    smoothing = smoothing_control("compare.smoothing")
+live = bool(runs.loc[runs["id"].isin(chosen), "status"].eq("running").any())
+if len(chosen) > 1:
+    st.caption(f"Health bands are those of {names[chosen[0]]}'s config.")
+
+
+@st.fragment(run_every=2 if live else None)
+def overlay() -> None:
+    with open_store() as store:
+        compare_view.charts(store, runs, chosen, metrics, smoothing)
+
+
+overlay()

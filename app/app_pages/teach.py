@@ -1,0 +1,79 @@
+"""Teach: the troubleshooting table, each row shown happening in a recorded run of the embedded trainer
+(``sample_runs/``), why it happens, and the diagnoser's own fix working in a twin restarted with it."""
+
+import streamlit as st
+
+from app import teach_view
+from app.findings_view import evidence_table
+from app.session import open_store
+from app.teaching import KNOWN_ERRORS, MATH
+
+
+@st.cache_resource(show_spinner="Reading the recorded runs…")
+def lessons():
+    return teach_view.lessons()
+
+
+st.title("Teach: the troubleshooting table")
+st.caption("Every row was reproduced by a real run of the embedded trainer on a CPU, then fixed with the "
+           "diagnoser's own suggestion: a twin restarted with it from the run's first checkpoint.")
+found = lessons()
+st.dataframe(teach_view.table(found), hide_index=True, use_container_width=True)
+
+choice = st.selectbox("Row", range(len(found)), format_func=lambda i: found[i].row.symptom, key="teach.row")
+lesson = found[choice]
+row = lesson.row
+st.subheader(row.symptom)
+st.markdown(f"**Signature:** {row.signature}  \n**Causes:** {row.causes}  \n**Fixes:** {row.fixes}  \n"
+            f"*Source: {row.source}*")
+
+if lesson.entry is None:
+    st.warning(f"Not reproduced here: {lesson.reason}")
+else:
+    entry = lesson.entry
+    st.markdown(f"**How the recorded run makes it happen:** {entry['why']}  \n"
+                f"`grpo-doctor train {entry['options']}`")
+    st.plotly_chart(teach_view.figure(lesson), key="teach.chart", config={"displaylogo": False})
+    finding = lesson.finding
+    if entry["rule"] is None:
+        st.success("The diagnoser raises no warning on this run: it is the baseline the other rows depart from.")
+    elif finding is None:
+        st.error(f"The diagnoser did not raise `{entry['rule']}` on this recording.")
+    else:
+        st.markdown(f"**Finding:** {finding.title} · `{finding.rule}` · {finding.severity} from step "
+                    f"{finding.onset_step}")
+        if finding.evidence:
+            st.markdown(evidence_table(finding))
+        if finding.causes:
+            st.markdown("**Likely causes**\n" + "\n".join(f"{n}. {c}" for n, c in enumerate(finding.causes, 1)))
+        if entry["fix"]:
+            verdict = {True: st.success, False: st.warning}.get(entry["cleared"], st.info)
+            verdict(f"**Fix applied to the twin** (from step {entry['fork_step']}): {entry['fix']} — the symptom "
+                    + ("cleared." if entry["cleared"] else "persists.")
+                    + (f" Still raised on the twin: {', '.join(entry['twin_problems'])}." if entry["twin_problems"]
+                       else ""))
+            numbers = teach_view.after_fork(lesson)
+            if numbers:
+                st.markdown(teach_view.after_fork_text(numbers))
+            tried = entry["attempts"][:-1]
+            if tried:
+                st.caption("Fixes tried first, which did not clear it: " + "; ".join(a["fix"] for a in tried))
+        if entry["note"]:
+            st.info(entry["note"])
+    if st.button("Reproduce it live", icon=":material/play_arrow:", key="teach.reproduce",
+                 help="train this scenario and its fixed twin now (1–2 minutes on CPU); watch it on the Runs page"):
+        with open_store() as store:
+            log = teach_view.reproduce(entry["scenario"], store.path)
+        st.success(f"Started: the run '{entry['scenario']}' and its twin appear on the Runs page as they train "
+                   f"(log: {log}).")
+
+st.subheader("The math behind it")
+st.markdown(MATH[row.math])
+for title, text in MATH.items():
+    if title != row.math:
+        with st.expander(title):
+            st.markdown(text)
+
+st.subheader("Mistakes in the source documents")
+for claim, correction in KNOWN_ERRORS:
+    st.markdown(f"- ~~{claim}~~ {correction}")

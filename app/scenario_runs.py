@@ -1,0 +1,225 @@
+"""Reproduce a troubleshooting row, then show its fix working: the engine of ``grpo-doctor scenarios``,
+of ``sample_runs/`` and of the Teach page's "Reproduce it live" button (no Streamlit here).
+
+For a scenario of ``trainer/scenarios.py``: train it with the embedded trainer (a child process, with a
+checkpoint every few steps), diagnose it, take the first fix of the scenario's finding that is a config
+change, and restart the run with that fix through the same ``app.launch.restart`` the dashboard's "Restart
+with this fix" button uses. The twin forks at the run's FIRST checkpoint (step 2), not at the last one before
+the onset as the dashboard does: a symptom builds up for many steps before a rule can call it, and a child
+forked just before the onset starts with the damage done and without the history a trend rule compares with
+(a shrink from 3.6 to 1.8 tokens looks flat from step 43 on). Forked early, the twin lives the same steps
+with the fix, and the diagnoser judges it on the same stretch: the symptom cleared when the rule did not
+fire on it at all (not even for a stretch that resolved itself); ``teach_view.after_fork`` gives the numbers over the steps both runs have.
+
+Regenerate the recorded runs (about 10 minutes on 2 CPU cores):
+
+    grpo-doctor scenarios --record sample_runs/
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app import launch
+from diagnostics.findings import Fix
+from trainer.scenarios import BY_NAME, SCENARIOS, Scenario
+
+#: Steps between checkpoints of a scenario run: the twin forks from the last one before the onset.
+SAVE_STEPS = 2
+#: At most this many of a finding's fixes are tried, in the diagnoser's order, until one clears the symptom
+#: (then, when none did, all of them together).
+MAX_FIXES = 3
+MANIFEST = "manifest.json"
+
+#: Rows of the troubleshooting table with no recorded run, and why (shown in the manifest and the app).
+NOT_REPRODUCED: dict[str, str] = {
+    "multi-process grouping error (2 processes without the gather)":
+        "the embedded trainer always gathers every process's rewards before any group statistic "
+        "(trainer/distributed.py, tests/test_distributed.py) and has no option to skip the gather; showing the "
+        "error would take a deliberately broken copy of the training loop, not a config a user could set, "
+        "so the row is explained on the Teach page but not recorded",
+    "OOM": "the embedded model is tiny (a few MB) and runs on the CPU: no batch this machine can train runs out of "
+           "memory in a way that resembles a GPU's OOM, and an artificial memory cap would show the cap, not the row",
+}
+
+
+class ScenarioError(Exception):
+    """A scenario that could not be run (unknown name, a trainer that failed): one line."""
+
+
+@dataclass
+class Outcome:
+    """What one scenario run showed, as the manifest records it."""
+
+    scenario: Scenario
+    run: str                    # the symptom run's name
+    found: bool                 # the scenario's rule fired (the healthy run: no warning at all)
+    onset: int | None
+    problems: list[str]         # "rule@onset" of every warning/critical finding on the run
+    fix: str | None = None      # the fix applied to the twin, in words
+    changes: dict | None = None
+    twin: str | None = None     # the twin's run name
+    fork_step: int | None = None
+    twin_problems: list[str] | None = None
+    cleared: bool | None = None
+    note: str = ""
+    seconds: float = 0.0
+    attempts: list[dict] = field(default_factory=list)  # every twin tried, in the order of the fixes
+
+
+def resolve(names: list[str]) -> list[Scenario]:
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise ScenarioError(f"unknown scenario {', '.join(map(repr, unknown))} (choose from {', '.join(BY_NAME)})")
+    return [BY_NAME[n] for n in names] if names else list(SCENARIOS)
+
+
+def _serious(diagnosis) -> list:
+    """The warnings and criticals, open or resolved: a symptom that went away by itself still happened."""
+    return [f for f in diagnosis.problems() if f.severity in ("warning", "critical")]
+
+
+def _trainer(argv: list[str], log: Path) -> None:
+    with open(log, "a") as out:
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        raise ScenarioError(f"the trainer failed ({lines[-1] if lines else f'exit code {done.returncode}'})")
+
+
+def run_scenario(scenario: Scenario, db: str, store, *, max_steps: int | None = None, name: str | None = None,
+                 say: Callable[[str], None] = print) -> Outcome:
+    """Train ``scenario`` (then its fixed twin) into the store at ``db``; returns what was seen."""
+    from diagnostics.engine import diagnose
+
+    start = time.perf_counter()
+    folder = launch.runs_dir(db)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = store.unique_name(name or scenario.name)
+    steps = ["--max_steps", str(max_steps)] if max_steps else []
+    argv = [*launch.trainer_prefix(), *scenario.argv(), *steps, "--save_steps", str(SAVE_STEPS),
+            "--save_total_limit", "1000", "--run_name", name, "--output_dir", str(folder),
+            "--db", str(Path(db).resolve())]
+    say(f"{scenario.name}: training '{name}' ({max_steps or scenario.max_steps} steps) — {scenario.row}")
+    _trainer(argv, folder / f"{name}.log")
+    diagnosis = diagnose(store, name)
+    problems = _serious(diagnosis)
+    listed = [f"{f.rule}@{f.onset_step}" for f in problems]
+    if scenario.rule is None:
+        outcome = Outcome(scenario, name, not problems, None, listed,
+                          note="the baseline: no fix to apply" if not problems else "warnings on the healthy run")
+        say(f"  {'no warning' if not problems else 'warned: ' + ', '.join(listed)}")
+        outcome.seconds = time.perf_counter() - start
+        return outcome
+    hit = next((f for f in problems if f.rule == scenario.rule), None)
+    outcome = Outcome(scenario, name, hit is not None, hit.onset_step if hit else None, listed)
+    if hit is None:
+        outcome.note = f"the rule {scenario.rule} did not fire"
+        say(f"  {scenario.rule} NOT found (raised: {', '.join(listed) or 'nothing'})")
+        outcome.seconds = time.perf_counter() - start
+        return outcome
+    say(f"  found {hit.rule} from step {hit.onset_step}: {hit.title}")
+    fixes = [x for x in hit.fixes if x.changes]
+    if not fixes:
+        outcome.note = "the finding's fixes are not config changes: no twin"
+        say("  " + outcome.note)
+        outcome.seconds = time.perf_counter() - start
+        return outcome
+    parent = store.get_run(name)
+    saved = launch.checkpoints(store, parent["id"])
+    if not saved:
+        raise ScenarioError(f"{name}: no checkpoint on disk to restart from")
+    point = saved[0]  # the first checkpoint: the twin relives the whole run with the fix (see the docstring)
+    tries = fixes[:MAX_FIXES]
+    if len(tries) > 1:  # last, all of them at once
+        tries.append(Fix(" and ".join(x.description for x in tries), {k: v for x in tries for k, v in x.changes.items()}))
+    for fix in tries:  # the diagnoser's fixes in its own rank order, until one clears the symptom
+        restart = launch.restart(parent, point[0], fix.changes, db, store)
+        say(f"  fix: {fix.description} — restarting from step {point[0]} as '{restart.run_name}'")
+        _trainer(restart.argv, restart.log_path)
+        twin = _serious(diagnose(store, restart.run_name))
+        problems = [f"{f.rule}@{f.onset_step}" for f in twin]
+        cleared = not any(f.rule == scenario.rule for f in twin)
+        outcome.attempts.append({"fix": fix.description, "changes": dict(fix.changes), "twin": restart.run_name,
+                                 "twin_problems": problems, "cleared": cleared})
+        outcome.fix, outcome.changes, outcome.twin, outcome.fork_step = fix.description, dict(fix.changes), \
+            restart.run_name, point[0]
+        outcome.twin_problems, outcome.cleared = problems, cleared
+        say(f"  twin: {scenario.rule} {'cleared' if cleared else 'PERSISTS'}"
+            + (f" (still raised: {', '.join(problems)})" if problems else ""))
+        if cleared:
+            break
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def version() -> str:
+    """The code version the runs were recorded with: the git commit (``+dirty`` with local changes)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=False).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty.strip() else "")
+
+
+def manifest_entry(outcome: Outcome) -> dict:
+    s = outcome.scenario
+    return {
+        "scenario": s.name, "row": s.row, "seed": s.seed, "max_steps": s.max_steps,
+        "options": " ".join([*s.argv(), "--save_steps", str(SAVE_STEPS)]), "why": s.why, "rule": s.rule, "onset_by": s.onset_by,
+        "run": f"{outcome.run}.jsonl", "found": outcome.found, "onset": outcome.onset, "problems": outcome.problems,
+        "fix": outcome.fix, "changes": outcome.changes, "fork_step": outcome.fork_step,
+        "twin": f"{outcome.twin}.jsonl" if outcome.twin else None, "twin_problems": outcome.twin_problems,
+        "cleared": outcome.cleared, "note": outcome.note, "seconds": round(outcome.seconds, 1),
+        "attempts": [{**a, "twin": f"{a['twin']}.jsonl"} for a in outcome.attempts],
+    }
+
+
+def record(scenarios: list[Scenario], out: Path, say: Callable[[str], None] = print) -> dict:
+    """Train every scenario and twin in a scratch store, export each run to ``out/NAME.jsonl`` and write
+    ``out/manifest.json``; returns the manifest. Scenarios already in the manifest are kept unless re-run."""
+    import tempfile
+
+    from diagnostics.importers.export import export_jsonl
+    from diagnostics.store import RunStore
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / MANIFEST
+    old = json.loads(path.read_text()) if path.exists() else {}
+    entries = {e["scenario"]: e for e in old.get("scenarios", [])}
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "scenarios.db")
+        with RunStore(db) as store:
+            for scenario in scenarios:
+                outcome = run_scenario(scenario, db, store, say=say)
+                for run in [outcome.run, *(a["twin"] for a in outcome.attempts)]:
+                    export_jsonl(store, run, out / f"{run}.jsonl")
+                    (out / f"{run}.jsonl").chmod(0o644)
+                entries[scenario.name] = manifest_entry(outcome)
+    order = [s.name for s in SCENARIOS]
+    manifest = {
+        "regenerate": "grpo-doctor scenarios --record sample_runs/",
+        "code_version": version(),
+        "recorded": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "scenarios": sorted(entries.values(), key=lambda e: order.index(e["scenario"])),
+        "not_reproduced": [{"row": row, "reason": why} for row, why in NOT_REPRODUCED.items()],
+    }
+    path.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+    return manifest
+
+
+def load_manifest(folder: Path) -> dict:
+    return json.loads((folder / MANIFEST).read_text())
+
+
+if __name__ == "__main__":  # pragma: no cover - a convenience: python -m app.scenario_runs NAME...
+    record(resolve(sys.argv[1:]), Path("sample_runs"))

@@ -1,0 +1,174 @@
+"""The Teach page's queries and charts (tests import them directly): the recorded ``sample_runs/`` read back,
+one lesson per troubleshooting row, the symptom's stretch highlighted and the fixed twin overlaid, and the
+"Reproduce it live" launch (``grpo-doctor scenarios NAME`` as a child process on the dashboard's store).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from app.charts import overlay_figure
+from app.launch import runs_dir
+from app.scenario_runs import MANIFEST, NOT_REPRODUCED, load_manifest
+from app.teaching import HEALTHY, TABLE, Row
+from diagnostics.catalogue import health
+from diagnostics.engine import Diagnosis, diagnose
+from diagnostics.findings import Finding
+from diagnostics.health import outside
+from diagnostics.importers import import_path
+from diagnostics.store import RunStore
+
+SAMPLE_RUNS = Path(__file__).resolve().parents[1] / "sample_runs"
+#: The metric drawn for the healthy baseline (it has no finding to take one from).
+HEALTHY_METRIC = "reward"
+
+
+@dataclass
+class Recorded:
+    """One recorded run read back: its config, every metric by step, and the diagnoser's verdict on it."""
+
+    name: str
+    config: dict
+    series: dict[str, pd.Series]
+    diagnosis: Diagnosis
+
+
+@dataclass
+class Lesson:
+    """A table row and what its recorded scenario shows (``reason`` instead when it was not reproduced)."""
+
+    row: Row
+    entry: dict | None = None
+    run: Recorded | None = None
+    twin: Recorded | None = None
+    reason: str | None = None
+
+    @property
+    def finding(self) -> Finding | None:
+        rule = self.entry and self.entry["rule"]
+        found = [f for f in self.run.diagnosis.problems() if f.rule == rule] if self.run and rule else []
+        return found[0] if found else None
+
+    @property
+    def metric(self) -> str:
+        finding = self.finding
+        return finding.evidence[0].metric if finding and finding.evidence else HEALTHY_METRIC
+
+
+def rows() -> list[Row]:
+    return [HEALTHY, *TABLE]
+
+
+def read_run(path: Path) -> Recorded:
+    """A recorded run (``grpo_doctor_jsonl``), imported into a private in-memory store and diagnosed."""
+    with RunStore(":memory:") as store:
+        run_id = import_path(store, path)
+        run = store.get_run(run_id)
+        series = {name: pd.Series(values, index=steps, name=name)
+                  for name, (steps, values) in store.series(run_id).items()}
+        return Recorded(run["name"], run["config"], series, diagnose(store, run_id, save=False))
+
+
+def lessons(folder: Path = SAMPLE_RUNS) -> list[Lesson]:
+    """Every row of the table with its recorded runs, or the reason it has none."""
+    manifest = load_manifest(folder) if (folder / MANIFEST).exists() else {"scenarios": [], "not_reproduced": []}
+    entries = {e["scenario"]: e for e in manifest["scenarios"]}
+    reasons = {r["row"]: r["reason"] for r in manifest.get("not_reproduced", [])} | NOT_REPRODUCED
+    out = []
+    for row in rows():
+        entry = entries.get(row.scenario) if row.scenario else None
+        if entry is None:
+            reason = next((why for key, why in reasons.items() if key.startswith(row.symptom)), None)
+            out.append(Lesson(row, reason=reason or f"no recorded run in {folder} (record it: "
+                                                      f"grpo-doctor scenarios --record {folder})"))
+            continue
+        twin = read_run(folder / entry["twin"]) if entry.get("twin") else None
+        out.append(Lesson(row, entry, read_run(folder / entry["run"]), twin))
+    return out
+
+
+def table(found: list[Lesson]) -> pd.DataFrame:
+    """The troubleshooting table as the page lists it, with what the recorded runs show."""
+    def shown(lesson: Lesson) -> str:
+        if lesson.entry is None:
+            return "not reproduced here"
+        if lesson.entry["rule"] is None:
+            return "baseline"
+        cleared = {True: "fix clears it", False: "fix does not clear it", None: "no twin"}[lesson.entry["cleared"]]
+        return f"found at step {lesson.entry['onset']}; {cleared}" if lesson.entry["found"] else "NOT found"
+    return pd.DataFrame([{"symptom": ls.row.symptom, "signature": ls.row.signature, "causes": ls.row.causes,
+                          "fixes": ls.row.fixes, "recorded run": shown(ls)} for ls in found])
+
+
+def figure(lesson: Lesson) -> go.Figure:
+    """The symptom's metric: the recorded run, its twin overlaid, the finding's stretch shaded."""
+    metric, finding = lesson.metric, lesson.finding
+    runs = {lesson.run.name: lesson.run.series.get(metric, pd.Series(dtype="float64"))}
+    marks = []
+    if lesson.twin is not None:
+        runs[f"{lesson.twin.name} (fixed)"] = lesson.twin.series.get(metric, pd.Series(dtype="float64"))
+        marks.append((int(lesson.entry["fork_step"]), "fork"))
+    fig = overlay_figure(runs, health(metric, lesson.run.config), metric, marks=marks)
+    if finding is not None and finding.onset_step is not None:
+        last = finding.last_step or finding.onset_step
+        fig.add_vrect(x0=finding.onset_step - 0.5, x1=last + 0.5, fillcolor="red", opacity=0.08, line_width=0,
+                      annotation_text=f"{finding.rule}", annotation_position="top left")
+    return fig
+
+
+def _finite_mean(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if len(finite) else None
+
+
+def after_fork(lesson: Lesson) -> dict | None:
+    """The symptom's metric in the run and in its twin over the steps both logged after the fork: means and
+    the share of steps outside the healthy range (None where the catalogue gives no range)."""
+    if lesson.twin is None or lesson.run is None:
+        return None
+    metric = lesson.metric
+    parent, twin = lesson.run.series.get(metric), lesson.twin.series.get(metric)
+    if parent is None or twin is None:
+        return None
+    common = parent.index.intersection(twin.index)
+    common = common[common > lesson.entry["fork_step"]]
+    if not len(common):
+        return None
+    p, t = parent.loc[common].to_numpy("float64"), twin.loc[common].to_numpy("float64")
+    band = health(metric, lesson.run.config)
+    return {"metric": metric, "steps": (int(common.min()), int(common.max())), "run_mean": _finite_mean(p),
+            "twin_mean": _finite_mean(t), "run_unhealthy": float(outside(band, p).mean()) if band else None,
+            "twin_unhealthy": float(outside(band, t).mean()) if band else None}
+
+
+def after_fork_text(numbers: dict) -> str:
+    def share(x):
+        return "–" if x is None else f"{x:.0%}"
+    def value(x):
+        return "–" if x is None else f"{x:.3g}"
+    return (f"`{numbers['metric']}` over steps {numbers['steps'][0]}–{numbers['steps'][1]}: mean "
+            f"{value(numbers['run_mean'])} in the run, {value(numbers['twin_mean'])} in the fixed twin; outside the "
+            f"healthy range {share(numbers['run_unhealthy'])} → {share(numbers['twin_unhealthy'])} of the steps")
+
+
+def reproduce_command(scenario: str, db: str) -> list[str]:
+    """The live reproduction: the same scenario and twin, trained now into the dashboard's store."""
+    return [sys.executable, "-m", "app.cli", "--db", str(Path(db).resolve()), "scenarios", scenario]
+
+
+def reproduce(scenario: str, db: str) -> Path:
+    """Start the live reproduction in the background; returns its log file."""
+    folder = runs_dir(db)
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / f"scenario-{scenario}.log"
+    with open(log, "w") as out:
+        subprocess.Popen(reproduce_command(scenario, db), stdout=out, stderr=subprocess.STDOUT,
+                         start_new_session=True, cwd=Path(__file__).resolve().parents[1])
+    return log

@@ -1,0 +1,132 @@
+"""Dashboard benchmark: the first render of a 100k-step run's Run page, and a live refresh tick.
+
+    .venv/bin/python benchmarks/bench_dashboard.py [--steps 100000] [--repeats 5]
+
+Targets (issue 6): first render < 2 s; a live refresh tick < 200 ms. Both are measured headless with
+Streamlit's AppTest, which runs the page script as the server does (reading the store, diagnosing,
+downsampling, building every plotly figure and serialising it) without a browser:
+
+- first render: a new session opens the Run page of a finished 100k-step run with the trainer's 43 metrics,
+  which the server has not seen before (it reads every step, diagnoses the whole run, draws the charts);
+- live tick: the same run marked running; the "trainer" logs one more step, then the page's 2-second
+  fragment (``run_view.follow``: read the new step, diagnose it, draw findings and charts) runs once; it is
+  also timed as a whole-page rerun, which redraws the controls above it as well.
+
+Prints medians and their ratio to the target; asserts nothing (these machines are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+DASHBOARD = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
+#: What the embedded trainer logs every step (43 series).
+METRICS = (
+    "reward", "reward_std", "reward_max", "reward_min", "reward_gap", "frac_reward_zero_std", "kl", "kl/k1",
+    "kl/k2", "kl/k3", "beta", "completions/mean_length", "completions/min_length", "completions/max_length",
+    "completions/clipped_ratio", "completions/mean_terminated_length", "advantage/mean", "advantage/std",
+    "advantage/abs_max", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "grad_norm",
+    "entropy", "loss", "policy_loss", "kl_loss", "learning_rate", "epsilon", "epsilon_high", "repetition",
+    "num_tokens", "memory/peak_gb", "step_time", "tokens_per_second", "rewards/correctness/mean",
+    "rewards/correctness/std", "rewards/format_reward/mean", "rewards/format_reward/std", "time/generation",
+    "time/policy", "time/reference", "time/store",
+)
+
+
+def make_run(store, steps: int) -> int:
+    """A finished run: random walks with a few spikes and NaN/inf steps (what long real runs look like)."""
+    rng = np.random.default_rng(0)
+    walks = {name: 0.5 + 0.01 * rng.standard_normal(steps).cumsum() for name in METRICS}
+    walks["grad_norm"][rng.integers(0, steps, 20)] = 50.0
+    walks["loss"][rng.integers(0, steps, 5)] = np.nan
+    walks["grad_norm"][rng.integers(0, steps, 5)] = np.inf
+    with store.atomic():
+        run_id = store.create_run("bench-100k", config={"num_generations": 8, "num_iterations": 1, "beta": 0.04,
+                                                        "max_steps": steps + 1000},
+                                  status="finished")
+        store.write_steps(run_id, ((s + 1, {n: float(walks[n][s]) for n in METRICS}) for s in range(steps)))
+        store.compact(run_id)
+    return run_id
+
+
+def open_run_page(run_id: int):
+    at = AppTest.from_file(DASHBOARD, default_timeout=300)  # a new session, opening a link to the run
+    at.query_params["run"] = str(run_id)
+    return at.switch_page("app_pages/run.py")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    from app import diagnosis
+    from diagnostics.store import RunStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "bench.db")
+        os.environ["GRPO_DOCTOR_DB"] = db
+        with RunStore(db) as store:
+            start = time.perf_counter()
+            run_id = make_run(store, args.steps)
+            print(f"wrote a {args.steps:,}-step run with {len(METRICS)} metrics in {time.perf_counter() - start:.1f} s")
+
+        open_run_page(run_id).run()  # warm-up: imports, plotly's validators
+        first = []
+        for _ in range(args.repeats):
+            diagnosis.forget()  # the server has not seen the run: it reads and diagnoses all of it
+            at = open_run_page(run_id)
+            start = time.perf_counter()
+            at.run()
+            first.append(time.perf_counter() - start)
+            assert not at.exception and at.title[0].value == "Run", at.exception
+            charts = len(at.get("plotly_chart"))
+
+        with RunStore(db) as store:
+            store.attach_process(run_id, os.getpid())  # running, as if a trainer were writing it
+        ticks = measure_ticks(open_run_page(run_id), db, run_id, args.steps, max(args.repeats * 2, 10))
+        fragment = AppTest.from_function(follow_tick, args=(run_id,), default_timeout=300)
+        fragment_ticks = measure_ticks(fragment, db, run_id, args.steps + len(ticks), len(ticks))
+
+    first_s = statistics.median(first)
+    tick_ms, fragment_ms = statistics.median(ticks) * 1000, statistics.median(fragment_ticks) * 1000
+    print(f"first render of the Run page, {args.steps:,} steps, {charts} charts: median {first_s:.2f} s "
+          f"of {len(first)} (target < 2 s: {2 / first_s:.1f}x headroom)")
+    print(f"live refresh tick, the 2-second fragment after one new step: median {fragment_ms:.0f} ms of "
+          f"{len(fragment_ticks)} (target < 200 ms: {200 / fragment_ms:.1f}x headroom)")
+    print(f"live refresh, whole-page rerun after one new step: median {tick_ms:.0f} ms of {len(ticks)}")
+
+
+def follow_tick(run_id: int) -> None:
+    """What the Run page's fragment runs every 2 seconds (app/app_pages/run.py), as a script of its own."""
+    from app import run_view
+
+    run_view.follow(run_id, 0.0, True)
+
+
+def measure_ticks(at, db: str, run_id: int, step: int, n: int) -> list[float]:
+    """Seconds per ``at.run()``, each after the "trainer" logged one more step."""
+    from diagnostics.store import RunStore
+
+    at.run()
+    ticks = []
+    for _ in range(n):
+        step += 1
+        with RunStore(db) as store:
+            store.log_step(run_id, step, {name: 0.5 for name in METRICS})
+        start = time.perf_counter()
+        at.run()
+        ticks.append(time.perf_counter() - start)
+        assert not at.exception, at.exception
+    return ticks
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""The diagnoser: runs every rule over a run, post hoc or step by step as a live run logs.
+
+``diagnose(store, run)`` reads a whole run and returns a ``Diagnosis``; ``Diagnoser`` keeps a run's
+view and each rule's state so that ``update(store)`` examines only the steps logged since the last
+call. Per rule, a finding opens after ``rule.open_after`` consecutive rows with the symptom (its onset
+is the first of them), is updated while the symptom holds, and is resolved (with its step) after
+``rule.clear_after`` rows without it; a symptom that returns reopens the same finding, keeping its
+first onset. Expected-behaviour notes never resolve. Deterministic: the same rows give the same
+findings whether they arrive at once or one step at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnostics import signals
+from diagnostics.findings import SEVERITIES, Finding
+from diagnostics.health import MetricHealth, health_summary
+from diagnostics.rules import RULES, Rule
+from diagnostics.rules.base import Episode
+from diagnostics.view import RunView
+
+RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+@dataclass
+class Track:
+    """One rule's state over the run."""
+
+    status: str = "none"                  # none | open | resolved
+    onset: int | None = None              # first step of the first episode
+    start: int | None = None              # first step of the latest episode
+    last: int | None = None               # last step the symptom held
+    resolved_step: int | None = None
+    true_run: int = 0                     # rows in the current run of rows with the symptom
+    true_from: int | None = None          # where that run began
+    false_run: int = 0                    # rows in the current run without it
+    false_from: int | None = None         # where that run began: the step the symptom cleared
+    finding: Finding | None = None        # the last explanation, and the state it explained
+    key: tuple | None = None
+
+    def advance(self, rule: Rule, steps: np.ndarray, active: np.ndarray) -> bool:
+        """Feed new rows; True when the finding opened, reopened, resolved or saw the symptom again."""
+        touched = False
+        for value, first, length in signals.runs(active):
+            if value:
+                if self.true_run == 0:
+                    self.true_from = int(steps[first])
+                self.true_run += length
+                self.false_run = 0
+                if self.status == "open" or self.true_run >= rule.open_after:
+                    if self.status != "open":
+                        self.status, self.resolved_step = "open", None
+                        self.start = self.true_from
+                        self.onset = self.true_from if self.onset is None else self.onset
+                    self.last = int(steps[first + length - 1])
+                    touched = True
+            else:
+                if self.false_run == 0:
+                    self.false_from = int(steps[first])
+                self.false_run += length
+                self.true_run = 0
+                if self.status == "open" and not rule.expected and self.false_run >= rule.clear_after:
+                    self.status, self.resolved_step = "resolved", self.false_from
+                    touched = True
+        return touched
+
+
+@dataclass
+class Diagnosis:
+    run: dict
+    findings: list[Finding]
+    skipped: dict[str, str] = field(default_factory=dict)       # rule -> "needs kl"
+    not_applicable: dict[str, str] = field(default_factory=dict)  # rule -> why it does not apply
+    health: list[MetricHealth] = field(default_factory=list)
+    assumed: dict = field(default_factory=dict)                 # config values taken from framework defaults
+    inferred: dict = field(default_factory=dict)                # read off the metrics: {"beta": "> 0 (...)"}
+    version: str | None = None
+
+    def problems(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity != "expected"]
+
+    def notes(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "expected"]
+
+    def worst(self) -> str | None:
+        ranked = [f.severity for f in self.problems()]
+        return max(ranked, key=RANK.__getitem__) if ranked else None
+
+
+class Diagnoser:
+    """The rules' state for one run; ``update`` examines only the steps logged since its last call."""
+
+    def __init__(self, view: RunView, rules: tuple[Rule, ...] = RULES):
+        self.view = view
+        self.rules = rules
+        self.tracks = {rule.id: Track() for rule in rules}
+        self.skipped: dict[str, str] = {}
+        self.not_applicable: dict[str, str] = {}
+        self.examined_to: int | None = None   # the last step every runnable rule has examined
+        self.rule_since: dict[str, int | None] = {}  # per rule: the last step it examined
+        self.resumes = 0                  # resume events seen: a new one means steps were rewritten
+
+    @classmethod
+    def for_run(cls, store, run: int | str) -> Diagnoser:
+        diagnoser = cls(RunView(store.get_run(store.resolve_run(run))))
+        diagnoser.update(store)
+        return diagnoser
+
+    def update(self, store) -> list[str]:
+        """Read the steps logged since the last call and examine them; the rules whose finding changed."""
+        run = store.get_run(self.view.run["id"])
+        resumes = len(store.events(run["id"], "resume"))
+        rewound = run.get("last_step") is not None and self.view.last_step is not None \
+            and run["last_step"] < self.view.last_step
+        if rewound or resumes != self.resumes:  # a resume rewrote steps already examined: start again
+            self.__init__(RunView(run), self.rules)
+            self.resumes = resumes
+        self.view.extend(store)
+        return self.examine()
+
+    def examine(self) -> list[str]:
+        """Run every rule over the rows it has not examined yet (a rule that could not run before, for want
+        of a metric or by its gate, starts from the first step); the ids of the rules whose finding changed
+        (opened, reopened, resolved, or saw its symptom again). Findings are built on demand by
+        ``findings()``, so a live update costs only the detectors."""
+        view = self.view
+        view.begin_pass()
+        changed = []
+        for rule in self.rules:
+            reason = rule.missing(view) or (rule.gate(view) if rule.gate else None)
+            if reason:
+                (self.skipped if reason.startswith("needs") else self.not_applicable)[rule.id] = reason
+                continue
+            self.skipped.pop(rule.id, None)
+            self.not_applicable.pop(rule.id, None)
+            steps, active = rule.detect(view, self.rule_since.get(rule.id))
+            self.rule_since[rule.id] = view.last_step
+            if len(steps) and self.tracks[rule.id].advance(rule, steps, np.asarray(active, dtype=bool)):
+                changed.append(rule.id)
+        self.examined_to = view.last_step
+        return changed
+
+    def findings(self) -> list[Finding]:
+        """Every rule's finding, most severe first, then by onset. Each is explained from the run as it
+        stood at the finding's last step, and rebuilt only when its state changed."""
+        found = []
+        for rule in self.rules:
+            track = self.tracks[rule.id]
+            if track.status == "none":
+                continue
+            key = (track.status, track.onset, track.start, track.last, track.resolved_step)
+            if track.finding is None or track.key != key:
+                track.finding, track.key = self._finding(rule, track), key
+            found.append(track.finding)
+        return sorted(found, key=lambda f: (-RANK[f.severity], f.onset_step if f.onset_step is not None else 0,
+                                            f.rule))
+
+    def _finding(self, rule: Rule, track: Track) -> Finding:
+        explained = rule.explain(self.view, Episode(track.onset, track.start, track.last))
+        return Finding(
+            rule=rule.id, title=rule.title, severity=explained.severity, onset_step=track.onset,
+            last_step=track.last, evidence=explained.evidence, causes=explained.causes, fixes=explained.fixes,
+            references=list(rule.references), status=track.status, resolved_step=track.resolved_step,
+        )
+
+    def diagnosis(self) -> Diagnosis:
+        cfg = self.view.config
+        return Diagnosis(run=self.view.run, findings=self.findings(), skipped=dict(self.skipped),
+                         not_applicable=dict(self.not_applicable), health=health_summary(self.view),
+                         assumed=dict(cfg.assumed), inferred=dict(cfg.inferred), version=cfg.version)
+
+
+def diagnose(store, run: int | str, *, save: bool = True) -> Diagnosis:
+    """Diagnose a whole run; with ``save`` its findings replace the ones stored for it."""
+    diagnoser = Diagnoser.for_run(store, run)
+    result = diagnoser.diagnosis()
+    if save:
+        store.save_findings(result.run["id"], result.findings, replace=True)
+    return result

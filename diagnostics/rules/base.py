@@ -1,0 +1,140 @@
+"""What a rule is: a stable id, the symptom in words, the metrics it needs, a detector over the run's
+series, and an explanation (severity, evidence, ranked causes, fixes) built when it fires.
+
+A detector ``detect(view, since) -> (steps, active)`` says, for each row of its metric logged after
+``since``, whether the symptom holds there. It may read one window of history before ``since``, so a
+live update and a whole-run pass give the same answer. ``explain(view, episode)`` reads the run up to
+``episode.last`` (the last step the symptom held) and returns an ``Explanation``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from diagnostics import signals
+from diagnostics.findings import Evidence, Fix
+from diagnostics.view import RunView
+
+W = 10            # rows in a window
+REF_TABLE = "REFERENCE §3"
+PAINPOINTS = "painpoints row"
+
+
+@dataclass(frozen=True)
+class Episode:
+    onset: int            # first step of the first time the symptom held
+    start: int            # first step of the latest time it held
+    last: int             # last step it held
+
+
+@dataclass
+class Explanation:
+    severity: str
+    evidence: list[Evidence] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
+
+
+Detector = Callable[[RunView, "int | None"], "tuple[np.ndarray, np.ndarray]"]
+Explainer = Callable[[RunView, Episode], Explanation]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str                         # the symptom in words
+    requires: tuple                    # each entry a metric name, or a tuple of alternatives
+    detect: Detector
+    explain: Explainer
+    references: tuple[str, ...]
+    read: str                          # how to read it (README's Diagnoser section)
+    gate: Callable[[RunView], str | None] | None = None  # why the rule does not apply to this run
+    open_after: int = 1                # consecutive rows the symptom must hold to open a finding
+    clear_after: int = W               # consecutive rows without it to resolve the finding
+    expected: bool = False             # a false alarm explained: never resolves, never a warning
+
+    def missing(self, view: RunView) -> str | None:
+        """``needs kl`` / ``needs frac_reward_zero_std or advantage/std`` when an input was never logged."""
+        for need in self.requires:
+            options = (need,) if isinstance(need, str) else need
+            if not any(view.has(name) for name in options):
+                return "needs " + " or ".join(options)
+        return None
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def rows(view: RunView, name: str, since: int | None) -> tuple[int, np.ndarray, np.ndarray]:
+    """(lo, steps after ``since``, all finite values) of a metric."""
+    steps, values = view.finite(name)
+    lo = view.first_row_after(name, since)
+    return lo, steps[lo:], values
+
+
+def first_present(view: RunView, *names: str) -> str | None:
+    return next((n for n in names if view.has(n)), None)
+
+
+def level(view: RunView, name: str, since: int | None, test: Callable[[np.ndarray], np.ndarray],
+          min_periods: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """A level rule: ``test`` on the W-row rolling median (NaN-safe: no verdict before min_periods rows)."""
+    lo, steps, _ = rows(view, name, since)
+    med = view.roll(name, W, "median", lo, min_periods)
+    with np.errstate(invalid="ignore"):
+        return steps, np.asarray(test(med), dtype=bool) & ~np.isnan(med)
+
+
+def medians(view: RunView, name: str, since: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps after ``since``, their row numbers in the metric's series, the W-row rolling median there)."""
+    lo, steps, _ = rows(view, name, since)
+    return steps, row_index(lo, len(steps)), view.roll(name, W, "median", lo)
+
+
+def row_index(lo: int, n_new: int) -> np.ndarray:
+    return np.arange(lo, lo + n_new)
+
+
+def median_noise(view: RunView, name: str, w: int = W) -> float:
+    """σ of a w-row rolling median of the metric, from the noise of its first 3w rows (0 for fewer)."""
+    values = view.finite(name)[1][:3 * w]
+    return 1.25 * signals.robust_sigma(values) / math.sqrt(w)
+
+
+def at(view: RunView, name: str, step: int, note: str = "") -> Evidence:
+    return Evidence(step=int(step), metric=name, value=view.value_at(name, step), note=note)
+
+
+def smoothed(view: RunView, name: str, step: int, w: int = W) -> float:
+    """Median of the metric's last w finite values at or before ``step``."""
+    steps, values = view.finite(name)
+    i = int(np.searchsorted(steps, step, side="right"))
+    window = values[max(0, i - w):i]
+    return float(np.median(window)) if len(window) else math.nan
+
+
+def smoothed_evidence(view: RunView, name: str, step: int, note: str, w: int = W) -> Evidence:
+    return Evidence(step=int(step), metric=name, value=smoothed(view, name, step, w), note=note)
+
+
+def reward_fell(view: RunView, ep: Episode, why: str) -> Evidence | None:
+    """Evidence that the reward's 10-step median fell by more than 10% over the episode, or None."""
+    if not view.has("reward"):
+        return None
+    before, after = smoothed(view, "reward", ep.start), smoothed(view, "reward", ep.last)
+    if after < before - 0.1 * max(abs(before), 1e-9):
+        return Evidence(ep.last, "reward", after, f"reward fell from {fmt(before)} {why}".rstrip())
+    return None
+
+
+def start_step(view: RunView, name: str) -> int:
+    steps = view.finite(name)[0]
+    return int(steps[0]) if len(steps) else 0
+
+
+def fmt(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:.3g}"

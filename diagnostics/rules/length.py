@@ -1,0 +1,248 @@
+"""Rules on completion length and form: outputs shrink, outputs explode to the cap, truncation, and
+repetition. Length has four distinct causes (painpoints note 6): the truncation penalty, per-sequence
+normalisation, length inflation and reward hacking toward short or empty answers; the causes are ranked
+from clipped_ratio, the reward's correlation with length, the loss_type and the sampled completions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnostics import signals
+from diagnostics.findings import Evidence
+from diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer
+from diagnostics.rules.base import (
+    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, first_present, level, medians, smoothed,
+    smoothed_evidence, start_step
+)
+from diagnostics.view import SAMPLE_EMPTY, SAMPLE_REPETITION, RunView
+
+LENGTH = "completions/mean_length"
+CLIPPED = "completions/clipped_ratio"
+
+
+def length_cap(view: RunView) -> tuple[float | None, str]:
+    """The completion-length cap: recorded, else the longest completion at a step with truncation
+    (kept up to date row by row in ``view.memo``)."""
+    cap = view.config.get("max_completion_length")
+    if isinstance(cap, (int, float)) and cap > 0:
+        return float(cap), view.config.describe("max_completion_length")
+    done, cap = view.memo.get("length_cap", (0, None))
+    steps, longest = view.finite("completions/max_length")
+    if len(steps) > done and view.has(CLIPPED):
+        truncated = view.asof(CLIPPED, steps[done:]) > 0
+        if truncated.any():
+            cap = max(cap or 0.0, float(longest[done:][truncated].max()))
+        view.memo["length_cap"] = (len(steps), cap)
+    if cap is not None:
+        return cap, f"max_completion_length ≈ {cap:g}, the longest completion at truncated steps"
+    return None, "max_completion_length not recorded"
+
+
+def reward_length_correlation(view: RunView, upto: int) -> float:
+    """Correlation of the reward with the mean length, step by step, up to ``upto``."""
+    if not view.has("reward"):
+        return 0.0
+    steps, length = view.finite(LENGTH)
+    keep = steps <= upto
+    return signals.correlation(length[keep], view.asof("reward", steps[keep]))
+
+
+# ---------------------------------------------------------------------------------------- length_shrink
+def _shrink_detect(view: RunView, since):
+    steps, idx, med = medians(view, LENGTH, since)
+    with np.errstate(invalid="ignore"):
+        return steps, (idx >= 2 * W - 1) & (med <= 0.6 * view.head(LENGTH, W))
+
+
+def _shrink_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    start, now = view.head(LENGTH, W), smoothed(view, LENGTH, ep.last)
+    evidence = [Evidence(start_step(view, LENGTH), LENGTH, start, f"median of the first {W} steps"),
+                smoothed_evidence(view, LENGTH, ep.last, f"{now / start - 1:+.0%} from the start")]
+    causes, fixes = [], []
+    loss_type = cfg.get("loss_type")
+    if loss_type == "grpo":
+        causes.append("per-sequence loss normalisation (loss_type = grpo) gives short completions a larger "
+                      "per-token update")
+        fixes.append(make_fix(cfg, "normalise the loss by a constant (Dr.GRPO)", {"loss_type": "dr_grpo"}))
+    if view.has(CLIPPED) and view.head(CLIPPED, W) >= 0.2:
+        evidence.append(Evidence(start_step(view, CLIPPED), CLIPPED, view.head(CLIPPED, W),
+                                 "many completions were truncated at the start"))
+        causes.append("truncated (long) answers score low, so the model learns brevity: the cap punishes length")
+        fixes.append(make_fix(cfg, "give answers room and stop punishing truncation",
+                              {"max_completion_length": scaled(cfg, "max_completion_length", 2),
+                               "mask_truncated_completions": True}))
+    correlation = reward_length_correlation(view, ep.last)
+    if correlation <= -0.5:
+        evidence.append(Evidence(ep.last, "reward", smoothed(view, "reward", ep.last),
+                                 f"reward rises as length falls (correlation {correlation:.2f})"))
+        causes.append("the reward pays for shortness (a length or format term, or empty answers passing a check)")
+        if view.has(SAMPLE_EMPTY):
+            evidence.append(smoothed_evidence(view, SAMPLE_EMPTY, ep.last, "share of empty sampled completions"))
+        fixes.append(advice("check the reward on short and empty completions: shaping must not pay for brevity"))
+    penalty = cfg.get("length_penalty")
+    if isinstance(penalty, (int, float)) and penalty > 0:
+        causes.insert(0, f"the length penalty itself (length_penalty = {penalty:g})")
+        fixes.insert(0, make_fix(cfg, "remove the length penalty", {"length_penalty": 0.0}))
+    if not causes:
+        causes.append("per-sequence normalisation in the framework's loss (check loss_type; TRL's default "
+                      "moved grpo → bnpo → dapo)")
+    return Explanation("warning", evidence, causes, fixes)
+
+
+LENGTH_SHRINK = Rule(
+    id="length_shrink", title="Completions are getting shorter",
+    requires=(LENGTH,), detect=_shrink_detect, explain=_shrink_explain, open_after=3, clear_after=2 * W,
+    references=(REF_TABLE + " outputs shrink", "seed 000 §2.4", PAINPOINTS + "s 4, 5, 16, 22"),
+    read="The 10-step median of completions/mean_length fell 40% or more below the median of the first 10 "
+         "steps. Read clipped_ratio (truncation punished), loss_type (grpo's per-sequence normalisation) and "
+         "whether the reward rises as length falls (the reward pays for brevity).",
+)
+
+
+# ---------------------------------------------------------------------------------------- length_explode
+def _explode_detect(view: RunView, since):
+    steps, idx, med = medians(view, LENGTH, since)
+    cap, _ = length_cap(view)
+    near_cap = np.zeros(len(steps), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        if cap:
+            near_cap |= med >= 0.8 * cap
+        if view.has(CLIPPED):
+            near_cap |= (view.asof_roll(CLIPPED, W, steps) >= 0.5) & (view.head(CLIPPED, W) <= 0.25)
+        return steps, (idx >= 2 * W - 1) & (med >= 1.3 * view.head(LENGTH, W)) & near_cap
+
+
+def _explode_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    cap, cap_text = length_cap(view)
+    start = view.head(LENGTH, W)
+    evidence = [Evidence(start_step(view, LENGTH), LENGTH, start, f"median of the first {W} steps"),
+                smoothed_evidence(view, LENGTH, ep.last, f"now; cap {cap_text}")]
+    if view.has(CLIPPED):
+        evidence.append(smoothed_evidence(view, CLIPPED, ep.last, "share truncated at the cap"))
+    causes, fixes = [], []
+    correlation = reward_length_correlation(view, ep.last)
+    if correlation >= 0.5:
+        causes.append(f"the reward prefers long outputs (reward–length correlation {correlation:.2f})")
+    loss_type, scale = cfg.get("loss_type"), cfg.get("scale_rewards")
+    if loss_type == "grpo" or scale == "group":
+        causes.append("length bias: long wrong answers are penalised less per token under 1/|o| "
+                      "normalisation, and std scaling adds to it (Dr.GRPO)")
+    if view.has("entropy") and smoothed(view, "entropy", ep.last) > 1.5 * view.head("entropy", W):
+        causes.append("the policy rambles: entropy is rising with length (gibberish that fills the context)")
+    if not causes:
+        causes.append("the reward or the loss favours length")
+    penalty = cfg.get("length_penalty")
+    if cfg.ours and not penalty:
+        fixes.append(make_fix(cfg, "penalise length (seed 000 §4.2)", {"length_penalty": 0.001}))
+    if not cfg.get("mask_truncated_completions"):
+        fixes.append(make_fix(cfg, "take truncated completions out of the loss", {"mask_truncated_completions": True}))
+    if loss_type == "grpo":
+        fixes.append(make_fix(cfg, "remove the per-sequence length bias", {"loss_type": "dr_grpo"}))
+    if scale == "group":
+        fixes.append(make_fix(cfg, "drop the std scaling (Dr.GRPO)", {"scale_rewards": "none"}))
+    fixes.append(make_fix(cfg, "a larger KL penalty", {"beta": doubled_beta(cfg)}))
+    return Explanation("warning", evidence, causes, fixes)
+
+
+LENGTH_EXPLODE = Rule(
+    id="length_explode", title="Completions grow toward the length cap",
+    requires=(LENGTH,), detect=_explode_detect, explain=_explode_explain, open_after=3, clear_after=2 * W,
+    references=(REF_TABLE + " outputs explode", PAINPOINTS + " 6"),
+    read="The 10-step median length rose 30% or more above its start and reached 80% of the cap (or half "
+         "the completions are now truncated where few were). A reward that pays for length, and the length "
+         "bias of per-sequence normalisation, are the usual causes.",
+)
+
+
+# ---------------------------------------------------------------------------------------- truncation
+def _truncation_detect(view: RunView, since):
+    return level(view, CLIPPED, since, lambda m: m >= 0.8, min_periods=1)
+
+
+def _truncation_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    cap, cap_text = length_cap(view)
+    evidence = [smoothed_evidence(view, CLIPPED, ep.last, "share of completions cut at the cap")]
+    for name, note in (("completions/mean_terminated_length", "mean length of the completions that ended"),
+                       (LENGTH, "mean length")):
+        if view.has(name):
+            evidence.append(at(view, name, ep.last, note))
+    severe = False
+    for name in ("frac_reward_zero_std",):
+        if view.has(name) and smoothed(view, name, ep.last) >= 0.9:
+            severe = True
+            evidence.append(smoothed_evidence(view, name, ep.last, "and the reward no longer separates them"))
+    causes = [f"the cap is too short for the task ({cap_text}): the answer never arrives, so the reward "
+              "sees cut text (format checks anchored at the end fail too)"]
+    if cfg.framework == "trl" and (cap in (None, 256.0)):
+        causes.append("TRL's old default max_completion_length = 256 truncated 97–99% of DeepMath and 50–80% "
+                      "of GSM8K completions")
+    if view.has(LENGTH) and smoothed(view, LENGTH, ep.last) > 1.3 * view.head(LENGTH, W):
+        causes.append("the completions are growing (see length_explode)")
+    new_cap = scaled(cfg, "max_completion_length", 2) if cap is None else int(2 * cap)
+    fixes = [make_fix(cfg, "raise the length cap", {"max_completion_length": new_cap},
+                      "measure the p95 length at which the base model stops",
+                      current={"max_completion_length": cap})]
+    if not cfg.get("mask_truncated_completions"):
+        fixes.append(make_fix(cfg, "take truncated completions out of the loss", {"mask_truncated_completions": True}))
+    return Explanation("critical" if severe else "warning", evidence, causes, fixes)
+
+
+TRUNCATION = Rule(
+    id="truncation", title="Most completions are truncated at the length cap",
+    requires=(CLIPPED,), detect=_truncation_detect, explain=_truncation_explain,
+    references=(PAINPOINTS + "s 3, 4", "painpoints F15"),
+    read="The 10-step median of completions/clipped_ratio is 0.8 or more (0.6 is normal for distilled "
+         "reasoning models, 0.98 is not). Critical when frac_reward_zero_std is also ≥ 0.9: truncation has "
+         "zeroed the reward signal.",
+)
+
+
+# ---------------------------------------------------------------------------------------- repetition
+def _repetition_metric(view: RunView) -> str:
+    return first_present(view, "repetition", SAMPLE_REPETITION) or "repetition"
+
+
+def _repetition_detect(view: RunView, since):
+    name = _repetition_metric(view)
+    start = view.head(name, W)
+    return level(view, name, since, lambda m: (m >= 0.1) & (m >= start + 0.1))
+
+
+def _repetition_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    name = _repetition_metric(view)
+    evidence = [Evidence(start_step(view, name), name, view.head(name, W), "start"),
+                smoothed_evidence(view, name, ep.last, "share of repeated 3-grams now")]
+    if view.has("frac_reward_zero_std"):
+        evidence.append(smoothed_evidence(view, "frac_reward_zero_std", ep.last, "uniform groups"))
+    causes, fixes = [], []
+    temperature = cfg.get("temperature")
+    if isinstance(temperature, (int, float)) and temperature < 0.7:
+        causes.append(f"sampling temperature too low (temperature = {temperature:g})")
+    epsilon, high = cfg.get("epsilon"), cfg.get("epsilon_high")
+    if (isinstance(epsilon, (int, float)) and epsilon >= 0.28) or (isinstance(high, (int, float)) and high >= 0.28):
+        causes.append("a wide clip range (ε) lets the policy sharpen fast")
+    causes.append("the reward favours templated or padded text; late-stage overfitting")
+    fixes += warmer(cfg)
+    if cfg.ours and cfg.get("epsilon_schedule") != "linear":
+        fixes.append(make_fix(cfg, "decay ε from 0.3 to 0.1 (seed 001 §3.1)", {"epsilon_schedule": "linear"}))
+    fixes.append(advice("stop early and pick the checkpoint by validation; check whether repetitive outputs "
+                        "score high"))
+    return Explanation("warning", evidence, causes, fixes)
+
+
+REPETITION = Rule(
+    id="repetition", title="Completions repeat themselves",
+    requires=(("repetition", SAMPLE_REPETITION),), detect=_repetition_detect, explain=_repetition_explain,
+    open_after=3,
+    references=(REF_TABLE + " repetition", "seed 001 §3.1", PAINPOINTS + "s 7, 23"),
+    read="The 10-step median share of repeated 3-grams in the completions (the repetition metric, or the "
+         "stored samples) rose by 0.1 or more above its start. Read it with frac_reward_zero_std: both rising "
+         "means the samples are collapsing onto one text.",
+)
+
+RULES = (LENGTH_SHRINK, LENGTH_EXPLODE, TRUNCATION, REPETITION)
+

@@ -1,0 +1,319 @@
+"""Rules on the optimisation itself: non-finite values, a zero gradient with signal present, gradient-norm
+spikes, entropy collapse and blow-up, and out-of-memory crashes."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from diagnostics import signals
+from diagnostics.findings import Evidence
+from diagnostics.fixes import advice, doubled_beta, drop_uniform_groups, make_fix, scaled, warmer
+from diagnostics.rules.base import (
+    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, fmt, medians, reward_fell, row_index, rows, smoothed,
+    smoothed_evidence, start_step
+)
+from diagnostics.view import RunView, decode_detail
+
+# Never trust `loss` alone for NaN (painpoints row 13): the HF Trainer hides a NaN loss in its log.
+WATCHED = ("reward", "loss", "policy_loss", "kl_loss", "grad_norm", "kl", "entropy", "reward_std",
+           "advantage/mean", "advantage/std", "advantage/abs_max")
+
+
+# ---------------------------------------------------------------------------------------- nonfinite
+def _nonfinite_detect(view: RunView, since):
+    axes, bad = [], []
+    for name in WATCHED:
+        steps, values = view.raw(name)
+        first = 0 if since is None else int(np.searchsorted(steps, since, side="right"))
+        steps, values = steps[first:], values[first:]
+        if not any(len(a) == len(steps) and np.array_equal(a, steps) for a in axes):
+            axes.append(steps)  # metrics logged at the same steps share one axis
+        bad.append(steps[~np.isfinite(values)])
+    steps = axes[0] if len(axes) == 1 else np.unique(np.concatenate(axes))
+    active = np.zeros(len(steps), dtype=bool)
+    active[np.searchsorted(steps, np.unique(np.concatenate(bad)))] = True
+    return steps, active
+
+
+def _first_bad(view: RunView, name: str, lo: int, hi: int) -> tuple[int, float] | None:
+    steps, values = view.raw(name)
+    keep = (steps >= lo) & (steps <= hi) & ~np.isfinite(values)
+    return (int(steps[keep][0]), float(values[keep][0])) if keep.any() else None
+
+
+def _nonfinite_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    bad = {n: hit for n in WATCHED if (hit := _first_bad(view, n, ep.start, ep.last))}
+    evidence = [Evidence(step, name, value, "first non-finite value") for name, (step, value) in bad.items()]
+    skipped = [e for e in view.events if e.get("kind") == "skipped_update"
+               and ep.start <= (e.get("step") or -1) <= ep.last]
+    if skipped:
+        reason = decode_detail(skipped[0].get("detail")).get("reason", "")
+        evidence.append(Evidence(int(skipped[0]["step"]), "events", float(len(skipped)),
+                                 f"updates skipped ({reason})"))
+    causes, fixes = [], []
+    first = min(step for step, _ in bad.values())
+    if "reward" in bad and bad["reward"][0] <= first:
+        causes.append("a reward function returned NaN, inf or None for some completions")
+        fixes.append(advice("make every reward function return a number (None only for 'does not apply')"))
+        if cfg.ours and cfg.get("nonfinite_rewards") == "skip":
+            fixes.append(make_fix(cfg, "leave NaN rewards out of the group statistics instead of skipping "
+                                       "the step (TRL's behaviour)", {"nonfinite_rewards": "mask"}))
+    if "grad_norm" in bad and "loss" in view.series and "loss" not in bad:
+        causes.append("a hidden NaN: grad_norm is NaN while the logged loss looks fine (the HF Trainer "
+                      "replaces NaN losses in its log; set logging_nan_inf_filter=False)")
+    if "kl" in bad or "kl_loss" in bad:
+        causes.append("the KL estimate overflowed (exp of a large log-ratio): clamp the log-ratio before exp")
+    if any(n.startswith("advantage/") for n in bad):
+        causes.append("a division by a zero group std in the advantage")
+    causes.append(f"an update too large for fp precision ({cfg.describe('learning_rate')})")
+    fixes.append(make_fix(cfg, "recover gently for a few hundred steps (seed 000 §4.4)",
+                          {"learning_rate": 1e-7, "beta": 0.1}))
+    fixes.append(advice(f"or roll back to the last checkpoint before step {ep.start}"))
+    return Explanation("critical", evidence, causes, fixes)
+
+
+NONFINITE = Rule(
+    id="nonfinite", title="NaN or inf in the loss, gradient, KL, entropy or reward",
+    requires=(WATCHED,), detect=_nonfinite_detect, explain=_nonfinite_explain,
+    references=(REF_TABLE + " loss NaN", "seed 000 §4.4", PAINPOINTS + "s 12, 13"),
+    read="Any of reward, loss, policy_loss, kl_loss, grad_norm, kl, entropy or the advantage statistics is "
+         "NaN or inf at a logged step. The first metric to go tells the cause: reward first is a reward "
+         "function; grad_norm with a clean loss is a NaN the loss curve hides.",
+)
+
+
+# ---------------------------------------------------------------------------------------- zero_grad
+def _zero_grad_detect(view: RunView, since):
+    lo, steps, _ = rows(view, "grad_norm", since)
+    med = view.roll("grad_norm", W, "median", lo, 3)
+    signal = np.ones(len(steps), dtype=bool)
+    if view.has("frac_reward_zero_std"):
+        signal &= view.asof_roll("frac_reward_zero_std", W, steps) < 0.9
+    if view.has("reward_std"):
+        signal &= view.asof_roll("reward_std", W, steps) > 1e-6
+    with np.errstate(invalid="ignore"):
+        return steps, (med <= 1e-8) & signal
+
+
+def _zero_grad_explain(view: RunView, ep: Episode) -> Explanation:
+    evidence = [smoothed_evidence(view, "grad_norm", ep.last, "10-step median")]
+    for name, note in (("frac_reward_zero_std", "yet groups do differ"), ("reward_std", "and rewards vary")):
+        if view.has(name):
+            evidence.append(smoothed_evidence(view, name, ep.last, note))
+    causes = ["a framework or DeepSpeed bug (fixed by upgrading), or LoRA with offload"]
+    lengths = [n for n in ("completions/min_length", "completions/max_length", "completions/mean_length")
+               if view.has(n)]
+    if len(lengths) == 3 and len({round(view.value_at(n, ep.last), 6) for n in lengths}) == 1:
+        evidence.append(at(view, lengths[0], ep.last, "min = max = mean length"))
+        causes.insert(0, "the completion mask is built from token values (pad == eos): every length equals the "
+                         "batch maximum and the loss cancels to 0")
+    fixes = [advice("build the completion mask from the first EOS position, not from pad/eos token values"),
+             advice("upgrade the framework and DeepSpeed")]
+    return Explanation("critical", evidence, causes, fixes)
+
+
+ZERO_GRAD = Rule(
+    id="zero_grad", title="Gradient norm is 0 although groups differ",
+    requires=("grad_norm", ("frac_reward_zero_std", "reward_std")), detect=_zero_grad_detect,
+    explain=_zero_grad_explain, open_after=3,
+    references=(PAINPOINTS + " 14",),
+    read="The 10-step median grad_norm is 0 while fewer than 90% of groups are uniform and rewards vary: "
+         "there is signal but no gradient, which is a bug (mask, framework), not the task.",
+)
+
+
+# ---------------------------------------------------------------------------------------- grad_spikes
+SPIKE_SPAN = 10 * W
+
+
+def _spike_detect(view: RunView, since):
+    lo, steps, values = rows(view, "grad_norm", since)
+    first = max(0, lo - SPIKE_SPAN + 1)
+    flags = signals.spikes(values, W, first)
+    total = np.concatenate(([0], np.cumsum(flags)))
+    rel = np.arange(lo - first, len(flags))
+    recent = total[rel + 1] - total[np.maximum(rel + 1 - SPIKE_SPAN, 0)]  # spikes in the last SPIKE_SPAN rows
+    idx = row_index(lo, len(steps))
+    med = view.roll("grad_norm", W, "median", lo)
+    start = view.head("grad_norm", W)
+    with np.errstate(invalid="ignore"):
+        trend = (idx >= 3 * W - 1) & (med >= 5 * start) & (start > 0)
+        return steps, (recent >= 3) | trend
+
+
+def _spike_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    steps, values = view.finite("grad_norm")
+    keep = steps <= ep.last
+    flags = signals.spikes(values[keep], W)
+    spike_steps = steps[keep][flags][-5:]
+    evidence = [Evidence(int(s), "grad_norm", float(v), "spike: > 10 MADs and 5× the median of the 10 steps "
+                         "before") for s, v in zip(spike_steps, values[keep][flags][-5:])]
+    start = fmt(view.head("grad_norm", W))
+    evidence.append(smoothed_evidence(view, "grad_norm", ep.last, f"median now; start {start}"))
+    causes = ["a batch too small for the reward's variance: single batches yank the policy",
+              "outliers from the reward function (check rewards at the spike steps)"]
+    mu = cfg.get("num_iterations")
+    if isinstance(mu, int) and mu > 1:
+        causes.insert(0, f"several updates per rollout (num_iterations = {mu}) on a stale batch")
+    fixes = [make_fix(cfg, "clip gradients harder", {"max_grad_norm": scaled(cfg, "max_grad_norm", 0.2)}),
+             make_fix(cfg, "use larger batches", {"per_device_train_batch_size":
+                                                   scaled(cfg, "per_device_train_batch_size", 2)}),
+             make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
+    return Explanation("warning", evidence, causes, fixes)
+
+
+GRAD_SPIKES = Rule(
+    id="grad_spikes", title="Gradient norm spikes or keeps rising",
+    requires=("grad_norm",), detect=_spike_detect, explain=_spike_explain, clear_after=SPIKE_SPAN,
+    references=(PAINPOINTS + " 18", "painpoints F8"),
+    read="Three or more spikes within 100 logged steps (a spike is above the median of the 10 steps before "
+         "it by 10 MADs and 5×), or a 10-step median 5× its start. grad_norm above max_grad_norm alone is "
+         "expected: it is logged before clipping.",
+)
+
+
+# ---------------------------------------------------------------------------------------- entropy
+def _entropy_collapse_detect(view: RunView, since):
+    steps, idx, med = medians(view, "entropy", since)
+    less_variety = np.zeros(len(steps), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        if view.has("frac_reward_zero_std"):
+            uniform = view.asof_roll("frac_reward_zero_std", W, steps)
+            less_variety |= uniform >= view.head("frac_reward_zero_std", W) + 0.2
+        if view.has("reward_std"):
+            less_variety |= view.asof_roll("reward_std", W, steps) <= 0.5 * view.head("reward_std", W)
+        stalled = np.ones(len(steps), dtype=bool)
+        if view.has("reward"):
+            now = view.asof_roll("reward", W, steps)
+            before = view.asof_roll("reward", W, steps - _span(view, "reward", 3 * W))
+            stalled = ~(now > before + 1e-9 + 0.02 * np.abs(before))
+        return steps, (idx >= 3 * W - 1) & (med <= 0.2 * view.head("entropy", W)) & less_variety & stalled
+
+
+def _span(view: RunView, name: str, n_rows: int) -> int:
+    """About how many steps ``n_rows`` logged rows of a metric cover."""
+    steps = view.finite(name)[0]
+    if len(steps) < 2:
+        return n_rows
+    return int(round(n_rows * (steps[-1] - steps[0]) / (len(steps) - 1)))
+
+
+def _entropy_collapse_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    evidence = [Evidence(start_step(view, "entropy"), "entropy", view.head("entropy", W), "start"),
+                smoothed_evidence(view, "entropy", ep.last, "now: below 20% of the start")]
+    for name, note in (("frac_reward_zero_std", "more uniform groups"), ("reward_std", "less reward spread")):
+        if view.has(name):
+            evidence.append(smoothed_evidence(view, name, ep.last, note))
+    causes = ["symmetric clipping favours exploitation: probable tokens grow, rare ones cannot",
+              "no entropy bonus, low temperature, or an over-trained starting checkpoint"]
+    fixes = []
+    epsilon, high = cfg.get("epsilon"), cfg.get("epsilon_high")
+    if high is None or (isinstance(epsilon, (int, float)) and high <= epsilon):
+        fixes.append(make_fix(cfg, "clip-higher (DAPO)", {"epsilon_high": 0.28}))
+    fixes += warmer(cfg) + drop_uniform_groups(cfg, "drop uniform groups (dynamic sampling)")
+    fixes.append(advice("an entropy bonus (TRL entropy_coef, verl entropy_coeff)"))
+    return Explanation("warning", evidence, causes, fixes)
+
+
+ENTROPY_COLLAPSE = Rule(
+    id="entropy_collapse", title="Entropy collapsed: the policy stopped exploring",
+    requires=("entropy",), detect=_entropy_collapse_detect, explain=_entropy_collapse_explain, open_after=3,
+    references=(PAINPOINTS + " 7",),
+    read="Entropy's 10-step median is below 20% of its start, groups are more uniform (or reward_std halved) "
+         "and the reward has stopped rising over the last 30 logged steps. Falling entropy while reward "
+         "still rises is learning, not collapse.",
+)
+
+
+def _entropy_blowup_detect(view: RunView, since):
+    steps, idx, med = medians(view, "entropy", since)
+    with np.errstate(invalid="ignore"):
+        return steps, (idx >= 3 * W - 1) & (med >= 2 * view.head("entropy", W)) & (med >= 1.0)
+
+
+def _entropy_blowup_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    evidence = [Evidence(start_step(view, "entropy"), "entropy", view.head("entropy", W), "start"),
+                smoothed_evidence(view, "entropy", ep.last, "now: doubled and above 1 nat")]
+    fell = reward_fell(view, ep, "")
+    evidence += [fell] if fell else []
+    severe = fell is not None
+    causes, fixes = [], []
+    epsilon, high = cfg.get("epsilon"), cfg.get("epsilon_high")
+    if isinstance(high, (int, float)) and isinstance(epsilon, (int, float)) and high > epsilon:
+        causes.append(f"clip-higher is too permissive (epsilon_high = {high:g})")
+        fixes.append(make_fix(cfg, "narrow clip-higher", {"epsilon_high": float(epsilon)}))
+    if view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.3:
+        causes.append("many overlong, truncated completions in the loss")
+        if not cfg.get("mask_truncated_completions"):
+            fixes.append(make_fix(cfg, "mask truncated completions", {"mask_truncated_completions": True}))
+    causes.append("too weak a KL anchor: the KL term is what stops gibberish")
+    fixes.append(make_fix(cfg, "strengthen the KL term", {"beta": doubled_beta(cfg)}))
+    return Explanation("critical" if severe else "warning", evidence, causes, fixes)
+
+
+ENTROPY_BLOWUP = Rule(
+    id="entropy_blowup", title="Entropy keeps rising: drifting toward gibberish",
+    requires=("entropy",), detect=_entropy_blowup_detect, explain=_entropy_blowup_explain, open_after=3,
+    references=(PAINPOINTS + " 8", "painpoints F12"),
+    read="Entropy's 10-step median doubled from its start and passed 1 nat per token (critical when the "
+         "reward falls). A slight rise below 1 is exploration and expected.",
+)
+
+
+# ---------------------------------------------------------------------------------------- oom
+_MEMORY = re.compile(r"out of memory|outofmemory|memoryerror|cuda oom|cannot allocate memory", re.IGNORECASE)
+
+
+def _oom_events(view: RunView, since) -> list[dict]:
+    return [e for e in view.events if e.get("kind") == "crash" and e.get("step") is not None
+            and (since is None or e["step"] > since)
+            and _MEMORY.search(" ".join(str(v) for v in decode_detail(e.get("detail")).values()))]
+
+
+def _oom_detect(view: RunView, since):
+    steps = np.array(sorted({int(e["step"]) for e in _oom_events(view, since)}), dtype=np.int64)
+    return steps, np.ones(len(steps), dtype=bool)
+
+
+def _oom_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    event = next(e for e in _oom_events(view, None) if int(e["step"]) == ep.last)
+    text = " ".join(str(v) for v in decode_detail(event.get("detail")).values())
+    evidence = [Evidence(ep.last, "events", float("nan"), text[:200])]
+    if view.has("memory/peak_gb"):
+        evidence.append(at(view, "memory/peak_gb", ep.last, "peak memory before the crash"))
+    causes = ["the batch (completions per step) or G is too large for the device",
+              "the logits tensor B × L × V dominates memory, not the model size; a long completion late in the "
+              "run can tip it over"]
+    batch, G = cfg.get("per_device_train_batch_size"), cfg.get("num_generations")
+    fixes = []
+    if isinstance(batch, int) and batch > 32:
+        fixes.append(make_fix(cfg, "first, fewer completions per step", {"per_device_train_batch_size": 32}))
+    if isinstance(G, int) and G > 4:
+        fixes.append(make_fix(cfg, "then a smaller group", {"num_generations": 4}))
+    fixes.append(make_fix(cfg, "shorter completions", {"max_completion_length":
+                                                      scaled(cfg, "max_completion_length", 0.5)}))
+    if cfg.ours and not cfg.get("lora_r"):
+        fixes.append(make_fix(cfg, "then LoRA (rank 16–64, alpha = 2·rank; the `lora` extra)", {"lora_r": 16}))
+    else:
+        fixes.append(advice("then gradient checkpointing, then LoRA (rank 16–64, alpha = 2·rank)"))
+    return Explanation("critical", evidence, causes, fixes)
+
+
+OOM = Rule(
+    id="oom", title="The run crashed out of memory",
+    requires=(), detect=_oom_detect, explain=_oom_explain,
+    gate=lambda view: None if view.events or view.config.ours else "needs crash events (runs trained here)",
+    references=(REF_TABLE + " OOM", "seed 000 §4.3", PAINPOINTS + " 27"),
+    read="A crash event whose error mentions memory. The ladder: batch → 32, then G → 4, then gradient "
+         "checkpointing, then LoRA.",
+)
+
+RULES = (NONFINITE, ZERO_GRAD, GRAD_SPIKES, ENTROPY_COLLAPSE, ENTROPY_BLOWUP, OOM)
+

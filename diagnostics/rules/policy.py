@@ -1,0 +1,236 @@
+"""Rules on the policy update: clip fraction too high with several updates per rollout, clipping (or an
+importance-sampling ratio away from 1) where the rollout should equal the trainer, advantages above
+the group z-score bound (G−1)/√G, and advantages that are not centred per group."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from diagnostics.findings import Evidence
+from diagnostics.fixes import advice, make_fix, scaled
+from diagnostics.rules.base import (
+    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, first_present, level, rows, smoothed, smoothed_evidence
+)
+from diagnostics.view import RunView
+
+CLIP = ("clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean")
+LOGP_DIFF = "sampling/sampling_logp_difference/mean"
+IS_RATIO = "sampling/importance_sampling_ratio/mean"
+
+
+def _clip_metric(view: RunView) -> str:
+    return first_present(view, *CLIP) or CLIP[0]
+
+
+# ---------------------------------------------------------------------------------------- clip_high
+def _clip_gate(view: RunView) -> str | None:
+    if view.config.one_update_per_rollout():
+        return f"{view.config.describe('num_iterations')}: one update per rollout, so clipping is 0 by construction"
+    return None
+
+
+def _clip_detect(view: RunView, since):
+    return level(view, _clip_metric(view), since, lambda m: m > 0.3)
+
+
+def _clip_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    name = _clip_metric(view)
+    evidence = [smoothed_evidence(view, name, ep.last, "10-step median share of clipped tokens")]
+    causes, fixes = [], []
+    epsilon, mu = cfg.get("epsilon"), cfg.get("num_iterations")
+    if isinstance(epsilon, (int, float)) and epsilon < 0.1:
+        causes.append(f"a narrow clip range (epsilon = {epsilon:g}): most tokens leave it after one update")
+        fixes.append(make_fix(cfg, "widen the clip range", {"epsilon": 0.2}))
+    causes.append(f"updates too aggressive for several passes over one rollout ({cfg.describe('learning_rate')}, "
+                  f"{cfg.describe('num_iterations')})")
+    fixes.append(make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)}))
+    if isinstance(mu, int) and mu > 1:
+        fixes.append(make_fix(cfg, "fewer passes per rollout", {"num_iterations": max(1, mu // 2)}))
+    if isinstance(epsilon, (int, float)) and 0.1 <= epsilon < 0.3:
+        fixes.append(make_fix(cfg, "a wider clip range", {"epsilon": round(epsilon + 0.1, 3)}))
+    if cfg.get("importance_sampling_level") == "sequence":
+        causes.append("sequence-level ratios (GSPO) clip 10–30% normally: read the threshold with care")
+    return Explanation("warning", evidence, causes, fixes)
+
+
+CLIP_HIGH = Rule(
+    id="clip_high", title="Clip fraction is high: updates too aggressive",
+    requires=(CLIP,), detect=_clip_detect, explain=_clip_explain, gate=_clip_gate, open_after=3,
+    references=(REF_TABLE + " clip fraction high", "seed 000 §3.5", "painpoints F6, F7"),
+    read="With several updates per rollout (num_iterations > 1), the 10-step median clip_ratio/region_mean is "
+         "above 0.3. With one update per rollout the clip fraction is 0 by construction and this rule does "
+         "not apply (see rollout_mismatch).",
+)
+
+
+# ---------------------------------------------------------------------------------------- rollout_mismatch
+def _mismatch_gate(view: RunView) -> str | None:
+    if view.has(IS_RATIO):
+        return None
+    if any(view.has(n) for n in CLIP) and view.config.one_update_per_rollout():
+        return None
+    if not any(view.has(n) for n in (*CLIP, IS_RATIO)):
+        return "needs clip_ratio/region_mean or " + IS_RATIO
+    return f"{view.config.describe('num_iterations')}: clipping is expected with several updates per rollout"
+
+
+def _mismatch_detect(view: RunView, since):
+    if view.has(IS_RATIO):
+        steps, active = level(view, IS_RATIO, since, lambda m: m < 0.8)
+        if view.config.one_update_per_rollout() and any(view.has(n) for n in CLIP):
+            clip = view.asof_roll(_clip_metric(view), W, steps)
+            with np.errstate(invalid="ignore"):
+                active |= clip > 1e-3
+        return steps, active
+    return level(view, _clip_metric(view), since, lambda m: m > 1e-3)
+
+
+def _mismatch_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    evidence, causes = [], []
+    if any(view.has(n) for n in CLIP):
+        name = _clip_metric(view)
+        evidence.append(smoothed_evidence(view, name, ep.last, f"clipping although {cfg.describe('num_iterations')}"))
+    if view.has(IS_RATIO):
+        evidence.append(smoothed_evidence(view, IS_RATIO, ep.last, "importance-sampling ratio, ideally 1"))
+    if view.has(LOGP_DIFF):
+        diff = smoothed(view, LOGP_DIFF, ep.last)
+        evidence.append(Evidence(ep.last, LOGP_DIFF, diff, "per-token |trainer − rollout| log-prob"))
+        if view.has(IS_RATIO) and smoothed(view, IS_RATIO, ep.last) < 0.8 and diff < 0.05:
+            causes.append("sequence-level importance sampling multiplies a small per-token difference over "
+                          "every token (exp Σ Δ), so long completions are masked or shrunk")
+    causes.append("the rollout engine's log-probs differ from the trainer's (different kernels or precision, "
+                  "temperature or top-p applied differently, different micro-batch sizes)")
+    if "num_iterations" in cfg.assumed:
+        causes.append(f"the run is not one update per rollout after all ({cfg.describe('num_iterations')})")
+    fixes = [advice("TRL: vllm_importance_sampling_correction=True (token-level mode for long completions); "
+                    "verl: the same log_prob and ppo micro-batch sizes"),
+             advice("compare the trainer's and the rollout's log-probs at lr = 0: they should match")]
+    return Explanation("warning", evidence, causes, fixes)
+
+
+ROLLOUT_MISMATCH = Rule(
+    id="rollout_mismatch", title="Rollout and trainer disagree (training–inference mismatch)",
+    requires=(), detect=_mismatch_detect, explain=_mismatch_explain, gate=_mismatch_gate, open_after=3,
+    references=(PAINPOINTS + "s 10, 11", "painpoints note 1"),
+    read="With one update per rollout the ratio is exactly 1, so any clipping (10-step median > 0.001) means the "
+         "rollout's log-probs are not the trainer's; an importance-sampling ratio mean below 0.8 says the same.",
+)
+
+
+# ---------------------------------------------------------------------------------------- advantage_explosion
+def _bound(view: RunView) -> tuple[float, bool] | None:
+    """(limit, strict): the z-score bound (G−1)/√G, strict when groups are prompts scaled by their own std."""
+    cfg = view.config
+    G = cfg.get("num_generations")
+    if not isinstance(G, (int, float)) or G < 2:
+        return None
+    bound = (G - 1) / math.sqrt(G)
+    strict = cfg.get("scale_rewards") == "group" and cfg.get("group_by", "prompt") == "prompt"
+    return (bound if strict else 2 * bound), strict
+
+
+def _explosion_gate(view: RunView) -> str | None:
+    cfg = view.config
+    if cfg.get("advantage") not in ("grpo", None) or cfg.get("scale_rewards") == "none":
+        return "advantages are not z-scored (advantage/scale_rewards), so no bound applies"
+    if _bound(view) is None:
+        return "needs num_generations in the run's config"
+    return None
+
+
+def _explosion_detect(view: RunView, since):
+    limit, _ = _bound(view)
+    lo, steps, _ = rows(view, "advantage/abs_max", since)
+    peak = view.roll("advantage/abs_max", W, "max", lo, 1)
+    with np.errstate(invalid="ignore"):
+        return steps, peak > limit * 1.001 + 1e-6
+
+
+def _explosion_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    limit, strict = _bound(view)
+    G = cfg.get("num_generations")
+    steps, values = view.finite("advantage/abs_max")
+    keep = (steps >= ep.start) & (steps <= ep.last)
+    worst = int(np.argmax(np.where(keep, values, -np.inf)))
+    evidence = [Evidence(int(steps[worst]), "advantage/abs_max", float(values[worst]),
+                         f"largest |A|; bound (G−1)/√G = {(G - 1) / math.sqrt(G):.2f} at G = {G}")]
+    causes, fixes = [], []
+    if strict:
+        causes += ["a near-zero group std: fp32 noise in near-constant groups passes a std ≠ 0 check and "
+                   "multiplies A by thousands", "groups are not what they should be: prompt ids not shared "
+                   "within a group, partial groups, or a batch not divisible by G (multi-GPU)"]
+        fixes.append(advice("floor the group std at 1e-3, or skip normalising near-constant groups"))
+    if cfg.get("scale_rewards") == "batch":
+        causes.append("scale_rewards = batch: the batch std is smaller than one group's spread when most groups "
+                      "are uniform, so a few samples dominate the update")
+        fixes.append(make_fix(cfg, "scale by each group's own std", {"scale_rewards": "group"}))
+    group_by = cfg.get("group_by", "prompt")
+    if group_by != "prompt":
+        causes.append(f"groups are formed by {group_by}, not by prompt: larger groups allow larger z-scores")
+        fixes.append(make_fix(cfg, "group by prompt", {"group_by": "prompt"}))
+    if cfg.ours and cfg.get("advantage_clip") is None:
+        fixes.append(make_fix(cfg, "compress advantages with tanh (seed 001 §3.1)", {"advantage_clip": "tanh"}))
+    return Explanation("critical" if strict else "warning", evidence, causes, fixes)
+
+
+ADVANTAGE_EXPLOSION = Rule(
+    id="advantage_explosion", title="Advantages exceed the group bound (G−1)/√G",
+    requires=("advantage/abs_max",), detect=_explosion_detect, explain=_explosion_explain,
+    gate=_explosion_gate,
+    references=(REF_TABLE + " advantage explosion", "REFERENCE §1 known errors", PAINPOINTS + "s 15, 28",
+                "painpoints note 2"),
+    read="A group z-score with the unbiased std cannot exceed (G−1)/√G (2.47 at G = 8); any |A| above it "
+         "within the last 10 logged steps is a bug (critical). With batch scaling or non-prompt groups the "
+         "limit is twice the bound (warning). Seed 001's '|A| > 100' is far too loose.",
+)
+
+
+# ---------------------------------------------------------------------------------------- advantage_not_centred
+def _centred_gate(view: RunView) -> str | None:
+    cfg = view.config
+    if cfg.framework == "verl":
+        return "verl's advantage mean is token-weighted, so it is not 0 by construction (painpoints F9)"
+    if cfg.get("advantage") not in ("grpo", "dr_grpo", "rloo") or cfg.get("advantage_clip") is not None:
+        return "advantages are not group-centred in this config"
+    return None
+
+
+GROUP_MEAN = "advantage/group_mean_abs_max"  # the embedded trainer's per-group check (0 by construction)
+
+
+def _centred_detect(view: RunView, since):
+    if view.has(GROUP_MEAN):
+        return level(view, GROUP_MEAN, since, lambda m: m > 1e-3)
+    return level(view, "advantage/mean", since, lambda m: np.abs(m) > 0.05)
+
+
+def _centred_explain(view: RunView, ep: Episode) -> Explanation:
+    name = GROUP_MEAN if view.has(GROUP_MEAN) else "advantage/mean"
+    evidence = [smoothed_evidence(view, name, ep.last, "should be 0: each group is centred on its mean")]
+    causes = ["advantages computed over the wrong groups (prompt ids not shared, partial groups, per-rank "
+              "statistics before gathering rewards)", "NaN rewards handled differently in the mean and the "
+              "advantage"]
+    fixes = [advice("gather rewards from every rank, then group, then slice per process; check each group has "
+                    "G members and a per-group mean advantage of 0")]
+    return Explanation("warning", evidence, causes, fixes)
+
+
+ADVANTAGE_NOT_CENTRED = Rule(
+    id="advantage_not_centred", title="Advantages are not centred per group",
+    requires=((GROUP_MEAN, "advantage/mean"),), detect=_centred_detect, explain=_centred_explain,
+    gate=_centred_gate,
+    open_after=3,
+    references=(PAINPOINTS + " 28", "painpoints F9"),
+    read="Group-relative advantages sum to 0 in every group, so their batch mean is 0; a 10-step median "
+         "|advantage/mean| above 0.05 means the groups are broken. Where the run logs "
+         "advantage/group_mean_abs_max (the largest |mean advantage| of any prompt group; the embedded "
+         "trainer does), any value above 0.001 is the sign: groups split across processes without "
+         "gathering the rewards first.",
+)
+
+RULES = (CLIP_HIGH, ROLLOUT_MISMATCH, ADVANTAGE_EXPLOSION, ADVANTAGE_NOT_CENTRED)

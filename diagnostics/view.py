@@ -1,0 +1,264 @@
+"""What the rules read: a run's metric series (growing as a live run logs), its config, events and
+per-step statistics of its sampled completions.
+
+``RunView(store.get_run(id)).extend(store)`` reads a whole run; calling ``extend`` again appends only
+the steps logged since the last call, into buffers that grow by doubling, so a live update costs the new
+steps, not the run's length. Window statistics the rules share (rolling medians, a run's starting level, the
+running maximum of a rolling series) are cached: per pass for windows, for good for prefixes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from diagnostics import signals
+from diagnostics.runconfig import RunConfig, run_config
+
+# Per-step statistics of the stored completions, kept as metrics the rules can read like any other.
+SAMPLE_EMPTY = "samples/empty_share"
+SAMPLE_REPETITION = "samples/repetition"
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+class _Buffer:
+    """A numpy array that grows by doubling; ``array`` is a view of the filled part (no copy)."""
+
+    def __init__(self, dtype):
+        self.data = np.empty(64, dtype=dtype)
+        self.n = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self.data):
+            grown = np.empty(max(need, 2 * len(self.data)), dtype=self.data.dtype)
+            grown[:self.n] = self.data[:self.n]
+            self.data = grown
+        self.data[self.n:need] = values
+        self.n = need
+
+    @property
+    def array(self) -> np.ndarray:
+        return self.data[:self.n]
+
+
+class Series:
+    """One metric: every logged (step, value), NaN/inf included, and its finite values apart (the same
+    arrays, not a copy, until a non-finite value arrives)."""
+
+    def __init__(self):
+        self.steps, self.values = _Buffer(np.int64), _Buffer(np.float64)
+        self.fsteps, self.fvalues = self.steps, self.values
+
+    def extend(self, steps: np.ndarray, values: np.ndarray) -> None:
+        ok = np.isfinite(values)
+        if self.fsteps is self.steps and not ok.all():  # the first NaN/inf: keep the finite ones apart
+            self.fsteps, self.fvalues = _Buffer(np.int64), _Buffer(np.float64)
+            self.fsteps.extend(self.steps.array)
+            self.fvalues.extend(self.values.array)
+        self.steps.extend(steps)
+        self.values.extend(values)
+        if self.fsteps is not self.steps:
+            self.fsteps.extend(steps[ok])
+            self.fvalues.extend(values[ok])
+
+
+class RunView:
+    """A run as the rules see it: build it from the run's row, then ``extend`` it from the store (again
+    for each update of a live run)."""
+
+    def __init__(self, run: Mapping, events: Iterable[Mapping] = ()):
+        self.run = dict(run)
+        self.series: dict[str, Series] = {}
+        self.events: list[dict] = list(events)
+        self.last_step: int | None = None
+        self.config: RunConfig = run_config(self.run.get("source", ""), self.run.get("config"), ())
+        self._pass: dict = {}       # window results, valid for one pass over new steps
+        self._prefix: dict = {}     # running maxima/minima of rolling series: (key) -> (rows done, value)
+        self._heads: dict = {}      # a series' starting level, fixed once its first window is full
+        self.memo: dict = {}        # rules' own running state over the rows seen (see length.length_cap)
+
+    # ------------------------------------------------------------------ loading
+    def extend(self, store) -> int | None:
+        """Append the steps logged since the last call (metrics, the statistics of their sampled
+        completions, and the run's events); returns the last step seen before them."""
+        run_id = self.run["id"]
+        since = self.last_step
+        fresh = store.series(run_id, since_step=since)
+        newest = max((int(steps[-1]) for steps, _ in fresh.values() if len(steps)), default=None)
+        samples = store.samples(run_id, since_step=since)
+        if len(samples):  # samples of a step logged after the metrics were read wait for the next call
+            samples = samples[samples["step"] <= (newest if newest is not None else since or 0)]
+        events = store.events(run_id)
+        self.events = events.to_dict("records") if not events.empty else []
+        self.run.update(status=store.get_run(run_id)["status"])
+        return self.add(fresh, samples)
+
+    def add(self, fresh: Mapping[str, tuple[np.ndarray, np.ndarray]], samples=None) -> int | None:
+        """Append new rows, ``{metric: (steps, values)}`` with steps after ``last_step``, and the
+        per-step statistics of new ``samples``. Returns the last step before them (None: none)."""
+        before = self.last_step
+        fresh = dict(fresh)
+        if samples is not None and len(samples):
+            fresh.update(sample_statistics(samples))
+        for name, (steps, values) in fresh.items():
+            if len(steps) == 0:
+                continue
+            series = self.series.get(name)
+            if series is None:
+                series = self.series[name] = Series()
+            series.extend(np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64))
+            last = int(steps[-1])
+            self.last_step = last if self.last_step is None else max(self.last_step, last)
+        if self.last_step != before:
+            self.config = run_config(self.run.get("source", ""), self.run.get("config"), self.series)
+        return before
+
+    # ------------------------------------------------------------------ reading
+    def begin_pass(self) -> None:
+        self._pass.clear()
+
+    def has(self, name: str) -> bool:
+        """The metric was logged at least once with a finite value."""
+        series = self.series.get(name)
+        return series is not None and series.fvalues.n > 0
+
+    def finite(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of the metric's finite values (empty arrays when never logged)."""
+        series = self.series.get(name)
+        if series is None:
+            return np.empty(0, np.int64), np.empty(0)
+        return series.fsteps.array, series.fvalues.array
+
+    def raw(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) as logged, NaN and inf included."""
+        series = self.series.get(name)
+        if series is None:
+            return np.empty(0, np.int64), np.empty(0)
+        return series.steps.array, series.values.array
+
+    def names(self) -> list[str]:
+        return sorted(self.series)
+
+    def first_row_after(self, name: str, since: int | None) -> int:
+        """Index of the metric's first finite row with step > since."""
+        if since is None:
+            return 0
+        key = ("first", name, since)
+        if key not in self._pass:
+            self._pass[key] = int(np.searchsorted(self.finite(name)[0], since, side="right"))
+        return self._pass[key]
+
+    def roll(self, name: str, w: int, fn: str = "median", lo: int = 0, min_periods: int | None = None):
+        """signals.rolling over the metric's finite values for rows lo.. (cached for this pass): NaN
+        where the window holds fewer than ``min_periods`` (default w) rows."""
+        need = w if min_periods is None else min_periods
+        key = (name, w, fn, lo, need)
+        if key not in self._pass:
+            base = (name, w, fn, lo, 1)
+            if base not in self._pass:
+                self._pass[base] = signals.rolling(self.finite(name)[1], w, fn, lo, 1)
+            values = self._pass[base]
+            if need > 1 and lo < need - 1:  # only the run's first rows have short windows
+                values = values.copy()
+                values[:need - 1 - lo] = np.nan
+            self._pass[key] = values
+        return self._pass[key]
+
+    def head(self, name: str, w: int, fn: str = "median") -> float:
+        """The metric's starting level: fn of its first w finite values (NaN until there are w)."""
+        key = (name, w, fn)
+        if key not in self._heads:
+            value = signals.head(self.finite(name)[1], w, fn)
+            if math.isnan(value):
+                return value
+            self._heads[key] = value
+        return self._heads[key]
+
+    def running(self, name: str, w: int, fn: str, how: str, lo: int) -> np.ndarray:
+        """For rows lo..: the running max (``how="max"``) or min of the rolling series up to each row,
+        over the whole run; the prefix before ``lo`` is remembered between passes."""
+        key = ("running", name, w, fn, how, lo)
+        if key in self._pass:
+            return self._pass[key]
+        done, best = self._prefix.get((name, w, fn, how), (0, np.nan))
+        if done != lo:  # first call, or a pass that starts elsewhere: recompute the prefix
+            best = _reduce(how, self.roll(name, w, fn, 0)[:lo])
+        values = self.roll(name, w, fn, lo)
+        acc = np.fmax.accumulate if how == "max" else np.fmin.accumulate
+        out = acc(np.concatenate(([best], values)))[1:] if len(values) else values
+        self._prefix[(name, w, fn, how)] = (lo + len(values), out[-1] if len(out) else best)
+        self._pass[key] = out
+        return out
+
+    def asof(self, name: str, steps: np.ndarray) -> np.ndarray:
+        """The metric's last finite value at or before each step (NaN before its first)."""
+        fsteps, fvalues = self.finite(name)
+        if len(fsteps) == 0:
+            return np.full(len(steps), np.nan)
+        idx = np.searchsorted(fsteps, steps, side="right") - 1
+        out = fvalues[np.clip(idx, 0, None)].copy()
+        out[idx < 0] = np.nan
+        return out
+
+    def asof_roll(self, name: str, w: int, steps: np.ndarray, fn: str = "median", min_periods: int = 3):
+        """The metric's w-row rolling ``fn`` (on its own rows) as of each step: NaN before it has
+        ``min_periods`` rows."""
+        fsteps = self.finite(name)[0]
+        out = np.full(len(steps), np.nan)
+        if not len(fsteps) or not len(steps):
+            return out
+        idx = np.searchsorted(fsteps, steps, side="right") - 1
+        ok = idx >= 0
+        if ok.any():
+            lo = int(idx[ok][0])
+            out[ok] = self.roll(name, w, fn, lo, min_periods)[idx[ok] - lo]
+        return out
+
+    def value_at(self, name: str, step: int) -> float:
+        return float(self.asof(name, np.array([step]))[0])
+
+
+def _reduce(how: str, values: np.ndarray) -> float:
+    values = values[~np.isnan(values)]
+    if not len(values):
+        return np.nan
+    return float(values.max() if how == "max" else values.min())
+
+
+def sample_statistics(samples) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per step of the stored completions (sorted by step): the share that are empty, and the mean share
+    of repeated word 3-grams (whitespace/punctuation tokens; character 3-grams for text without spaces)."""
+    steps, empty, repetition = [], [], []
+    for step, rows in itertools.groupby(zip(samples["step"].tolist(), samples["completion"].tolist()),
+                                        key=lambda r: r[0]):
+        texts = [str(text) for _, text in rows]
+        steps.append(int(step))
+        empty.append(sum(not t.strip() for t in texts) / len(texts))
+        rates = [r for r in (_repeated_share(t) for t in texts) if r is not None]
+        repetition.append(sum(rates) / len(rates) if rates else math.nan)
+    steps_arr = np.array(steps, dtype=np.int64)
+    return {SAMPLE_EMPTY: (steps_arr, np.array(empty)), SAMPLE_REPETITION: (steps_arr, np.array(repetition))}
+
+
+def _repeated_share(text: str, n: int = 3) -> float | None:
+    tokens = _WORD.findall(text) if " " in text.strip() else list(text)
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    if not grams:
+        return None
+    return 1.0 - len(set(grams)) / len(grams)
+
+
+def decode_detail(detail) -> dict:
+    """An event's detail as a dict, whether the store gave it parsed or as JSON text."""
+    if isinstance(detail, Mapping):
+        return dict(detail)
+    try:
+        return json.loads(detail)
+    except (TypeError, ValueError):
+        return {}

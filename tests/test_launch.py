@@ -1,0 +1,253 @@
+"""Starting, stopping and restarting trainer processes from the dashboard (``app.launch``): argument lists
+validated by the trainer's own parser, real tiny trainer processes, dead processes detected."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from app import launch
+from app.restarts import RestartPoint, restart_point
+from diagnostics.findings import Finding, Fix
+from diagnostics.store import RunStore
+from trainer.config import parse_config
+from waiting import run_named, wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"per_device_train_batch_size": 16, "num_generations": 8, "torch_threads": 1}
+
+
+@pytest.fixture
+def db(tmp_path) -> str:
+    path = str(tmp_path / "launch.db")
+    RunStore(path).close()
+    return path
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    """Every test ends with its trainers gone (a failing test must not leave one running)."""
+    yield
+    for pid, started in list(launch._LAUNCHED.items()):
+        if started.exit_code() is None:
+            os.killpg(pid, signal.SIGKILL)
+            started.process.wait()
+        launch.dismiss(pid)
+
+
+# ------------------------------------------------------------------------------------- argument lists
+def test_form_values_reach_the_trainer_exactly(db):
+    values = {"max_steps": 7, "learning_rate": 3e-5, "beta": 0.0, "loss_type": "dr_grpo", "epsilon": 0.2,
+              "dynamic_sampling": True, "mask_truncated_completions": False,
+              "reward_funcs": ["constant", "correctness"],
+              "reward_weights": [1.0, 0.5], "advantage_clip": "tanh", "temperature": 0.7, "run_name": "exact"}
+    with RunStore(db) as store:
+        started = launch.new_run(values, db, store)
+    assert started.argv[:3] == [sys.executable, "-m", "trainer"]
+    assert started.argv[-4:] == ["--output_dir", str(Path(db).parent / "runs"), "--db", db]
+    config = parse_config(started.argv[3:])  # what the trainer process will parse
+    for key, value in values.items():
+        assert getattr(config, key) == value, key
+    assert started.run_name == "exact" and started.log_path == Path(db).parent / "runs" / "exact.log"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"num_generations": 1}, "num_generations: must be >= 2"),
+    ({"per_device_train_batch_size": 12}, "must be a multiple of num_generations"),
+    ({"beta": "lots"}, "beta: invalid float value: 'lots'"),
+    ({"temprature": 0.5}, "did you mean 'temperature'"),
+    ({"db": "/tmp/other.db"}, "db: set by the dashboard"),
+    ({"output_dir": "/"}, "output_dir: set by the dashboard"),
+    ({"reward_funcs": ["os:system"]}, "the dashboard starts built-in rewards only"),
+    ({"task": "chess"}, "task: 'chess' is not one of addition"),
+    ({"run_name": "--beta"}, "looks like an option"),
+    ({"learning_rate": float("nan")}, "not a finite number"),
+    ({"epsilon_high": 0.1}, "epsilon_high (0.1) must be >= epsilon"),
+])
+def test_bad_values_are_refused_before_anything_starts(db, values, message):
+    with RunStore(db) as store, pytest.raises(launch.LaunchError) as error:
+        launch.new_run(values, db, store)
+    assert any(message in m for m in error.value.messages), error.value.messages
+    assert not launch._LAUNCHED
+
+
+def test_every_problem_is_reported_once(db):
+    with RunStore(db) as store, pytest.raises(launch.LaunchError) as error:
+        launch.new_run({"top_p": 2.0, "max_steps": 0, "temperature": -1.0}, db, store)
+    assert len(error.value.messages) == 3
+
+
+def test_a_taken_run_name_is_refused(db):
+    with RunStore(db) as store:
+        store.create_run("taken", status="finished")
+        with pytest.raises(launch.LaunchError, match="already exists"):
+            launch.new_run({"run_name": "taken"}, db, store)
+
+
+def test_more_options_text(db):
+    assert launch.parse_extra("epsilon_high=0.28  --kl_target=0.03\nreward_funcs=constant,format_reward") == {
+        "epsilon_high": "0.28", "kl_target": "0.03", "reward_funcs": ["constant", "format_reward"]}
+    with pytest.raises(launch.LaunchError, match="expected key=value"):
+        launch.parse_extra("beta")
+    with RunStore(db) as store:
+        with pytest.raises(launch.LaunchError, match="beta: must be >= 0"):
+            launch.new_run(launch.parse_extra("beta=-0.5"), db, store)
+        started = launch.new_run(launch.parse_extra("epsilon_high=0.28 reward_funcs=constant,format_reward"), db, store)
+    config = parse_config(started.argv[3:])
+    assert config.epsilon_high == 0.28 and config.reward_funcs == ["constant", "format_reward"]
+
+
+def test_restart_arguments_are_validated_on_the_parents_config(db):
+    parent = {"name": "p", "config": {**TINY, "max_steps": 20, "beta": 0.04}}
+    with RunStore(db) as store:
+        child = launch.restart(parent, 10, {"beta": 0.08, "loss_type": "dr_grpo"}, db, store)
+        assert child.argv[3:7] == ["--restart_from", "p@10", "--set", "beta=0.08"]
+        assert "loss_type=dr_grpo" in child.argv and child.parent == "p" and child.run_name == "p-fix"
+        with pytest.raises(launch.LaunchError, match="beta: must be >= 0"):
+            launch.restart(parent, 10, {"beta": -1.0}, db, store)
+        with pytest.raises(launch.LaunchError, match="must be above the checkpoint"):
+            launch.restart(parent, 20, {"beta": 0.08}, db, store)
+        with pytest.raises(launch.LaunchError, match="unknown option 'gradient_checkpointing'"):
+            launch.restart(parent, 10, {"gradient_checkpointing": True}, db, store)
+
+
+def test_validating_imports_no_torch():
+    probe = ("import sys; from app import launch; from diagnostics.store import RunStore; "
+             "s = RunStore(); launch.new_run({'beta': 0.1}, ':memory:', s); print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------------------------- processes
+def test_two_runs_at_once_one_stopped(db):
+    with RunStore(db) as store:
+        short = launch.start(launch.new_run({**TINY, "max_steps": 3, "run_name": "short"}, db, store))
+        long = launch.start(launch.new_run({**TINY, "max_steps": 100_000, "save_steps": 0, "run_name": "long"},
+                                           db, store))
+    assert {p.run_name for p in launch.pending(["other"])} == {"short", "long"}
+    running = wait_for(lambda: (r := run_named(db, "long")) and r["last_step"] and r, 120, "the long run's first step")
+    assert running["pid"] == long.pid and running["status"] == "running"
+    assert launch.pending(["long", "short"]) == []
+
+    message = launch.stop(running)
+    assert "stop" in message
+    wait_for(lambda: long.exit_code() is not None, 60, "the long run to stop")
+    wait_for(lambda: short.exit_code() is not None, 60, "the short run to finish")
+    assert (long.exit_code(), short.exit_code()) == (0, 0), long.log_path.read_text()[-2000:]
+    with RunStore(db) as store:
+        stopped, finished = store.get_run("long"), store.get_run("short")
+        assert stopped["status"] == "stopped" and finished["status"] == "finished"
+        assert finished["last_step"] == 3
+        checkpoints = store.events(stopped["id"], "checkpoint")
+        assert list(checkpoints["step"]) == [stopped["last_step"]]  # SIGTERM: a checkpoint, then stop
+    with pytest.raises(launch.LaunchError, match="is stopped, not running"):
+        launch.stop(stopped)
+
+
+def test_a_killed_trainer_is_marked_crashed(db):
+    with RunStore(db) as store:
+        started = launch.start(launch.new_run({**TINY, "max_steps": 100_000, "save_steps": 0, "run_name": "doomed"},
+                                              db, store))
+    wait_for(lambda: (r := run_named(db, "doomed")) and r["last_step"], 120, "a first step")
+    os.kill(started.pid, signal.SIGKILL)
+    wait_for(lambda: started.exit_code() is not None, 30, "the process to die")
+    with RunStore(db) as store:
+        assert store.get_run("doomed")["status"] == "running"  # nobody told the store
+        assert launch.reap(store) == [store.get_run("doomed")["id"]]
+        run = store.get_run("doomed")
+        assert run["status"] == "crashed"
+        assert "crash" in set(store.events(run["id"])["kind"])
+
+
+def test_stop_leaves_other_processes_alone(db):
+    with RunStore(db) as store:
+        run_id = store.create_run("impostor", pid=os.getpid())  # a run whose pid is not a trainer (this test)
+        with pytest.raises(launch.LaunchError, match="is not a running trainer"):
+            launch.stop(store.get_run(run_id))
+        other_host = dict(store.get_run(run_id), host="elsewhere")
+        with pytest.raises(launch.LaunchError, match="runs on elsewhere"):
+            launch.stop(other_host)
+
+
+@pytest.fixture(scope="module")
+def parent_run(tmp_path_factory):
+    """A finished 6-step run with checkpoints at steps 2, 4 and 6."""
+    folder = tmp_path_factory.mktemp("parent")
+    db = str(folder / "family.db")
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer", "--max_steps", "6", "--save_steps", "2", "--save_total_limit", "0",
+         "--per_device_train_batch_size", "16", "--run_name", "parent", "--output_dir", str(folder / "runs"),
+         "--db", db], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return db
+
+
+def _snapshot(store: RunStore, run_id: int) -> tuple:
+    run = store.get_run(run_id)
+    events = store.events(run_id)
+    files = sorted((str(p), p.stat().st_mtime_ns) for e in events.itertuples() if e.kind == "checkpoint"
+                   for p in Path(e.detail["path"]).rglob("*"))
+    return run, store.metrics(run_id), events.drop(columns="time"), store.samples(run_id), files
+
+
+def test_restart_with_a_fix_starts_a_child_and_leaves_the_parent_alone(parent_run):
+    db = parent_run
+    finding = Finding("kl_blowup", "KL blow-up", "warning", onset_step=5, last_step=6,
+                      fixes=[Fix("raise beta 0.04 -> 0.1", {"beta": 0.1, "loss_type": "dr_grpo"})])
+    with RunStore(db) as store:
+        parent = store.get_run("parent")
+        before = _snapshot(store, parent["id"])
+        point = restart_point(parent, launch.checkpoints(store, parent["id"]), finding, finding.fixes[0])
+        assert isinstance(point, RestartPoint) and point.step == 4  # the last checkpoint before step 5
+        child = launch.start(launch.restart(parent, point.step, finding.fixes[0].changes, db, store))
+    wait_for(lambda: child.exit_code() is not None, 180, "the child to finish")
+    assert child.exit_code() == 0, child.log_path.read_text()[-2000:]
+    with RunStore(db) as store:
+        row = store.get_run(child.run_name)
+        assert (row["parent_id"], row["parent_step"], row["status"]) == (parent["id"], 4, "finished")
+        assert row["config"]["beta"] == 0.1 and row["config"]["loss_type"] == "dr_grpo"
+        assert "beta: 0.04 -> 0.1" in row["restart_reason"]
+        assert list(store.metrics(row["id"]).index) == [5, 6]  # it continues the parent's numbering
+        after = _snapshot(store, parent["id"])
+    assert before[0] == after[0]
+    for old, new in zip(before[1:4], after[1:4]):
+        pd.testing.assert_frame_equal(old, new)
+    assert before[4] == after[4] and before[4]  # the parent's checkpoint files are untouched
+
+
+def test_a_launch_that_fails_early_reports_the_trainers_error(parent_run, tmp_path):
+    db = parent_run
+    with RunStore(db) as store:
+        parent = store.get_run("parent")
+        started = launch.restart(parent, 2, {"beta": 0.2}, db, store)
+    started.argv[started.argv.index("--restart_from") + 1] = "parent@1"  # before any checkpoint
+    launch.start(started)
+    wait_for(lambda: started.exit_code() is not None, 120, "the trainer to give up")
+    assert started.exit_code() == 2
+    assert [p.run_name for p in launch.pending(["parent"])] == [started.run_name]
+    assert started.error() == "grpo-doctor train: error: run 'parent' has no checkpoint on disk at or before step 1"
+    launch.dismiss(started.pid)
+    assert launch.pending(["parent"]) == []
+
+
+def test_no_restart_point_without_a_checkpoint_before_the_onset(parent_run):
+    fix = Fix("raise beta", {"beta": 0.1})
+    with RunStore(parent_run) as store:
+        parent = store.get_run("parent")
+        saved = launch.checkpoints(store, parent["id"])
+    assert [step for step, _ in saved] == [2, 4, 6]
+    assert "no checkpoint before step 2" in restart_point(parent, saved, Finding("r", "t", "warning", 2, 6), fix)
+    assert restart_point(parent, saved, Finding("r", "t", "warning", None, 6), fix).step == 6
+    assert restart_point(parent, saved[:1], Finding("r", "t", "warning", 5, 6), fix).step == 2  # 4 deleted
+    assert "not a config change" in restart_point(parent, saved, Finding("r", "t", "warning", 5, 6), Fix("look"))
+    assert "no option 'lora_rank'" in restart_point(parent, saved, Finding("r", "t", "warning", 5, 6),
+                                                     Fix("lora", {"lora_rank": 16}))
+    assert "imported from jsonl" in restart_point(dict(parent, source="jsonl"), saved,
+                                                  Finding("r", "t", "warning", 5, 6), fix)

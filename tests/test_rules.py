@@ -1,0 +1,277 @@
+"""Every rule on synthetic metric frames: each fixture carries the findings it must produce, and one
+parametrised test checks them all (the problems exactly, the expected-behaviour notes as listed)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from diagnostics.engine import Diagnoser
+from diagnostics.rules import BY_ID, RULES
+from diagnostics.view import RunView
+
+OURS = {"num_generations": 8, "beta": 0.04, "loss_type": "dapo", "num_iterations": 1, "scale_rewards": "group",
+        "advantage": "grpo", "group_by": "prompt", "epsilon": 0.2, "epsilon_high": None, "temperature": 1.0,
+        "learning_rate": 1e-4, "max_grad_norm": 1.0, "max_completion_length": 512, "kl_estimator": "k3",
+        "kl_target": None, "length_penalty": 0.0, "mask_truncated_completions": False, "dynamic_sampling": False,
+        "per_device_train_batch_size": 128, "advantage_clip": None, "epsilon_schedule": "constant",
+        "nonfinite_rewards": "mask"}
+
+
+def noise(n: int, scale: float, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0.0, scale, n)
+
+
+def healthy_metrics(n: int) -> dict:
+    """A run that learns: reward up, KL settling near 0.02, everything else calm."""
+    s = np.arange(1, n + 1)
+    return {
+        "reward": 0.3 + 0.4 * (1 - np.exp(-s / 60)) + noise(n, 0.03, 1),
+        "reward_std": 0.4 + noise(n, 0.02, 2),
+        "rewards/correctness/mean": 0.3 + 0.4 * (1 - np.exp(-s / 60)) + noise(n, 0.03, 3),
+        "frac_reward_zero_std": np.clip(0.1 + noise(n, 0.03, 4), 0, 1),
+        "kl": np.where(s == 1, 0.0, 0.02 * (1 - np.exp(-s / 10)) + np.abs(noise(n, 0.002, 5))),
+        "entropy": 0.6 - 0.1 * s / n + noise(n, 0.01, 6),
+        "grad_norm": 0.5 + np.abs(noise(n, 0.05, 7)),
+        "loss": 0.002 + noise(n, 0.0005, 8),
+        "completions/mean_length": 200 + noise(n, 5, 9),
+        "completions/max_length": 300 + noise(n, 5, 10),
+        "completions/clipped_ratio": np.full(n, 0.01),
+        "clip_ratio/region_mean": np.zeros(n),
+        "advantage/mean": noise(n, 1e-5, 11),
+        "advantage/std": 0.9 + noise(n, 0.02, 12),
+        "advantage/abs_max": 2.0 + noise(n, 0.1, 13),
+        "repetition": np.full(n, 0.02),
+    }
+
+
+@dataclass
+class Fixture:
+    name: str
+    problems: dict[str, str]                   # rule -> severity it must have (exactly these problems)
+    metrics: dict = field(default_factory=dict)  # overrides of healthy_metrics (None drops a metric)
+    config: dict = field(default_factory=dict)
+    source: str = "grpo-doctor"
+    n: int = 150
+    notes: tuple[str, ...] = ()                # expected-behaviour notes that must appear
+    events: tuple = ()
+    cause: str = ""                            # text the first cause must contain
+    fix: dict = field(default_factory=dict)    # a change the fixes must include
+
+
+def ramp(n: int, start: float, end: float, begin: int = 0) -> np.ndarray:
+    s = np.arange(n)
+    return np.where(s < begin, start, start + (end - start) * np.clip((s - begin) / max(n - begin - 1, 1), 0, 1))
+
+
+def spiked(base: np.ndarray, at: tuple[int, ...], value: float) -> np.ndarray:
+    out = base.copy()
+    out[list(at)] = value
+    return out
+
+
+N = 150
+H = healthy_metrics(N)
+FIXTURES = [
+    Fixture("healthy", {}, notes=("kl_zero_at_start", "clip_expected", "advantage_mean")),
+    Fixture("kl rising fast", {"kl_blowup": "warning"},
+            metrics={"kl": np.concatenate([H["kl"][:80], 0.02 * np.exp(np.arange(70) / 20)]),
+                     "reward": H["reward"]},
+            cause="KL weight", fix={"beta": 0.08}),
+    Fixture("kl extreme and reward falling", {"kl_blowup": "critical", "reward_collapse": "critical"},
+            metrics={"kl": ramp(N, 0.02, 3.0, 40), "reward": np.concatenate([H["reward"][:60], np.full(90, 0.3)]),
+                     "rewards/correctness/mean": np.concatenate([H["reward"][:60], np.full(90, 0.3)])},
+            fix={"learning_rate": 5e-5}),
+    Fixture("kl single spike", {}, metrics={"kl": spiked(H["kl"], (80,), 0.6)}, notes=("kl_single_spike",)),
+    Fixture("kl strongly negative", {"kl_negative": "warning"}, metrics={"kl": -1.5 + noise(N, 0.05)},
+            config={"kl_estimator": "k1"}, fix={"kl_estimator": "k3"}),
+    Fixture("kl slightly negative", {}, metrics={"kl": -0.01 + noise(N, 0.001)}, notes=("kl_small_negative",)),
+    Fixture("reward flat", {"reward_flat": "warning"},
+            metrics={"reward": 0.3 + noise(N, 0.03), "rewards/correctness/mean": 0.3 + noise(N, 0.03, 5)},
+            fix={"learning_rate": 2e-4}),
+    Fixture("reward cannot discriminate", {"reward_flat": "warning", "uniform_groups": "critical"},
+            metrics={"reward": np.ones(N), "reward_std": np.zeros(N), "frac_reward_zero_std": np.ones(N),
+                     "rewards/correctness/mean": np.ones(N), "loss": np.zeros(N), "grad_norm": np.zeros(N),
+                     "advantage/std": np.zeros(N), "advantage/abs_max": np.zeros(N)},
+            cause="cannot discriminate"),
+    Fixture("reward collapses after rising", {"reward_collapse": "critical"},
+            metrics={"reward": np.concatenate([ramp(100, 0.2, 0.9), np.full(50, 0.2)]) + noise(N, 0.01),
+                     "rewards/correctness/mean": np.concatenate([ramp(100, 0.2, 0.9), np.full(50, 0.2)])},
+            config={"beta": 0.0}, fix={"beta": 0.04}, cause="learning rate too high"),
+    Fixture("uniform groups, samples identical", {"uniform_groups": "warning"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.7), "rewards/correctness/mean": np.full(N, 0.5),
+                     "rewards/correctness/std": np.full(N, 0.5)},
+            config={"temperature": 0.3}, cause="identical far more often than chance", fix={"temperature": 0.9}),
+    Fixture("uniform groups, reward not binary", {"uniform_groups": "warning", "reward_flat": "warning"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.7), "rewards/correctness/mean": None,
+                     "reward": 0.9 + noise(N, 0.01), "reward_std": np.full(N, 0.05)},
+            cause="too easy or too hard for the model"),
+    Fixture("uniform groups, task too easy", {"uniform_groups": "warning", "reward_flat": "warning"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.6), "rewards/correctness/mean": np.full(N, 0.94),
+                     "rewards/correctness/std": np.full(N, 0.24), "reward": np.full(N, 0.94) + noise(N, 0.01)},
+            cause="too easy", fix={"num_generations": 16}),
+    Fixture("no learning signal", {"uniform_groups": "critical"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.97), "loss": np.zeros(N), "grad_norm": np.zeros(N)}),
+    Fixture("outputs shrink under grpo loss", {"length_shrink": "warning"},
+            metrics={"completions/mean_length": ramp(N, 200, 80)}, config={"loss_type": "grpo"},
+            cause="per-sequence", fix={"loss_type": "dr_grpo"}),
+    Fixture("outputs shrink because truncation is punished", {"length_shrink": "warning"},
+            metrics={"completions/mean_length": ramp(N, 400, 150),
+                     "completions/clipped_ratio": ramp(N, 0.4, 0.0)},
+            cause="truncated", fix={"max_completion_length": 1024, "mask_truncated_completions": True}),
+    Fixture("outputs explode to the cap", {"length_explode": "warning", "truncation": "warning"},
+            metrics={"completions/mean_length": ramp(N, 150, 505, 20),
+                     "completions/clipped_ratio": ramp(N, 0.0, 0.95, 20),
+                     "reward": ramp(N, 0.2, 0.8, 20) + noise(N, 0.01)},
+            cause="prefers long", fix={"length_penalty": 0.001}),
+    Fixture("truncation zeroes the reward", {"truncation": "critical", "uniform_groups": "critical",
+                                             "reward_flat": "warning"},
+            metrics={"completions/clipped_ratio": np.full(N, 0.99), "frac_reward_zero_std": np.full(N, 0.98),
+                     "completions/mean_terminated_length": np.zeros(N), "reward": np.zeros(N),
+                     "reward_std": np.zeros(N), "rewards/correctness/mean": np.zeros(N)},
+            fix={"max_completion_length": 1024}),
+    Fixture("moderate truncation is expected", {}, metrics={"completions/clipped_ratio": np.full(N, 0.6)},
+            notes=("truncation_moderate",)),
+    Fixture("repetition at low temperature", {"repetition": "warning"},
+            metrics={"repetition": ramp(N, 0.02, 0.45, 30)}, config={"temperature": 0.3},
+            cause="temperature too low", fix={"temperature": 0.9}),
+    Fixture("hidden NaN in grad_norm", {"nonfinite": "critical"},
+            metrics={"grad_norm": spiked(H["grad_norm"], (70,), math.nan)}, cause="hidden NaN",
+            fix={"learning_rate": 1e-7, "beta": 0.1}),
+    Fixture("NaN reward", {"nonfinite": "critical"},
+            metrics={"reward": spiked(H["reward"], tuple(range(40, N)), math.nan)},
+            config={"nonfinite_rewards": "skip"}, cause="reward function", fix={"nonfinite_rewards": "mask"}),
+    Fixture("zero gradient with signal", {"zero_grad": "critical"}, metrics={"grad_norm": np.zeros(N)}),
+    Fixture("gradient spikes", {"grad_spikes": "warning"},
+            metrics={"grad_norm": spiked(H["grad_norm"], (60, 75, 90), 40.0)}, fix={"max_grad_norm": 0.2},
+            notes=("grad_norm_above_max",)),
+    Fixture("entropy collapse", {"entropy_collapse": "warning", "reward_flat": "warning"},
+            metrics={"entropy": ramp(N, 0.8, 0.04, 20), "frac_reward_zero_std": ramp(N, 0.1, 0.45, 20),
+                     "reward": 0.5 + noise(N, 0.01), "rewards/correctness/mean": 0.5 + noise(N, 0.01, 4)},
+            fix={"epsilon_high": 0.28}),
+    Fixture("entropy blow-up", {"entropy_blowup": "warning"}, metrics={"entropy": ramp(N, 0.5, 1.6, 30)},
+            config={"epsilon_high": 0.28}, fix={"epsilon_high": 0.2}),
+    Fixture("entropy rising slightly", {}, metrics={"entropy": ramp(N, 0.5, 0.7)}, notes=("entropy_slight_rise",)),
+    Fixture("clip fraction high with several updates", {"clip_high": "warning"},
+            metrics={"clip_ratio/region_mean": np.full(N, 0.4)}, config={"num_iterations": 4},
+            fix={"learning_rate": 5e-5, "num_iterations": 2}, notes=("clip_expected",)),
+    Fixture("sequence-level clipping", {}, metrics={"clip_ratio/region_mean": np.full(N, 0.2)},
+            config={"num_iterations": 2, "importance_sampling_level": "sequence"},
+            notes=("clip_sequence_level", "clip_expected")),
+    Fixture("clipping with one update per rollout", {"rollout_mismatch": "warning"},
+            metrics={"clip_ratio/region_mean": np.full(N, 0.02)}),
+    Fixture("advantage above the group bound", {"advantage_explosion": "critical"},
+            metrics={"advantage/abs_max": spiked(H["advantage/abs_max"], (50,), 40.0)}, cause="near-zero group std"),
+    Fixture("batch-scaled advantages far above the bound", {"advantage_explosion": "warning"},
+            metrics={"advantage/abs_max": np.full(N, 7.0)}, config={"scale_rewards": "batch"},
+            fix={"scale_rewards": "group", "advantage_clip": "tanh"}),
+    Fixture("batch-scaled advantages a little above the bound", {},
+            metrics={"advantage/abs_max": np.full(N, 2.9)}, config={"scale_rewards": "batch"}),
+    Fixture("advantages not centred", {"advantage_not_centred": "warning"},
+            metrics={"advantage/mean": np.full(N, 0.3)}),
+    Fixture("groups split across processes (batch mean still 0)", {"advantage_not_centred": "warning"},
+            metrics={"advantage/group_mean_abs_max": ramp(N, 0.0, 0.4, 60)}),
+    Fixture("per-group means at float32 noise", {},
+            metrics={"advantage/group_mean_abs_max": np.abs(noise(N, 1e-7, 14))}),
+    Fixture("out of memory", {"oom": "critical"},
+            events=({"kind": "crash", "step": 90, "detail": {"error": "OutOfMemoryError: CUDA out of memory"}},),
+            fix={"per_device_train_batch_size": 32, "num_generations": 4, "lora_r": 16}),
+    Fixture("reward hacking", {"reward_hacking": "warning"},
+            metrics={"reward": ramp(N, 0.5, 1.5, 20) + noise(N, 0.01),
+                     "rewards/correctness/mean": ramp(N, 0.5, 0.1, 20), "rewards/format/mean": ramp(N, 0.0, 1.4, 20)},
+            cause="hacking"),
+    Fixture("uniform groups pull KL back", {"uniform_groups": "warning", "kl_pull": "info", "reward_flat": "warning"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.8),
+                     "kl": np.concatenate([ramp(50, 0.0, 0.04), ramp(100, 0.04, 0.004)]),
+                     "reward": 0.4 + noise(N, 0.01), "rewards/correctness/mean": np.full(N, 0.4)},
+            fix={"dynamic_sampling": True}),
+    Fixture("TRL log without config", {},
+            metrics={"kl": None, "advantage/mean": None, "advantage/std": None, "advantage/abs_max": None,
+                     "repetition": None, "loss": np.zeros(N), "grad_norm": np.full(N, 2.0)},
+            source="trl", config={"framework": "trl"},
+            notes=("kl_absent", "loss_near_zero", "grad_norm_above_max", "clip_expected")),
+    Fixture("verl: mini-batches per rollout", {}, source="verl",
+            metrics={"clip_ratio/region_mean": np.full(N, 0.01), "advantage/mean": np.full(N, 0.05)},
+            config={"framework": "verl", "num_iterations": 1, "steps_per_generation": 8,
+                    "gradient_accumulation_steps": 1, "num_generations": 8, "beta": 0.001},
+            notes=("clip_expected", "advantage_mean")),
+    Fixture("loss negative and rising with KL", {}, metrics={
+        "loss": np.concatenate([np.full(40, -0.01), ramp(110, -0.01, 0.05)]), "kl": ramp(N, 0.005, 0.04)},
+        notes=("loss_negative", "loss_rising")),
+    Fixture("reward_std falling alone", {}, metrics={"reward_std": ramp(N, 0.4, 0.1)}, notes=("reward_std_falling",)),
+    Fixture("learning rate 0 at step 1", {}, metrics={"learning_rate": np.concatenate([[0.0], np.full(N - 1, 1e-4)])},
+            notes=("learning_rate_zero_at_start",)),
+    Fixture("per-function std with uniform groups", {"uniform_groups": "critical"},
+            metrics={"frac_reward_zero_std": np.ones(N), "rewards/correctness/std": np.full(N, 0.4)},
+            notes=("per_function_std",)),
+]
+
+
+def build(fixture: Fixture) -> Diagnoser:
+    metrics = {**healthy_metrics(fixture.n), **fixture.metrics}
+    steps = np.arange(1, fixture.n + 1)
+    config = OURS if fixture.source == "grpo-doctor" else {}
+    view = RunView({"id": 1, "name": fixture.name, "source": fixture.source,
+                    "config": {**config, **fixture.config}}, events=fixture.events)
+    view.add({k: (steps, np.asarray(v, dtype=float)) for k, v in metrics.items() if v is not None})
+    diagnoser = Diagnoser(view)
+    diagnoser.examine()
+    return diagnoser
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.name for f in FIXTURES])
+def test_fixture_findings(fixture):
+    findings = build(fixture).findings()
+    problems = {f.rule: f.severity for f in findings if f.severity != "expected"}
+    assert problems == fixture.problems
+    notes = {f.rule for f in findings if f.severity == "expected"}
+    assert set(fixture.notes) <= notes, f"missing notes {set(fixture.notes) - notes}"
+    first = next((f for f in findings if f.rule == next(iter(fixture.problems), None)), None)
+    if fixture.cause:
+        assert fixture.cause in " ".join(first.causes[:2]), first.causes
+    if fixture.fix:
+        changes = {k: v for f in findings for fix in f.fixes for k, v in fix.changes.items()}
+        for key, value in fixture.fix.items():
+            assert changes.get(key) == (pytest.approx(value) if isinstance(value, float) else value), (key, changes)
+    for f in findings:  # every finding carries its evidence and references; problems their causes and fixes
+        assert f.evidence and f.references and f.onset_step is not None
+        if f.severity != "expected":
+            assert f.causes and f.fixes
+
+
+def test_every_rule_is_exercised_by_a_fixture():
+    raised = {rule for fixture in FIXTURES for rule in fixture.problems} | {n for f in FIXTURES for n in f.notes}
+    assert {r.id for r in RULES} - raised == set()
+
+
+def test_rule_ids_are_unique_and_documented():
+    assert len(BY_ID) == len(RULES)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Diagnoser"):readme.index("## Performance")]
+    for rule in RULES:
+        assert rule.id.replace("_", "").isalnum() and rule.title and rule.read and rule.references
+        assert f"`{rule.id}`" in section, f"README's Diagnoser section does not explain {rule.id}"
+
+
+def test_fix_changes_are_valid_trainer_options():
+    """The dashboard passes fix.changes to `grpo-doctor train --restart_from RUN@STEP --set k=v`."""
+    from trainer.config import overrides_to_argv, parse_config
+
+    seen = 0
+    for fixture in FIXTURES:
+        for finding in build(fixture).findings():
+            for fix in finding.fixes:
+                if not fix.changes:
+                    continue
+                pairs = [f"{k}={v}" for k, v in fix.changes.items()]
+                config = parse_config(overrides_to_argv(pairs), base={"beta": 0.04, "num_generations": 4,
+                                                                      "per_device_train_batch_size": 32})
+                for key, value in fix.changes.items():
+                    assert getattr(config, key) == value, (fixture.name, key)
+                    assert type(getattr(config, key)) is type(value) or isinstance(value, float), (key, value)
+                seen += 1
+    assert seen > 20

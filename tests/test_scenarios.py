@@ -1,0 +1,119 @@
+"""The recorded troubleshooting scenarios (``sample_runs/``, made by ``grpo-doctor scenarios --record``):
+each run diagnoses to its row's rule, each fixed twin clears it, the manifest matches the scenario table,
+and ``grpo-doctor scenarios`` runs one row end to end (few steps)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from app import teach_view
+from app.cli import main
+from app.scenario_runs import MANIFEST, NOT_REPRODUCED
+from app.teach_view import after_fork
+from app.teaching import TABLE
+from diagnostics.engine import diagnose
+from diagnostics.importers import import_path
+from diagnostics.store import RunStore
+from trainer.scenarios import BY_NAME, SCENARIOS
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_runs"
+ENTRIES = {e["scenario"]: e for e in json.loads((SAMPLES / MANIFEST).read_text())["scenarios"]}
+
+
+@cache
+def serious(file: str) -> dict[str, int | None]:
+    """{rule: onset} of the warning/critical findings (open or resolved) on a recorded run, read back from its file."""
+    with RunStore(":memory:") as store:
+        result = diagnose(store, import_path(store, SAMPLES / file), save=False)
+    return {f.rule: f.onset_step for f in result.problems() if f.severity in ("warning", "critical")}
+
+
+@cache
+def lessons(folder: Path):
+    return teach_view.lessons(folder)
+
+
+def test_list_prints_one_name_a_line(capsys):
+    assert main(["scenarios", "--list"]) == 0
+    assert capsys.readouterr().out.split("\n")[:-1] == [s.name for s in SCENARIOS]
+
+
+def test_an_unknown_scenario_is_one_line_and_exit_2(capsys):
+    assert main(["scenarios", "kl_blowup", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown scenario 'nope'" in err and "kl_blowup" in err
+
+
+def test_the_manifest_matches_the_scenario_table_and_the_files():
+    manifest = json.loads((SAMPLES / MANIFEST).read_text())
+    assert manifest["regenerate"].startswith("grpo-doctor scenarios --record")
+    assert manifest["code_version"] and manifest["recorded"]
+    assert list(ENTRIES) == [s.name for s in SCENARIOS]
+    for name, entry in ENTRIES.items():
+        scenario = BY_NAME[name]
+        assert (entry["rule"], entry["seed"], entry["max_steps"]) == (scenario.rule, scenario.seed, scenario.max_steps)
+        assert entry["options"].startswith(" ".join(scenario.argv()))
+        assert (SAMPLES / entry["run"]).is_file()
+        assert entry["twin"] is None or (SAMPLES / entry["twin"]).is_file()
+    files = {p.name for p in SAMPLES.glob("*.jsonl")}
+    assert files == {e["run"] for e in ENTRIES.values()} | {a["twin"] for e in ENTRIES.values() for a in e["attempts"]}
+    for entry in ENTRIES.values():  # the twin shown is the last fix tried, and only the last may clear it
+        assert entry["twin"] == (entry["attempts"][-1]["twin"] if entry["attempts"] else None)
+        assert not any(a["cleared"] for a in entry["attempts"][:-1])
+    assert sum(p.stat().st_size for p in SAMPLES.iterdir()) < 20 * 2**20
+    assert {r["row"] for r in manifest["not_reproduced"]} == set(NOT_REPRODUCED)
+    assert all(len(r["reason"]) > 40 for r in manifest["not_reproduced"])
+
+
+def test_every_table_row_has_a_recording_or_a_reason():
+    for row in TABLE:
+        assert (row.scenario in ENTRIES) or any(k.startswith(row.symptom) for k in NOT_REPRODUCED), row.symptom
+
+
+@pytest.mark.parametrize("name", [s.name for s in SCENARIOS if s.rule is not None])
+def test_a_recorded_scenario_raises_its_rule_and_its_twin_is_judged_by_the_diagnoser(name):
+    entry, scenario = ENTRIES[name], BY_NAME[name]
+    found = serious(entry["run"])
+    assert scenario.rule in found, f"{name}: raised {found}"
+    assert found[scenario.rule] <= scenario.onset_by
+    assert entry["attempts"], f"{name}: no fixed twin recorded ({entry['note']})"
+    for attempt in entry["attempts"]:  # the manifest says what the diagnoser says on each twin's file
+        assert attempt["changes"] and attempt["cleared"] == (scenario.rule not in serious(attempt["twin"]))
+    numbers = after_fork(next(ls for ls in lessons(SAMPLES) if ls.entry and ls.entry["scenario"] == name))
+    assert numbers is not None and numbers["steps"][0] > entry["fork_step"]
+
+
+def test_recall_on_sample_runs_and_warnings_on_the_healthy_run(capsys):
+    rows = [s for s in SCENARIOS if s.rule is not None]
+    hits = [s.name for s in rows if s.rule in serious(ENTRIES[s.name]["run"])]
+    cleared = [s.name for s in rows if ENTRIES[s.name]["twin"] and s.rule not in serious(ENTRIES[s.name]["twin"])]
+    warnings = serious(ENTRIES["healthy"]["run"])
+    with capsys.disabled():
+        print(f"\nsample_runs: recall {len(hits)}/{len(rows)}, twins cleared {len(cleared)}/{len(rows)} "
+              f"({', '.join(cleared)}), warnings on the healthy run: {len(warnings)} {sorted(warnings) or ''}")
+    assert len(hits) == len(rows) and not warnings
+
+
+def test_a_recorded_run_diagnoses_by_its_path(capsys):
+    assert main(["--db", ":memory:", "diagnose", str(SAMPLES / ENTRIES["kl_blowup"]["run"])]) == 0
+    assert "kl_blowup" in capsys.readouterr().out
+
+
+def test_scenarios_runs_a_row_and_its_fixed_twin_end_to_end(tmp_path):
+    db = tmp_path / "s.db"
+    done = subprocess.run([sys.executable, "-m", "app.cli", "--db", str(db), "scenarios", "nan_reward",
+                           "--max_steps", "6"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "found nonfinite" in done.stdout and "fix:" in done.stdout
+    assert lines[-1].split()[:3] == ["nan_reward", "nonfinite", "yes"] and lines[-1].split()[-1] == "yes"
+    with RunStore(str(db)) as store:
+        twin = store.get_run("nan_reward-fix")
+        assert twin["parent_step"] is not None and twin["config"]["nonfinite_rewards"] == "mask"

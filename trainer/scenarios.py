@@ -1,0 +1,84 @@
+"""Labelled symptom reproductions on the embedded tiny model: one row of REFERENCE §3's troubleshooting
+table per scenario, with the trainer options that make it appear and the diagnoser rule that must find it.
+
+``benchmarks/eval_diagnoser.py`` trains each one and scores the rules on it; a teaching page can replay
+recorded runs of the same table. Every option is a ``grpo-doctor train`` flag (``trainer/config.py``);
+``COMMON`` is added to all of them (64 completions a step, no intermediate checkpoints).
+
+Measured on this 2-core machine (about 0.12 s per step at this batch): each symptom shows within the
+steps given, with the default seed; the onset steps in ``onset_by`` are the latest the eval accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COMMON = ("--per_device_train_batch_size", "64", "--save_steps", "0")
+
+
+def repeats(prompts, completions, **_) -> list[float]:
+    """A reward that pays for repetitive text: 1 − distinct/total character 3-grams (0 under 3 characters).
+
+    The tiny adder's answers are 1–3 digits, too short to repeat themselves; this reward stands for a
+    reward model that favours templated, padded text (painpoints row 23)."""
+    scores = []
+    for text in completions:
+        grams = [text[i:i + 3] for i in range(len(text) - 2)]
+        scores.append(1.0 - len(set(grams)) / len(grams) if grams else 0.0)
+    return scores
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    row: str                    # the troubleshooting row (REFERENCE §3) or painpoints row it reproduces
+    options: tuple[str, ...]    # grpo-doctor train flags, on top of COMMON
+    max_steps: int
+    seed: int = 0
+    rule: str | None = None     # the rule id the diagnoser must raise (None: the healthy baseline)
+    onset_by: int | None = None  # the rule must have fired by this step
+    why: str = ""               # how the options produce the symptom
+
+    def argv(self) -> list[str]:
+        return [*COMMON, *self.options, "--max_steps", str(self.max_steps), "--seed", str(self.seed)]
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("healthy", "healthy baseline", (), 150,
+             why="the defaults: correctness + format rewards, β 0.04, lr 1e-4; correctness rises 0.2 → 0.5"),
+    Scenario("kl_blowup", "KL blow-up", ("--beta", "0.001", "--learning_rate", "1e-3"), 60, rule="kl_blowup",
+             onset_by=30, why="a 10× learning rate with almost no KL weight: KL passes 1 nat/token within 15 steps"),
+    Scenario("outputs_shrink", "outputs shrink", ("--reward_funcs", "prefers_short", "--loss_type", "grpo"), 100,
+             rule="length_shrink", onset_by=80,
+             why="a reward for short answers under per-sequence normalisation: 3.6 → 1 token (EOS only)"),
+    Scenario("outputs_explode", "outputs explode", ("--reward_funcs", "prefers_long"), 80, rule="length_explode",
+             onset_by=60, why="a reward for long answers: the mean length climbs from 3.6 to the 8-token cap"),
+    Scenario("repetition", "repetition / low temperature",
+             ("--reward_funcs", "prefers_long", "trainer.scenarios:repeats", "--temperature", "0.5"), 120,
+             rule="repetition", onset_by=110,
+             why="at temperature 0.5, with a reward that pays for length and for repeated text (``repeats``), "
+                 "the answers become one character repeated to the cap"),
+    Scenario("uniform_groups", "advantage std ≈ 0", ("--temperature", "0.1"), 40, rule="uniform_groups",
+             onset_by=20, why="at temperature 0.1 the 8 samples of a prompt are nearly always identical"),
+    Scenario("reward_flat", "reward flat", ("--reward_funcs", "constant"), 130, rule="reward_flat",
+             onset_by=125, why="a reward that gives every completion 1.0 cannot discriminate: nothing is learnt"),
+    Scenario("nan_reward", "loss NaN", ("--reward_funcs", "nan_some", "--nonfinite_rewards", "skip"), 20,
+             rule="nonfinite", onset_by=5, why="a reward function that returns NaN for answers containing a 7"),
+    Scenario("clip_high", "clip fraction high (μ > 1)",
+             ("--num_iterations", "16", "--learning_rate", "2e-4", "--temperature", "2.0", "--epsilon", "0.05"), 30,
+             rule="clip_high", onset_by=10,
+             why="16 passes per rollout on a flattened (temperature 2) policy with a narrow clip range; at "
+                 "temperature 1 the tiny model's near-certain tokens cannot leave the clip range (≤ 0.2 clipped)"),
+    Scenario("advantage_explosion", "advantage explosion",
+             ("--scale_rewards", "batch", "--reward_funcs", "format_reward"), 30, rule="advantage_explosion",
+             onset_by=10, why="batch-std scaling of a reward that is 1.0 for nearly all: one odd sample gets |A| ≈ 7"),
+    Scenario("truncation", "truncation zeroes the reward (painpoints row 3)",
+             ("--max_completion_length", "1", "--reward_funcs", "correctness"), 30, rule="truncation", onset_by=5,
+             why="a 1-token cap: every completion is cut, no answer can be right, every group scores 0"),
+    Scenario("reward_hacking", "baseline drift / reward hacking",
+             ("--reward_funcs", "correctness", "prefers_long", "--reward_weights", "1", "2"), 150,
+             rule="reward_hacking", onset_by=130,
+             why="a length bonus worth twice correctness: the reward doubles as the answers grow and stop being right"),
+)
+
+BY_NAME = {s.name: s for s in SCENARIOS}
