@@ -290,3 +290,16 @@ def test_corrupt_checkpoint_is_refused_and_the_previous_one_used(tmp_path, capsy
     (paths[2] / "trainer_state.pt").write_bytes(b"")
     with pytest.raises(CheckpointError, match="no usable checkpoint"):
         prepare(["--resume_from", "c", "--db", str(tmp_path / "runs.db")])
+
+
+def test_a_reward_function_that_raises_ends_masks_or_skips_by_option(tmp_path):
+    with pytest.raises(RuntimeError, match="scorer unavailable"):
+        run_inprocess(tmp_path / "a", "--reward_funcs", "correctness", "reward_fixture:flaky", max_steps=2)
+    store, run, status = run_inprocess(tmp_path / "b", "--reward_funcs", "correctness", "reward_fixture:flaky",
+                                       "--reward_errors", "mask", max_steps=2)
+    assert status == "finished" and len(store.events(run, "reward_error")) == 2
+    assert store.metrics(run)["rewards/flaky/mean"].isna().all() and store.events(run, "skipped_update").empty
+    store, run, status = run_inprocess(tmp_path / "c", "--reward_funcs", "correctness", "reward_fixture:flaky",
+                                       "--reward_errors", "skip", max_steps=2)
+    assert status == "finished" and len(store.events(run, "skipped_update")) == 2
+    assert "scorer unavailable" in store.events(run, "reward_error")["detail"].iloc[0]["error"]

@@ -24,6 +24,7 @@ KL_IN = ("loss", "reward")
 EPSILON_SCHEDULES = ("constant", "linear")
 DEVICES = ("auto", "cpu", "cuda")
 NONFINITE_REWARDS = ("mask", "skip")
+REWARD_ERRORS = ("raise", "mask", "skip")
 REPORT_TO = ("wandb", "none")
 WANDB_MODES = ("offline", "online")
 
@@ -55,6 +56,7 @@ class GRPOConfig:
     save_total_limit: int = field(default=3, metadata={"help": "checkpoints kept per run (oldest deleted)"})
     sample_groups_to_log: int = field(default=1, metadata={"help": "groups of sampled completions stored per step"})
     nonfinite_rewards: str = field(default="mask", metadata={"help": "mask: NaN/inf/None rewards are left out (TRL) | skip: the step is recorded and its update skipped"})
+    reward_errors: str = field(default="raise", metadata={"help": "raise: a reward function that raises ends the run | mask: its scores count as None for that step | skip: the step is recorded and its update skipped (an event either way)"})
     stop_on_nonfinite: bool = field(default=False, metadata={"help": "stop the run on a non-finite loss or gradient instead of skipping the update"})
     # --- batch and sampling
     per_device_train_batch_size: int = field(default=128, metadata={"help": "completions per step (prompts × num_generations), as in TRL"})
@@ -140,6 +142,7 @@ def validate(c: GRPOConfig) -> list[str]:
     _choice(m, "epsilon_schedule", c.epsilon_schedule, EPSILON_SCHEDULES)
     _choice(m, "device", c.device, DEVICES)
     _choice(m, "nonfinite_rewards", c.nonfinite_rewards, NONFINITE_REWARDS)
+    _choice(m, "reward_errors", c.reward_errors, REWARD_ERRORS)
     _choice(m, "wandb_mode", c.wandb_mode, WANDB_MODES)
     for value in c.report_to:
         _choice(m, "report_to", value, REPORT_TO)

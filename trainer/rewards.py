@@ -56,11 +56,21 @@ def load_reward_funcs(specs: Sequence[str]) -> list[RewardFunc]:
 
 
 def score(funcs: Sequence[RewardFunc], weights: Sequence[float], prompts: list[str],
-          completions: list[str], columns: dict[str, list]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(per-function rewards (N, K) float32 with NaN for "no score", weighted total (N,))."""
+          completions: list[str], columns: dict[str, list],
+          errors: list[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(per-function rewards (N, K) float32 with NaN for "no score", weighted total (N,)).
+
+    A function that raises propagates, unless ``errors`` is a list: then its column stays NaN
+    ("no score") and ``"name: ExceptionType: message"`` is appended to ``errors``."""
     per_func = torch.full((len(completions), len(funcs)), math.nan, dtype=torch.float32)
     for k, fn in enumerate(funcs):
-        values = list(fn(prompts=prompts, completions=completions, **columns))
+        try:
+            values = list(fn(prompts=prompts, completions=completions, **columns))
+        except Exception as e:
+            if errors is None:
+                raise
+            errors.append(f"{reward_name(fn)}: {type(e).__name__}: {e}")
+            continue
         if len(values) != len(completions):
             raise ValueError(f"reward function {reward_name(fn)!r} returned {len(values)} values "
                              f"for {len(completions)} completions")

@@ -314,11 +314,13 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
 
             # 2. rewards (fp32, on CPU): scored here, then gathered from every process BEFORE any statistic
             columns = {k: [r[k] for r in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
-            per_func, rewards = score(funcs, weights, ro.prompts, ro.completions, columns)
+            reward_errors: list[str] | None = None if config.reward_errors == "raise" else []
+            per_func, rewards = score(funcs, weights, ro.prompts, ro.completions, columns, reward_errors)
             per_func, rewards = dist.gather(per_func), dist.gather(rewards)     # (N, K), (N,)
             lengths = dist.gather(ro.completion_mask.sum(1).cpu())              # (N,) EOS included, as TRL
             truncated = dist.gather(ro.truncated.cpu().float()).bool()          # (N,)
-            bad_rewards = not torch.isfinite(rewards).all()
+            skip_update = ((config.nonfinite_rewards == "skip" and not torch.isfinite(rewards).all())
+                           or dist.any(config.reward_errors == "skip" and bool(reward_errors)))
             if config.nonfinite_rewards == "mask":                             # inf counts as "no score" too
                 rewards = torch.where(torch.isfinite(rewards), rewards, torch.full_like(rewards, math.nan))
             rewards = gm.shape_rewards(rewards, lengths, config.length_penalty, config.reward_clip)
@@ -371,9 +373,10 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
                 t = clock()
                 loss_sum = dist.sum(loss.detach())                              # the mean over processes, × W
                 finite = bool(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))  # the one sync of the update
-                if bad_rewards and config.nonfinite_rewards == "skip":
+                if skip_update:
                     optimizer.zero_grad(set_to_none=True)
-                    skipped.append({"iteration": it, "reason": "non-finite reward"})
+                    skipped.append({"iteration": it, "reason": "reward error" if reward_errors
+                                    else "non-finite reward"})
                 elif finite:
                     optimizer.step()
                 else:
@@ -419,6 +422,7 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
             metrics["step_time"] = clock() - t0
             metrics["tokens_per_second"] = (prompt_tokens + float(lengths.sum())) / metrics["step_time"]
             events = [("skipped_update", s) for s in skipped]
+            events += [("reward_error", {"error": e, "policy": config.reward_errors}) for e in reward_errors or []]
             save_now = (config.save_steps and step % config.save_steps == 0) or step == config.max_steps
             stop_now = dist.any(stop_flag.set)
             if (save_now or stop_now) and dist.is_main:
