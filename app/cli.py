@@ -331,7 +331,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     command, db = _dashboard_command(args)
     args.trainer_args = ["--max_steps", str(args.max_steps), "--run_name", f"demo-{time.strftime('%Y%m%d-%H%M%S')}",
-                         "--output_dir", os.path.join(os.path.dirname(db), "runs")]
+                         "--output_dir", os.path.join(os.path.dirname(db), "runs"), "--save_total_limit", "20"]
     trainer = subprocess.Popen(_trainer_command(args), start_new_session=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:

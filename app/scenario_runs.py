@@ -205,6 +205,11 @@ def record(scenarios: list[Scenario], out: Path, say: Callable[[str], None] = pr
                     export_jsonl(store, run, out / f"{run}.jsonl")
                     (out / f"{run}.jsonl").chmod(0o644)
                 entries[scenario.name] = manifest_entry(outcome)
+                manifest = write_manifest(path, entries)  # after each scenario: a failure keeps what was done
+    return manifest
+
+
+def write_manifest(path: Path, entries: dict[str, dict]) -> dict:
     order = [s.name for s in SCENARIOS]
     manifest = {
         "regenerate": "grpo-doctor scenarios --record sample_runs/",

@@ -303,3 +303,26 @@ def test_a_reward_function_that_raises_ends_masks_or_skips_by_option(tmp_path):
                                        "--reward_errors", "skip", max_steps=2)
     assert status == "finished" and len(store.events(run, "skipped_update")) == 2
     assert "scorer unavailable" in store.events(run, "reward_error")["detail"].iloc[0]["error"]
+
+
+@pytest.mark.parametrize("policy", ["stop", "continue"])
+def test_a_store_that_stops_accepting_writes(tmp_path, monkeypatch, capsys, policy):
+    """Disk full (simulated: root ignores a read-only file): stop after a checkpoint, or train on."""
+    import sqlite3
+
+    real = RunStore.log_step
+
+    def failing(self, run_id, step, *args, **kwargs):
+        if step >= 3:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, run_id, step, *args, **kwargs)
+
+    monkeypatch.setattr(RunStore, "log_step", failing)
+    store, run, status = run_inprocess(tmp_path, "--on_store_error", policy, "--run_name", "full", max_steps=5)
+    err = capsys.readouterr().err
+    assert "stopped accepting writes at step 3" in err and "disk is full" in err
+    assert list(store.metrics(run).index) == [1, 2]
+    if policy == "stop":
+        assert status == "store_failed" and (tmp_path / "ckpt" / "full" / "checkpoint-3").is_dir()
+    else:
+        assert status == "finished" and (tmp_path / "ckpt" / "full" / "checkpoint-5").is_dir()

@@ -25,6 +25,7 @@ EPSILON_SCHEDULES = ("constant", "linear")
 DEVICES = ("auto", "cpu", "cuda")
 NONFINITE_REWARDS = ("mask", "skip")
 REWARD_ERRORS = ("raise", "mask", "skip")
+ON_STORE_ERROR = ("stop", "continue")
 REPORT_TO = ("wandb", "none")
 WANDB_MODES = ("offline", "online")
 
@@ -56,6 +57,7 @@ class GRPOConfig:
     save_total_limit: int = field(default=3, metadata={"help": "checkpoints kept per run (oldest deleted)"})
     sample_groups_to_log: int = field(default=1, metadata={"help": "groups of sampled completions stored per step"})
     nonfinite_rewards: str = field(default="mask", metadata={"help": "mask: NaN/inf/None rewards are left out (TRL) | skip: the step is recorded and its update skipped"})
+    on_store_error: str = field(default="stop", metadata={"help": "when the run store stops accepting writes (disk full, read-only): stop (after a checkpoint, exit 3) | continue (train on without it)"})
     reward_errors: str = field(default="raise", metadata={"help": "raise: a reward function that raises ends the run | mask: its scores count as None for that step | skip: the step is recorded and its update skipped (an event either way)"})
     stop_on_nonfinite: bool = field(default=False, metadata={"help": "stop the run on a non-finite loss or gradient instead of skipping the update"})
     # --- batch and sampling
@@ -143,6 +145,7 @@ def validate(c: GRPOConfig) -> list[str]:
     _choice(m, "device", c.device, DEVICES)
     _choice(m, "nonfinite_rewards", c.nonfinite_rewards, NONFINITE_REWARDS)
     _choice(m, "reward_errors", c.reward_errors, REWARD_ERRORS)
+    _choice(m, "on_store_error", c.on_store_error, ON_STORE_ERROR)
     _choice(m, "wandb_mode", c.wandb_mode, WANDB_MODES)
     for value in c.report_to:
         _choice(m, "report_to", value, REPORT_TO)

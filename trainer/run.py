@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         if dist.is_main:
             _abandon(session)
         return _report(e)
-    return 0 if status in ("finished", "stopped") else 1
+    return {"finished": 0, "stopped": 0, "store_failed": 3}.get(status, 1)
 
 
 def _abandon(session) -> None:

@@ -14,6 +14,8 @@ import contextlib
 import math
 import resource
 import signal
+import sqlite3
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from diagnostics.store import RunStore
+from diagnostics.store import RunStore, StoreError
 from trainer import checkpoint, grpo_math as gm, lora, sampling, tracking
 from trainer.checkpoint import TrainState
 from trainer.config import GRPOConfig
@@ -431,13 +433,29 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
                                        config.to_dict(), value_head=head)
                 checkpoint.prune(run_dir, config.save_total_limit)
                 events.append(("checkpoint", {"path": str(path.resolve())}))
+            store_failed = False
             if store is not None:
                 t = time.perf_counter()
                 samples = sample_rows(config, ro, rewards[local], per_func[local], names, adv)
-                store.log_step(run_id, step, metrics, samples=samples, events=events)
+                try:
+                    store.log_step(run_id, step, metrics, samples=samples, events=events)
+                except (sqlite3.Error, StoreError, OSError) as e:
+                    store_failed, store = True, None  # report once; never write to it again
+                    print(f"grpo-doctor train: error: the run store stopped accepting writes at step {step} "
+                          f"({' '.join(str(e).split())}); "
+                          + ("training goes on without it (--on_store_error continue)"
+                             if config.on_store_error == "continue" else
+                             "stopping after a checkpoint (--on_store_error stop)"), file=sys.stderr)
                 if mirror is not None:
                     mirror.log(step, metrics)
                 store_seconds = time.perf_counter() - t
+            if dist.any(store_failed and config.on_store_error == "stop"):
+                if dist.is_main and not save_now:
+                    head = policy.value_head.state_dict() if policy.value_head is not None else None
+                    checkpoint.save(run_dir / f"checkpoint-{step}", policy.lm, tokenizer, optimizer, state,
+                                    config.to_dict(), value_head=head)
+                status = "store_failed"
+                break
             bar.set_postfix(reward=f"{metrics['reward']:.3f}", kl=f"{metrics.get('kl', 0.0):.4f}",
                             len=f"{metrics['completions/mean_length']:.1f}", refresh=False)
             if skipped and config.stop_on_nonfinite:
@@ -453,8 +471,9 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
                 break
     except BaseException as e:
         if store is not None:
-            store.add_event(run_id, state.step or None, "crash", {"error": f"{type(e).__name__}: {e}"})
-            store.set_status(run_id, "crashed")
+            with contextlib.suppress(sqlite3.Error, StoreError, OSError):
+                store.add_event(run_id, state.step or None, "crash", {"error": f"{type(e).__name__}: {e}"})
+                store.set_status(run_id, "crashed")
         if mirror is not None:
             mirror.finish("crashed")
         raise
@@ -464,7 +483,7 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
     if store is not None:
         store.set_status(run_id, status)
     if mirror is not None:
-        mirror.finish(status)
+        mirror.finish("crashed" if status == "store_failed" else status)
     return status
 
 
@@ -571,9 +590,12 @@ def peak_memory_gb(device) -> float:
 def heartbeat_thread(db_path: str, run_id: int, stop: threading.Event, every: float = 10.0):
     """Beat while a long step runs (its own connection: sqlite connections are per thread)."""
     def beat():
-        with RunStore(db_path) as store:
-            while not stop.wait(every):
-                store.heartbeat(run_id)
+        try:
+            with RunStore(db_path) as store:
+                while not stop.wait(every):
+                    store.heartbeat(run_id)
+        except (sqlite3.Error, StoreError, OSError):
+            return  # the loop reports a failing store once, where it writes the step
     thread = threading.Thread(target=beat, daemon=True, name="heartbeat")
     thread.start()
     return thread
