@@ -18,7 +18,7 @@ st.title("Teach: the troubleshooting table")
 st.caption("Every row was reproduced by a real run of the embedded trainer on a CPU, then fixed with the "
            "diagnoser's own suggestion: a twin restarted with it from the run's first checkpoint.")
 found = lessons()
-st.dataframe(teach_view.table(found), hide_index=True, use_container_width=True)
+st.dataframe(teach_view.table(found), hide_index=True, width="stretch")
 
 choice = st.selectbox("Row", range(len(found)), format_func=lambda i: found[i].row.symptom, key="teach.row")
 lesson = found[choice]
