@@ -232,7 +232,7 @@ def test_a_launch_that_fails_early_reports_the_trainers_error(parent_run, tmp_pa
     wait_for(lambda: started.exit_code() is not None, 120, "the trainer to give up")
     assert started.exit_code() == 2
     assert [p.run_name for p in launch.pending(["parent"])] == [started.run_name]
-    assert started.error() == "grpo-doctor train: error: run 'parent' has no checkpoint on disk at or before step 1"
+    assert started.error() == "grpo-doctor train: error: run 'parent' has no usable checkpoint on disk at or before step 1"
     launch.dismiss(started.pid)
     assert launch.pending(["parent"]) == []
 
