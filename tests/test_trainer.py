@@ -326,3 +326,29 @@ def test_a_store_that_stops_accepting_writes(tmp_path, monkeypatch, capsys, poli
         assert status == "store_failed" and (tmp_path / "ckpt" / "full" / "checkpoint-3").is_dir()
     else:
         assert status == "finished" and (tmp_path / "ckpt" / "full" / "checkpoint-5").is_dir()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("temperature: [1, 2]\n", "temperature: expected one value"),
+    ("beta: abc\n", "beta: invalid float value"),
+    ("reward_funcs: correctness\n", "reward_funcs: expected a list"),
+    ("num_generations: 1.5\n", "num_generations: invalid int value"),
+    ("max_steps: -3\n", "max_steps: must be >= 1"),
+    ("learning_rate:\n", "learning_rate: needs a value"),
+    ("- beta\n", "expected a mapping"),
+])
+def test_config_file_with_wrong_types_or_values(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        parse_config(["--config", str(path)])
+    assert any(message in m for m in err.value.messages), err.value.messages
+
+
+def test_config_file_booleans_and_optional_values(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"mask_truncated_completions": true, "epsilon_high": 0.28, "kl_target": null, '
+                    '"reward_weights": [1.0, 0.5], "reward_funcs": ["correctness", "prefers_long"]}')
+    config = parse_config(["--config", str(path), "--epsilon_high", "0.3"])
+    assert config.mask_truncated_completions is True and config.epsilon_high == 0.3
+    assert config.reward_weights == [1.0, 0.5] and config.kl_target is None

@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -268,6 +269,23 @@ def read_config_file(path: str) -> dict:
     return data
 
 
+def file_to_argv(values: dict, path: str) -> list[str]:
+    """A config file's values as flags, so argparse checks their types exactly as on the command line."""
+    argv: list[str] = []
+    for key, value in values.items():
+        annotation = str(GRPOConfig.__annotations__[key])  # as written: HfArgumentParser drops "| None"
+        if value is None:
+            if "None" not in annotation:
+                raise ConfigError([f"{path}: {key}: needs a value"])
+            continue
+        is_list = annotation.startswith("list")
+        if is_list != isinstance(value, list) or isinstance(value, dict):
+            raise ConfigError([f"{path}: {key}: expected {'a list' if is_list else 'one value'}, got {value!r}"])
+        items = value if is_list else [value]
+        argv += [f"--{key}", *(str(v).lower() if isinstance(v, bool) else str(v) for v in items)]
+    return argv
+
+
 def parse_config(argv: list[str], base: dict | None = None) -> GRPOConfig:
     """Flags (``--key value``) over a config file (``--config FILE``) over ``base`` over defaults.
 
@@ -281,14 +299,15 @@ def parse_config(argv: list[str], base: dict | None = None) -> GRPOConfig:
         i = argv.index("--config")
         if i + 1 >= len(argv):
             raise ConfigError(["--config needs a file path"])
-        defaults.update(read_config_file(argv[i + 1]))
+        path = argv[i + 1]
         del argv[i:i + 2]
+        argv = file_to_argv(read_config_file(path), path) + argv  # flags after the file's values win
     parser = HfArgumentParser(GRPOConfig, exit_on_error=False)
     parser.set_defaults(**defaults)
     try:
         config, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     except (argparse.ArgumentError, ValueError, TypeError) as e:
-        raise ConfigError([str(e).splitlines()[0].replace("argument --", "")]) from None
+        raise ConfigError([re.sub(r"/--[\w-]+", "", str(e).splitlines()[0].replace("argument --", ""))]) from None
     except SystemExit:
         raise ConfigError([f"cannot parse options: {' '.join(argv)}"]) from None
     if rest:
