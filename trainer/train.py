@@ -277,6 +277,14 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
     policy.train()
     dataset = task.make_prompts(max(config.num_prompts * W * 64, 1024), config.seed)
     run_dir = Path(config.output_dir) / session.run_name
+
+    def save_checkpoint(step: int) -> Path:
+        head = policy.value_head.state_dict() if policy.value_head is not None else None
+        path = checkpoint.save(run_dir / f"checkpoint-{step}", policy.lm, tokenizer, optimizer, state,
+                               config.to_dict(), value_head=head)
+        checkpoint.prune(run_dir, config.save_total_limit)
+        return path
+
     stop_flag, beats = StopFlag(), threading.Event()
     if store is not None and store.path != ":memory:":
         heartbeat_thread(store.path, run_id, beats)
@@ -428,10 +436,7 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
             save_now = (config.save_steps and step % config.save_steps == 0) or step == config.max_steps
             stop_now = dist.any(stop_flag.set)
             if (save_now or stop_now) and dist.is_main:
-                head = policy.value_head.state_dict() if policy.value_head is not None else None
-                path = checkpoint.save(run_dir / f"checkpoint-{step}", policy.lm, tokenizer, optimizer, state,
-                                       config.to_dict(), value_head=head)
-                checkpoint.prune(run_dir, config.save_total_limit)
+                path = save_checkpoint(step)
                 events.append(("checkpoint", {"path": str(path.resolve())}))
             store_failed = False
             if store is not None:
@@ -451,9 +456,7 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
                 store_seconds = time.perf_counter() - t
             if dist.any(store_failed and config.on_store_error == "stop"):
                 if dist.is_main and not save_now:
-                    head = policy.value_head.state_dict() if policy.value_head is not None else None
-                    checkpoint.save(run_dir / f"checkpoint-{step}", policy.lm, tokenizer, optimizer, state,
-                                    config.to_dict(), value_head=head)
+                    save_checkpoint(step)
                 status = "store_failed"
                 break
             bar.set_postfix(reward=f"{metrics['reward']:.3f}", kl=f"{metrics.get('kl', 0.0):.4f}",
