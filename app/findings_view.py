@@ -128,7 +128,8 @@ def _fix_action(run: dict, fix, point: RestartPoint | str, key: str) -> None:
             except launch.LaunchError as e:
                 st.error("Not restarted:\n" + "\n".join(f"- {m}" for m in e.messages))
             else:
-                st.session_state[FLASH_KEY] = (f"Started **{child.run_name}** from the checkpoint at step {point.step} "
+                where = f"the checkpoint at step {point.step}" if point.path else "the start (the base model)"
+                st.session_state[FLASH_KEY] = (f"Started **{child.run_name}** from {where} "
                                                f"with {changes_text(fix.changes)}; it appears under the run's "
                                                "lineage once the trainer has loaded.")
                 st.rerun()  # the whole page: it now follows the child

@@ -55,12 +55,13 @@ def changes_text(changes: Mapping[str, object]) -> str:
 @dataclass(frozen=True)
 class RestartPoint:
     step: int
-    path: Path
+    path: Path | None  # None: step 0, the start (the base model, before any update)
 
 
 def restart_point(run: Mapping, saved: list[tuple[int, Path]], finding: Finding, fix: Fix) -> RestartPoint | str:
     """Where "Restart with this fix" would fork: the last of the run's checkpoints on disk (``saved``, from
-    ``launch.checkpoints``) strictly before the onset. A string says why the button cannot be offered."""
+    ``launch.checkpoints``) strictly before the onset, else the start (step 0: the base model, a fresh
+    optimizer). A string says why the button cannot be offered."""
     if run["source"] != "grpo-doctor":
         return f"imported from {run['source']}: there is no checkpoint of ours to restart from"
     if not fix.changes:
@@ -69,10 +70,7 @@ def restart_point(run: Mapping, saved: list[tuple[int, Path]], finding: Finding,
     if unknown:
         return f"the embedded trainer has no option {', '.join(map(repr, unknown))}"
     found = launch.checkpoint_before(saved, finding.onset_step)
-    if found is None:
-        where = f" before step {finding.onset_step}" if finding.onset_step is not None else ""
-        return f"no checkpoint{where} is left on disk (save_steps / save_total_limit)"
-    return RestartPoint(*found)
+    return RestartPoint(*found) if found else RestartPoint(0, None)
 
 
 # --------------------------------------------------------------------------------------------- verdicts

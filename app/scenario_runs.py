@@ -1,15 +1,17 @@
 """Reproduce a troubleshooting row, then show its fix working: the engine of ``grpo-doctor scenarios``,
 of ``sample_runs/`` and of the Teach page's "Reproduce it live" button (no Streamlit here).
 
-For a scenario of ``trainer/scenarios.py``: train it with the embedded trainer (a child process, with a
-checkpoint every few steps), diagnose it, take the first fix of the scenario's finding that is a config
-change, and restart the run with that fix through the same ``app.launch.restart`` the dashboard's "Restart
-with this fix" button uses. The twin forks at the run's FIRST checkpoint (step 2), not at the last one before
-the onset as the dashboard does: a symptom builds up for many steps before a rule can call it, and a child
-forked just before the onset starts with the damage done and without the history a trend rule compares with
-(a shrink from 3.6 to 1.8 tokens looks flat from step 43 on). Forked early, the twin lives the same steps
-with the fix, and the diagnoser judges it on the same stretch: the symptom cleared when the rule did not
-fire on it at all (not even for a stretch that resolved itself); ``teach_view.after_fork`` gives the numbers over the steps both runs have.
+For a scenario of ``trainer/scenarios.py``: train it with the embedded trainer (a child process), diagnose
+it, take the first fix of the scenario's finding that is a config change, and restart the run with that fix
+through the same ``app.launch.restart`` the dashboard's "Restart with this fix" button uses. The twin forks
+at step 0, the start (the base model, the same seed and prompts), not at the last checkpoint before the onset
+as the dashboard does: a symptom builds up for many steps before a rule can call it (a 10× learning rate puts
+KL at 2 nats by step 3), and a child forked just before the onset starts with the damage done and without the
+history a trend rule compares with. Forked at the start, the twin lives the same steps with the fix, and the
+diagnoser judges it on the same stretch: the symptom cleared when the rule did not fire on it at all (not even
+for a stretch that resolved itself); ``teach_view.after_fork`` gives the numbers over the steps both runs have.
+Where the diagnoser's fix is advice rather than a config change ("check the reward function"), a scenario
+may say how to carry it out (``Scenario.carry_out``); the manifest marks that twin ``carried_out``.
 
 Regenerate the recorded runs (about 10 minutes on 2 CPU cores):
 
@@ -30,8 +32,6 @@ from app import launch
 from diagnostics.findings import Fix
 from trainer.scenarios import BY_NAME, SCENARIOS, Scenario
 
-#: Steps between checkpoints of a scenario run: the twin forks from the last one before the onset.
-SAVE_STEPS = 2
 #: At most this many of a finding's fixes are tried, in the diagnoser's order, until one clears the symptom
 #: (then, when none did, all of them together).
 MAX_FIXES = 3
@@ -69,6 +69,7 @@ class Outcome:
     twin_problems: list[str] | None = None
     cleared: bool | None = None
     note: str = ""
+    carried_out: bool = False   # the fix applied is the scenario's carrying-out of the diagnoser's advice
     seconds: float = 0.0
     attempts: list[dict] = field(default_factory=list)  # every twin tried, in the order of the fixes
 
@@ -103,8 +104,7 @@ def run_scenario(scenario: Scenario, db: str, store, *, max_steps: int | None = 
     folder.mkdir(parents=True, exist_ok=True)
     name = store.unique_name(name or scenario.name)
     steps = ["--max_steps", str(max_steps)] if max_steps else []
-    argv = [*launch.trainer_prefix(), *scenario.argv(), *steps, "--save_steps", str(SAVE_STEPS),
-            "--save_total_limit", "1000", "--run_name", name, "--output_dir", str(folder),
+    argv = [*launch.trainer_prefix(), *scenario.argv(), *steps, "--run_name", name, "--output_dir", str(folder),
             "--db", str(Path(db).resolve())]
     say(f"{scenario.name}: training '{name}' ({max_steps or scenario.max_steps} steps) — {scenario.row}")
     _trainer(argv, folder / f"{name}.log")
@@ -126,16 +126,18 @@ def run_scenario(scenario: Scenario, db: str, store, *, max_steps: int | None = 
         return outcome
     say(f"  found {hit.rule} from step {hit.onset_step}: {hit.title}")
     fixes = [x for x in hit.fixes if x.changes]
+    if not fixes and scenario.carry_out:  # the diagnoser's advice, carried out as the scenario says
+        advice = next((x.description for x in hit.fixes), "")
+        how, changes = scenario.carry_out
+        fixes = [Fix(f"{advice} — carried out: {how}", {k: list(v) if isinstance(v, tuple) else v for k, v in changes})]
+        outcome.carried_out = True
     if not fixes:
         outcome.note = "the finding's fixes are not config changes: no twin"
         say("  " + outcome.note)
         outcome.seconds = time.perf_counter() - start
         return outcome
     parent = store.get_run(name)
-    saved = launch.checkpoints(store, parent["id"])
-    if not saved:
-        raise ScenarioError(f"{name}: no checkpoint on disk to restart from")
-    point = saved[0]  # the first checkpoint: the twin relives the whole run with the fix (see the docstring)
+    point = (0, None)  # the start: the twin relives the whole run with the fix (see the docstring)
     tries = fixes[:MAX_FIXES]
     if len(tries) > 1:  # last, all of them at once
         tries.append(Fix(" and ".join(x.description for x in tries), {k: v for x in tries for k, v in x.changes.items()}))
@@ -175,11 +177,11 @@ def manifest_entry(outcome: Outcome) -> dict:
     s = outcome.scenario
     return {
         "scenario": s.name, "row": s.row, "seed": s.seed, "max_steps": s.max_steps,
-        "options": " ".join([*s.argv(), "--save_steps", str(SAVE_STEPS)]), "why": s.why, "rule": s.rule, "onset_by": s.onset_by,
+        "options": " ".join(s.argv()), "why": s.why, "rule": s.rule, "onset_by": s.onset_by,
         "run": f"{outcome.run}.jsonl", "found": outcome.found, "onset": outcome.onset, "problems": outcome.problems,
         "fix": outcome.fix, "changes": outcome.changes, "fork_step": outcome.fork_step,
         "twin": f"{outcome.twin}.jsonl" if outcome.twin else None, "twin_problems": outcome.twin_problems,
-        "cleared": outcome.cleared, "note": outcome.note, "seconds": round(outcome.seconds, 1),
+        "cleared": outcome.cleared, "carried_out": outcome.carried_out, "note": outcome.note, "seconds": round(outcome.seconds, 1),
         "attempts": [{**a, "twin": f"{a['twin']}.jsonl"} for a in outcome.attempts],
     }
 

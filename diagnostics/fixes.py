@@ -23,7 +23,7 @@ TRAINER_FIELDS: dict[str, type] = {
     "per_device_train_batch_size": int, "scale_rewards": str, "dynamic_sampling": bool,
     "advantage_clip": str, "kl_target": float, "num_iterations": int, "kl_estimator": str,
     "nonfinite_rewards": str, "reinforce_baseline_every": int, "reinforce_baseline_decay": float,
-    "group_by": str, "lora_r": int,
+    "group_by": str, "lora_r": int, "reward_weights": list,
 }
 _VERL_LOSS = {ours: theirs for theirs, ours in VERL_LOSS_AGG.items()}
 
@@ -62,6 +62,23 @@ def doubled_beta(cfg: RunConfig):
     return 0.04 if cfg.get("beta") == 0 else scaled(cfg, "beta", 2)
 
 
+def without_component(cfg: RunConfig, component: str, why: str) -> list[Fix]:
+    """Set the weight of the reward function behind ``rewards/<component>/mean`` to 0, when the run recorded
+    its reward functions and another one keeps a positive weight (else there would be no reward left)."""
+    funcs = cfg.get("reward_funcs")
+    if not isinstance(funcs, list) or not funcs:
+        return []
+    weights = cfg.get("reward_weights") or [1.0] * len(funcs)
+    names = [str(spec).rsplit(":", 1)[-1].rsplit(".", 1)[-1] for spec in funcs]  # "pkg.mod:fn" -> "fn"
+    if component not in names or len(weights) != len(funcs):
+        return []
+    i = names.index(component)
+    new = [0.0 if j == i else float(w) for j, w in enumerate(weights)]
+    if not any(w > 0 for w in new) or weights[i] == 0:
+        return []
+    return [make_fix(cfg, why, {"reward_weights": new}, "fix the reward function before giving it weight again")]
+
+
 def warmer(cfg: RunConfig) -> list[Fix]:
     """Raise a temperature below 1: to 0.9 or by 0.3, whichever is higher, at most 1 (seed 000 §2.6: 0.7–1.0)."""
     t = cfg.get("temperature")
@@ -80,6 +97,8 @@ def drop_uniform_groups(cfg: RunConfig, why: str) -> list[Fix]:
 def text(value) -> str:
     if isinstance(value, float):
         return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return " ".join(text(v) for v in value) if value else "default"
     return str(value)
 
 

@@ -1,7 +1,9 @@
 """End to end in a real browser: headless Chromium (Debian's ``chromium``, driven by Playwright) against
 ``grpo-doctor dashboard``. It starts a tiny run from the Runs page, watches its chart grow and stops it;
 starts a run whose KL blows up, opens the diagnoser's finding, clicks "Restart with this fix" and sees
-the child run appear in the lineage, then on its own page. Screenshots go to
+the child run appear in the lineage, then on its own page. Another SIGKILLs the dashboard's Streamlit server
+while a run trains, starts a new dashboard on the same store and port, and sees the reloaded Run page follow
+the run again from a later step. Screenshots go to
 ``artifacts/screenshots/`` (git-ignored) for a person to look at.
 
 ``make test`` installs chromium with apt-get when it is missing; Playwright never downloads a browser.
@@ -9,12 +11,13 @@ the child run appear in the lineage, then on its own page. Screenshots go to
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
-import socket
+import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,7 @@ import pytest
 from app import launch
 from diagnostics.rules import BY_ID
 from diagnostics.store import RunStore
+from dashboards import Dashboard
 from waiting import run_named, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,41 +37,28 @@ SICK_OPTIONS = "beta=0.001 learning_rate=0.001 save_steps=5 save_total_limit=0"
 KL_TITLE = BY_ID["kl_blowup"].title
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def dashboard(tmp_path):
-    """``grpo-doctor dashboard`` on a fresh store: (url, store path); stopped (SIGTERM) afterwards."""
-    db, port = tmp_path / "browser.db", _free_port()
-    log = open(tmp_path / "dashboard.log", "w")
-    script = Path(sys.executable).with_name("grpo-doctor")
-    proc = subprocess.Popen([str(script), "--db", str(db), "dashboard", "--port", str(port)], stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            return urllib.request.urlopen(f"{url}/_stcore/health", timeout=1).read() == b"ok"
-        except OSError:
-            return False
-
+@contextlib.contextmanager
+def serving(db: Path, log: Path):
+    """A started ``Dashboard`` on ``db``; afterwards it is stopped, and so are the trainers that still run."""
+    dashboard = Dashboard(db, log)
     try:
-        wait_for(healthy, 60, f"the dashboard to serve (its log: {tmp_path / 'dashboard.log'})")
-        yield url, str(db)
+        dashboard.start()
+        yield dashboard
     finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
+        dashboard.stop()
         with RunStore(db) as store:  # the trainers the test started that still run: SIGTERM
             for run_id in store.list_runs().query("status == 'running'")["id"]:
                 try:
                     launch.stop(store.get_run(int(run_id)))
                 except launch.LaunchError:
                     pass  # it ended meanwhile
+
+
+@pytest.fixture
+def dashboard(tmp_path):
+    """``grpo-doctor dashboard`` on a fresh store: (url, store path); stopped (SIGTERM) afterwards."""
+    with serving(tmp_path / "browser.db", tmp_path / "dashboard.log") as served:
+        yield served.url, str(served.db)
 
 
 @pytest.fixture
@@ -172,3 +163,52 @@ def test_start_a_run_watch_it_then_restart_a_sick_one_with_a_fix(dashboard, page
 def finding_onset(db: str, run_id: int) -> int:
     with RunStore(db) as store:
         return next(f.onset_step for f in store.findings(run_id) if f.rule == "kl_blowup")
+
+
+# ------------------------------------------------------------------------- a dashboard killed and restarted
+def shown_step(page) -> int | None:
+    """The step the Run page's header gives for a run of the embedded trainer ("... · step 37 of 100000")."""
+    match = re.search(r"source grpo-doctor · step (\d+) of", page.inner_text("body"))
+    return int(match.group(1)) if match else None
+
+
+def test_a_restarted_dashboard_resumes_the_live_view(tmp_path, page):
+    """The Streamlit server SIGKILLed mid-training and a new dashboard started on the same store and port: the
+    reloaded page shows a later step, keeps following the run, and the run lost no step."""
+    db = tmp_path / "browser.db"
+    RunStore(db).close()
+    with open(tmp_path / "trainer.log", "w") as log:  # the trainer loads while the dashboard starts
+        trainer = subprocess.Popen(
+            [sys.executable, "-m", "trainer", "--db", str(db), "--output_dir", str(tmp_path / "ckpt"),
+             "--run_name", "live-run", "--per_device_train_batch_size", "16", "--max_steps", "100000",
+             "--save_steps", "0"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with serving(db, tmp_path / "dashboard.log") as served:
+            run = wait_for(lambda: (r := run_named(str(db), "live-run")) and r["last_step"] and r, 120,
+                           f"a first step (the trainer's log: {tmp_path / 'trainer.log'})")
+            page.goto(f"{served.url}/run?run={run['id']}")
+            before = wait_for(lambda: shown_step(page), 60, "the run's step on its page")
+
+            server = served.server_pid()
+            os.kill(server, signal.SIGKILL)
+            assert served.proc.wait(30) == 128 + signal.SIGKILL  # the command ends with its server's status
+            assert not served.healthy() and not Path(f"/proc/{server}").exists()
+            assert trainer.poll() is None, "the trainer should still be training"
+
+            served.start()  # a new dashboard on the same store and port
+            page.reload()
+            after = wait_for(lambda: (n := shown_step(page)) and n > before and n, 60,
+                             f"a step after {before} on the reloaded page")
+            later = wait_for(lambda: (n := shown_step(page)) and n > after and n, 30,
+                             f"the page to follow the run past step {after}")
+            shot(page, "7-run-page-after-a-dashboard-restart")
+            trainer.terminate()  # it finishes its step and stops
+            assert trainer.wait(60) == 0, (tmp_path / "trainer.log").read_text()[-2000:]
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait(30)
+    with RunStore(db) as store:
+        run = store.get_run("live-run")
+        assert run["status"] == "stopped" and run["last_step"] >= later
+        assert list(store.metrics(run["id"]).index) == list(range(1, run["last_step"] + 1))  # no step lost

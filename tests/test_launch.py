@@ -222,6 +222,23 @@ def test_restart_with_a_fix_starts_a_child_and_leaves_the_parent_alone(parent_ru
     assert before[4] == after[4] and before[4]  # the parent's checkpoint files are untouched
 
 
+def test_a_restart_from_step_0_relives_the_run_from_the_base_model(parent_run):
+    with RunStore(parent_run) as store:
+        parent = store.get_run("parent")
+        child = launch.start(launch.restart(parent, 0, {"beta": 0.1}, parent_run, store))
+    wait_for(lambda: child.exit_code() is not None, 180, "the child to finish")
+    assert child.exit_code() == 0, child.log_path.read_text()[-2000:]
+    with RunStore(parent_run) as store:
+        row = store.get_run(child.run_name)
+        assert (row["parent_id"], row["parent_step"], row["config"]["beta"]) == (parent["id"], 0, 0.1)
+        ours, theirs = store.metrics(row["id"]), store.metrics(parent["id"])
+        restart = store.events(row["id"], "restart").iloc[0]
+    assert list(ours.index) == [1, 2, 3, 4, 5, 6] and restart["detail"]["checkpoint"] == "the start"
+    # the same seed and prompts: step 1 samples the same completions from the same base model; β only
+    # changes the update, so the rewards part from step 2 at the earliest
+    assert ours.loc[1, "reward"] == theirs.loc[1, "reward"] and ours.loc[1, "kl"] == theirs.loc[1, "kl"]
+
+
 def test_a_launch_that_fails_early_reports_the_trainers_error(parent_run, tmp_path):
     db = parent_run
     with RunStore(db) as store:
@@ -237,13 +254,13 @@ def test_a_launch_that_fails_early_reports_the_trainers_error(parent_run, tmp_pa
     assert launch.pending(["parent"]) == []
 
 
-def test_no_restart_point_without_a_checkpoint_before_the_onset(parent_run):
+def test_the_restart_point_is_the_last_checkpoint_before_the_onset_else_the_start(parent_run):
     fix = Fix("raise beta", {"beta": 0.1})
     with RunStore(parent_run) as store:
         parent = store.get_run("parent")
         saved = launch.checkpoints(store, parent["id"])
     assert [step for step, _ in saved] == [2, 4, 6]
-    assert "no checkpoint before step 2" in restart_point(parent, saved, Finding("r", "t", "warning", 2, 6), fix)
+    assert restart_point(parent, saved, Finding("r", "t", "warning", 2, 6), fix) == RestartPoint(0, None)
     assert restart_point(parent, saved, Finding("r", "t", "warning", None, 6), fix).step == 6
     assert restart_point(parent, saved[:1], Finding("r", "t", "warning", 5, 6), fix).step == 2  # 4 deleted
     assert "not a config change" in restart_point(parent, saved, Finding("r", "t", "warning", 5, 6), Fix("look"))

@@ -61,6 +61,7 @@ class Fixture:
     events: tuple = ()
     cause: str = ""                            # text the first cause must contain
     fix: dict = field(default_factory=dict)    # a change the fixes must include
+    first_fix: dict | None = None              # the changes of the first problem's first config fix ({}: none)
 
 
 def ramp(n: int, start: float, end: float, begin: int = 0) -> np.ndarray:
@@ -86,6 +87,20 @@ FIXTURES = [
             metrics={"kl": ramp(N, 0.02, 3.0, 40), "reward": np.concatenate([H["reward"][:60], np.full(90, 0.3)]),
                      "rewards/correctness/mean": np.concatenate([H["reward"][:60], np.full(90, 0.3)])},
             fix={"learning_rate": 5e-5}),
+    Fixture("kl past 1 nat: the learning rate comes down tenfold first", {"kl_blowup": "critical"},
+            metrics={"kl": ramp(N, 0.02, 2.0, 40)}, first_fix={"learning_rate": 1e-5}),
+    Fixture("outputs shrink paid for by one reward function", {"length_shrink": "warning"},
+            metrics={"completions/mean_length": ramp(N, 200, 80, 30) + noise(N, 3, 20),
+                     "reward": ramp(N, 1.0, 1.6, 30) + noise(N, 0.02, 21),
+                     "rewards/brevity/mean": ramp(N, 0.2, 0.8, 30) + noise(N, 0.02, 22)},
+            config={"reward_funcs": ["correctness", "my_rewards:brevity"], "reward_weights": [1.0, 2.0],
+                    "loss_type": "grpo"},
+            cause="pays for shortness", first_fix={"reward_weights": [1.0, 0.0]}),
+    Fixture("repetition paid for by one reward function", {"repetition": "warning"},
+            metrics={"repetition": ramp(N, 0.02, 0.5, 40) + np.abs(noise(N, 0.01, 23)),
+                     "rewards/templated/mean": ramp(N, 0.1, 0.9, 40) + noise(N, 0.02, 24)},
+            config={"reward_funcs": ["correctness", "templated"]},
+            cause="pays for repetition", first_fix={"reward_weights": [1.0, 0.0]}),
     Fixture("kl single spike", {}, metrics={"kl": spiked(H["kl"], (80,), 0.6)}, notes=("kl_single_spike",)),
     Fixture("kl strongly negative", {"kl_negative": "warning"}, metrics={"kl": -1.5 + noise(N, 0.05)},
             config={"kl_estimator": "k1"}, fix={"kl_estimator": "k3"}),
@@ -97,7 +112,7 @@ FIXTURES = [
             metrics={"reward": np.ones(N), "reward_std": np.zeros(N), "frac_reward_zero_std": np.ones(N),
                      "rewards/correctness/mean": np.ones(N), "loss": np.zeros(N), "grad_norm": np.zeros(N),
                      "advantage/std": np.zeros(N), "advantage/abs_max": np.zeros(N)},
-            cause="cannot discriminate"),
+            cause="cannot discriminate", first_fix={}),  # no lr, G or temperature makes a constant reward vary
     Fixture("reward collapses after rising", {"reward_collapse": "critical"},
             metrics={"reward": np.concatenate([ramp(100, 0.2, 0.9), np.full(50, 0.2)]) + noise(N, 0.01),
                      "rewards/correctness/mean": np.concatenate([ramp(100, 0.2, 0.9), np.full(50, 0.2)])},
@@ -237,6 +252,9 @@ def test_fixture_findings(fixture):
         changes = {k: v for f in findings for fix in f.fixes for k, v in fix.changes.items()}
         for key, value in fixture.fix.items():
             assert changes.get(key) == (pytest.approx(value) if isinstance(value, float) else value), (key, changes)
+    if fixture.first_fix is not None:
+        config_fixes = [fix.changes for fix in first.fixes if fix.changes]
+        assert (config_fixes[0] if config_fixes else {}) == fixture.first_fix, config_fixes
     for f in findings:  # every finding carries its evidence and references; problems their causes and fixes
         assert f.evidence and f.references and f.onset_step is not None
         if f.severity != "expected":
@@ -267,9 +285,10 @@ def test_fix_changes_are_valid_trainer_options():
             for fix in finding.fixes:
                 if not fix.changes:
                     continue
-                pairs = [f"{k}={v}" for k, v in fix.changes.items()]
+                pairs = [f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in fix.changes.items()]
                 config = parse_config(overrides_to_argv(pairs), base={"beta": 0.04, "num_generations": 4,
-                                                                      "per_device_train_batch_size": 32})
+                                                                      "per_device_train_batch_size": 32,
+                                                                      "reward_funcs": ["correctness", "format_reward"]})
                 for key, value in fix.changes.items():
                     assert getattr(config, key) == value, (fixture.name, key)
                     assert type(getattr(config, key)) is type(value) or isinstance(value, float), (key, value)

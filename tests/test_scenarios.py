@@ -99,6 +99,19 @@ def test_recall_on_sample_runs_and_warnings_on_the_healthy_run(capsys):
         print(f"\nsample_runs: recall {len(hits)}/{len(rows)}, twins cleared {len(cleared)}/{len(rows)} "
               f"({', '.join(cleared)}), warnings on the healthy run: {len(warnings)} {sorted(warnings) or ''}")
     assert len(hits) == len(rows) and not warnings
+    assert cleared == [s.name for s in rows], "every twin clears its symptom"
+
+
+def test_a_twin_carries_out_advice_only_where_the_diagnoser_offers_no_config_change():
+    for name, entry in ENTRIES.items():
+        scenario = BY_NAME[name]
+        assert entry["carried_out"] == (scenario.carry_out is not None and bool(entry["attempts"])), name
+        if entry["carried_out"]:
+            with RunStore(":memory:") as store:
+                found = diagnose(store, import_path(store, SAMPLES / entry["run"]), save=False)
+            hit = next(f for f in found.problems() if f.rule == scenario.rule)
+            assert hit.fixes and not any(f.changes for f in hit.fixes)  # advice only: nothing to apply as is
+            assert "carried out" in entry["fix"] and entry["changes"] == {k: list(v) for k, v in scenario.carry_out[1]}
 
 
 def test_a_recorded_run_diagnoses_by_its_path(capsys):

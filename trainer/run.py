@@ -104,7 +104,8 @@ def prepare(argv: list[str]):
     if launch.restart_from:
         ref, step = split_ref(launch.restart_from)
         parent = store.get_run(ref)
-        ckpt_step, path = checkpoint_at(store, parent["id"], step)
+        # step 0 is the start: the base model and a fresh optimizer, no checkpoint needed
+        ckpt_step, path = (0, None) if step == 0 else checkpoint_at(store, parent["id"], step)
         base = {**parent["config"], "run_name": None}
         config = parse_config(overrides_to_argv(launch.set) + rest, base=base)
         if config.max_steps <= ckpt_step:
@@ -114,7 +115,8 @@ def prepare(argv: list[str]):
         reason = describe_changes(parent["config"], config.to_dict())
         run_id = store.create_run(config.run_name, config=config.to_dict(), parent=parent["id"],
                                   parent_step=ckpt_step, restart_reason=reason, pid=os.getpid())
-        store.add_event(run_id, ckpt_step, "restart", {"parent": parent["name"], "checkpoint": str(path),
+        store.add_event(run_id, ckpt_step, "restart", {"parent": parent["name"],
+                                                       "checkpoint": str(path) if path else "the start",
                                                        "changes": reason})
         return config, Session(store, run_id, config.run_name, init_checkpoint=path)
     config = parse_config(rest)

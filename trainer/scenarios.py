@@ -38,6 +38,9 @@ class Scenario:
     rule: str | None = None     # the rule id the diagnoser must raise (None: the healthy baseline)
     onset_by: int | None = None  # the rule must have fired by this step
     why: str = ""               # how the options produce the symptom
+    #: where the diagnoser's fix is advice, not a config change ("check the reward function"): the
+    #: config change that carries the advice out, applied to the twin and labelled as such
+    carry_out: tuple[str, tuple[tuple[str, object], ...]] | None = None
 
     def argv(self) -> list[str]:
         return [*COMMON, *self.options, "--max_steps", str(self.max_steps), "--seed", str(self.seed)]
@@ -48,9 +51,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              why="the defaults: correctness + format rewards, β 0.04, lr 1e-4; correctness rises 0.2 → 0.5"),
     Scenario("kl_blowup", "KL blow-up", ("--beta", "0.001", "--learning_rate", "1e-3"), 60, rule="kl_blowup",
              onset_by=30, why="a 10× learning rate with almost no KL weight: KL passes 1 nat/token within 15 steps"),
-    Scenario("outputs_shrink", "outputs shrink", ("--reward_funcs", "prefers_short", "--loss_type", "grpo"), 100,
-             rule="length_shrink", onset_by=80,
-             why="a reward for short answers under per-sequence normalisation: 3.6 → 1 token (EOS only)"),
+    Scenario("outputs_shrink", "outputs shrink",
+             ("--reward_funcs", "correctness", "prefers_short", "--reward_weights", "1", "5", "--loss_type", "grpo"),
+             100, rule="length_shrink", onset_by=80,
+             why="a brevity bonus worth five times correctness, under per-sequence normalisation: 3.5 → 2 tokens "
+                 "as the answers are cut short and stop being right"),
     Scenario("outputs_explode", "outputs explode", ("--reward_funcs", "prefers_long"), 80, rule="length_explode",
              onset_by=60, why="a reward for long answers: the mean length climbs from 3.6 to the 8-token cap"),
     Scenario("repetition", "repetition / low temperature",
@@ -61,7 +66,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("uniform_groups", "advantage std ≈ 0", ("--temperature", "0.1"), 40, rule="uniform_groups",
              onset_by=20, why="at temperature 0.1 the 8 samples of a prompt are nearly always identical"),
     Scenario("reward_flat", "reward flat", ("--reward_funcs", "constant"), 130, rule="reward_flat",
-             onset_by=125, why="a reward that gives every completion 1.0 cannot discriminate: nothing is learnt"),
+             onset_by=125, why="a reward that gives every completion 1.0 cannot discriminate: nothing is learnt",
+             carry_out=("the check finds that `constant` scores every completion 1.0; the task's own rewards "
+                        "replace it", (("reward_funcs", ("correctness", "format_reward")),))),
     Scenario("nan_reward", "loss NaN", ("--reward_funcs", "nan_some", "--nonfinite_rewards", "skip"), 20,
              rule="nonfinite", onset_by=5, why="a reward function that returns NaN for answers containing a 7"),
     Scenario("clip_high", "clip fraction high (μ > 1)",
@@ -73,8 +80,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              ("--scale_rewards", "batch", "--reward_funcs", "format_reward"), 30, rule="advantage_explosion",
              onset_by=10, why="batch-std scaling of a reward that is 1.0 for nearly all: one odd sample gets |A| ≈ 7"),
     Scenario("truncation", "truncation zeroes the reward (painpoints row 3)",
-             ("--max_completion_length", "1", "--reward_funcs", "correctness"), 30, rule="truncation", onset_by=5,
-             why="a 1-token cap: every completion is cut, no answer can be right, every group scores 0"),
+             ("--max_completion_length", "2", "--reward_funcs", "correctness"), 30, rule="truncation", onset_by=5,
+             why="a 2-token cap on answers of 2–4 tokens (digits and EOS): most completions are cut, only "
+                 "one-digit sums can be right"),
     Scenario("reward_hacking", "baseline drift / reward hacking",
              ("--reward_funcs", "correctness", "prefers_long", "--reward_weights", "1", "2"), 150,
              rule="reward_hacking", onset_by=130,

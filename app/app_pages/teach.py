@@ -16,7 +16,8 @@ def lessons():
 
 st.title("Teach: the troubleshooting table")
 st.caption("Every row was reproduced by a real run of the embedded trainer on a CPU, then fixed with the "
-           "diagnoser's own suggestion: a twin restarted with it from the run's first checkpoint.")
+           "diagnoser's own suggestion: a twin restarted with it from the start (step 0), so it lives the same steps "
+           "with the fix.")
 found = lessons()
 st.dataframe(teach_view.table(found), hide_index=True, width="stretch")
 

@@ -64,6 +64,9 @@ def _blowup_explain(view: RunView, ep: Episode) -> Explanation:
         causes.append("KL that keeps growing whatever β is: a sign error in the KL loss (old verl)")
     fixes = [make_fix(cfg, "raise the KL weight", {"beta": doubled_beta(cfg)}),
              make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
+    if now >= EXTREME:  # no KL weight holds a policy that has moved e-fold: the step size must come down
+        fixes = [make_fix(cfg, "lower the learning rate tenfold", {"learning_rate": scaled(cfg, "learning_rate", 0.1)},
+                          f"KL is {fmt(now)} nats per token, past what raising β can pull back"), fixes[0]]
     if cfg.ours and cfg.get("kl_target") is None and (beta or 0) > 0:
         fixes.append(make_fix(cfg, "let an adaptive controller hold KL near a target", {"kl_target": TARGET_HIGH}))
     if cfg.get("kl_estimator") in ("k1", "k2"):

@@ -9,11 +9,12 @@ import numpy as np
 
 from diagnostics import signals
 from diagnostics.findings import Evidence
-from diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer
+from diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer, without_component
 from diagnostics.rules.base import (
     PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, first_present, level, medians, smoothed,
     smoothed_evidence, start_step
 )
+from diagnostics.rules.reward import component_behind
 from diagnostics.view import SAMPLE_EMPTY, SAMPLE_REPETITION, RunView
 
 LENGTH = "completions/mean_length"
@@ -76,9 +77,14 @@ def _shrink_explain(view: RunView, ep: Episode) -> Explanation:
     if correlation <= -0.5:
         evidence.append(Evidence(ep.last, "reward", smoothed(view, "reward", ep.last),
                                  f"reward rises as length falls (correlation {correlation:.2f})"))
-        causes.append("the reward pays for shortness (a length or format term, or empty answers passing a check)")
+        causes.insert(0, "the reward pays for shortness (a length or format term, or empty answers passing a check)")
         if view.has(SAMPLE_EMPTY):
             evidence.append(smoothed_evidence(view, SAMPLE_EMPTY, ep.last, "share of empty sampled completions"))
+        behind = component_behind(view, LENGTH, ep.last, -1)
+        if behind:
+            evidence.append(smoothed_evidence(view, f"rewards/{behind[0]}/mean", ep.last,
+                                              f"this reward function rose as length fell (correlation −{behind[1]:.2f})"))
+            fixes[:0] = without_component(cfg, behind[0], f"take {behind[0]} out of the reward")
         fixes.append(advice("check the reward on short and empty completions: shaping must not pay for brevity"))
     penalty = cfg.get("length_penalty")
     if isinstance(penalty, (int, float)) and penalty > 0:
@@ -184,7 +190,7 @@ def _truncation_explain(view: RunView, ep: Episode) -> Explanation:
     new_cap = scaled(cfg, "max_completion_length", 2) if cap is None else int(2 * cap)
     fixes = [make_fix(cfg, "raise the length cap", {"max_completion_length": new_cap},
                       "measure the p95 length at which the base model stops",
-                      current={"max_completion_length": cap})]
+                      current=None if cfg.get("max_completion_length") else {"max_completion_length": cap})]
     if not cfg.get("mask_truncated_completions"):
         fixes.append(make_fix(cfg, "take truncated completions out of the loss", {"mask_truncated_completions": True}))
     return Explanation("critical" if severe else "warning", evidence, causes, fixes)
@@ -225,7 +231,14 @@ def _repetition_explain(view: RunView, ep: Episode) -> Explanation:
     epsilon, high = cfg.get("epsilon"), cfg.get("epsilon_high")
     if (isinstance(epsilon, (int, float)) and epsilon >= 0.28) or (isinstance(high, (int, float)) and high >= 0.28):
         causes.append("a wide clip range (ε) lets the policy sharpen fast")
-    causes.append("the reward favours templated or padded text; late-stage overfitting")
+    behind = component_behind(view, name, ep.last, +1)
+    if behind:
+        evidence.append(smoothed_evidence(view, f"rewards/{behind[0]}/mean", ep.last,
+                                          f"this reward function rose with repetition (correlation {behind[1]:.2f})"))
+        causes.insert(0, f"the reward pays for repetition: {behind[0]} scores higher as the text repeats")
+        fixes += without_component(cfg, behind[0], f"take {behind[0]} out of the reward")
+    else:
+        causes.append("the reward favours templated or padded text; late-stage overfitting")
     fixes += warmer(cfg)
     if cfg.ours and cfg.get("epsilon_schedule") != "linear":
         fixes.append(make_fix(cfg, "decay ε from 0.3 to 0.1 (seed 001 §3.1)", {"epsilon_schedule": "linear"}))

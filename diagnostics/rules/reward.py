@@ -25,6 +25,21 @@ def components(view: RunView) -> list[str]:
     return [n for n in view.names() if n.startswith("rewards/") and n.endswith("/mean") and view.has(n)]
 
 
+def component_behind(view: RunView, metric: str, upto: int, sign: int) -> tuple[str, float] | None:
+    """The reward function whose mean moved with ``metric`` (``sign`` +1: rose with it, −1: rose as it fell)
+    most closely up to step ``upto``, as (function name, correlation), when that correlation is 0.5 or more."""
+    steps, values = view.finite(metric)
+    keep = steps <= upto
+    best = None
+    for name in components(view):
+        other = view.asof(name, steps[keep])
+        both = np.isfinite(other)
+        r = sign * signals.correlation(values[keep][both], other[both])
+        if r >= 0.5 and (best is None or r > best[1]):
+            best = (name.split("/")[1], r)
+    return best
+
+
 def accuracy_component(view: RunView) -> str | None:
     """The per-function reward that measures correctness (by its name), when there is one."""
     return next((n for n in components(view) if _ACCURACY.search(n.split("/")[1])), None)
@@ -76,6 +91,8 @@ def _flat_explain(view: RunView, ep: Episode) -> Explanation:
         evidence.append(smoothed_evidence(view, "kl", ep.last, "the policy has not moved from the reference"))
         causes.append("the policy is not changing (KL ≈ 0): learning rate too small, or the updated weights "
                       "never reach the generator (LoRA + vLLM weight sync)")
+    if fixes:  # a reward with no spread gives every advantage 0 whatever lr, G or temperature are
+        return Explanation("warning", evidence, causes, fixes)
     causes.append(f"learning rate too small ({cfg.describe('learning_rate')})")
     causes.append("too little variety in the groups: small G or low temperature")
     fixes.append(make_fix(cfg, "raise the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 2)}))
