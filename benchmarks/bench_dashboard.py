@@ -1,6 +1,6 @@
 """Dashboard benchmark: the first render of a 100k-step run's Run page, and a live refresh tick.
 
-    .venv/bin/python benchmarks/bench_dashboard.py [--steps 100000] [--repeats 5]
+    .venv/bin/python benchmarks/bench_dashboard.py [--steps 100000] [--repeats 5] [--writers 0]
 
 Targets (issue 6): first render < 2 s; a live refresh tick < 200 ms. Both are measured headless with
 Streamlit's AppTest, which runs the page script as the server does (reading the store, diagnosing,
@@ -12,12 +12,17 @@ downsampling, building every plotly figure and serialising it) without a browser
   fragment (``run_view.follow``: read the new step, diagnose it, draw findings and charts) runs once; it is
   also timed as a whole-page rerun, which redraws the controls above it as well.
 
+With ``--writers N``, N other runs stream into the same store all the while (``bench_load.writer``: 30
+metrics and 8 completions a step, ~5 steps/s each), as when the dashboard watches many runs at once; the
+Runs page (the table of every run) is timed too.
+
 Prints medians and their ratio to the target; asserts nothing (these machines are noisy).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import os
 import statistics
 import tempfile
@@ -67,6 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--writers", type=int, default=0, help="other runs streaming into the store meanwhile")
     args = parser.parse_args()
     from app import diagnosis
     from diagnostics.store import RunStore
@@ -79,6 +85,7 @@ def main() -> None:
             run_id = make_run(store, args.steps)
             print(f"wrote a {args.steps:,}-step run with {len(METRICS)} metrics in {time.perf_counter() - start:.1f} s")
 
+        writers = start_writers(db, args.writers)
         open_run_page(run_id).run()  # warm-up: imports, plotly's validators
         first = []
         for _ in range(args.repeats):
@@ -95,6 +102,14 @@ def main() -> None:
         ticks = measure_ticks(open_run_page(run_id), db, run_id, args.steps, max(args.repeats * 2, 10))
         fragment = AppTest.from_function(follow_tick, args=(run_id,), default_timeout=300)
         fragment_ticks = measure_ticks(fragment, db, run_id, args.steps + len(ticks), len(ticks))
+        runs_page = []
+        for _ in range(args.repeats):
+            at = AppTest.from_file(DASHBOARD, default_timeout=300)
+            start = time.perf_counter()
+            at.run()  # the Runs page is the dashboard's first page
+            runs_page.append(time.perf_counter() - start)
+            assert not at.exception, at.exception
+        streamed = stop_writers(db, writers)
 
     first_s = statistics.median(first)
     tick_ms, fragment_ms = statistics.median(ticks) * 1000, statistics.median(fragment_ticks) * 1000
@@ -103,6 +118,31 @@ def main() -> None:
     print(f"live refresh tick, the 2-second fragment after one new step: median {fragment_ms:.0f} ms of "
           f"{len(fragment_ticks)} (target < 200 ms: {200 / fragment_ms:.1f}x headroom)")
     print(f"live refresh, whole-page rerun after one new step: median {tick_ms:.0f} ms of {len(ticks)}")
+    print(f"Runs page ({args.writers + 1} runs): median {statistics.median(runs_page) * 1000:.0f} ms of {len(runs_page)}")
+    if writers:
+        print(f"meanwhile {args.writers} other runs streamed {streamed:,} steps into the same store")
+
+
+def start_writers(db: str, n: int) -> list[mp.Process]:
+    from bench_load import writer  # benchmarks/ is this script's folder
+
+    out: mp.Queue = mp.Queue()
+    procs = [mp.Process(target=writer, args=(db, 1000 + i, 3600, out), daemon=True) for i in range(n)]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def stop_writers(db: str, procs: list[mp.Process]) -> int:
+    """Stop the writers; the steps they wrote."""
+    from diagnostics.store import RunStore
+
+    for p in procs:
+        p.terminate()
+        p.join()
+    with RunStore(db) as store:
+        runs = store.list_runs()
+        return int(runs.loc[runs["name"].str.startswith("load-"), "last_step"].fillna(0).sum())
 
 
 def follow_tick(run_id: int) -> None:

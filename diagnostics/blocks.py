@@ -3,6 +3,8 @@
 A series (steps, values) of one metric lives partly in ``metric_blocks`` (old steps, packed as
 little-endian int64 / float64 arrays) and partly in ``metrics`` rows (the live tail and any step
 written again later). Reading merges both; a row wins over a block entry with the same step.
+Live writes are rows, packed later by ``RunStore.compact``; bulk writes (``RunStore.write_steps``,
+the importers) pack blocks as they go and leave rows only for steps that come late.
 """
 
 from __future__ import annotations

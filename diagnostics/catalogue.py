@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-SEED_000 = "seed 000_0195c9238366f256"
-SEED_001 = "seed 001_a59b3f0ff2408068"
+SEED_000 = "seed 000"  # ../shared/seeds/000_0195c9238366f256.txt
+SEED_001 = "seed 001"  # ../shared/seeds/001_a59b3f0ff2408068.txt
 
 
 @dataclass(frozen=True)

@@ -83,8 +83,9 @@ CREATE INDEX findings_by_run ON findings (run_id, rule, status);
 """
 
 # Old steps of a series are packed into blocks (numpy arrays as blobs): reading a 100k-step metric
-# is then a few blob reads instead of 100k Python rows. Rows stay the write path and the live tail;
-# a row overrides a block entry for the same step (see diagnostics/blocks.py).
+# is then a few blob reads instead of 100k Python rows. A live run writes rows (its tail) and packs
+# them every 4,096 steps; a bulk write (an import) writes blocks directly. A row overrides a block entry
+# for the same step (see diagnostics/blocks.py).
 BLOCKS = """
 CREATE TABLE metric_blocks (
     run_id     INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,

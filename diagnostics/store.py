@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import operator
 import os
 import socket
 import sqlite3
@@ -80,6 +81,7 @@ class RunStore:
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path}: not a usable GRPO Doctor store ({e})") from None
         self._key_ids: dict[str, int] = {}
+        self._bulk: dict[int, _BulkWrite] = {}  # write_steps in progress, by run
 
     # ------------------------------------------------------------------ plumbing
     def close(self) -> None:
@@ -285,19 +287,62 @@ class RunStore:
 
     def write_steps(self, run_id: int, rows: Iterable[tuple[int, Mapping[str, object]]]) -> int:
         """Bulk-write ``(step, metrics)`` rows (importers); returns the number of steps.
-        Call inside ``atomic()`` to make a whole import one transaction, then ``compact()``."""
-        n, last = 0, None
+
+        The same result as writing every value with ``INSERT OR REPLACE`` (a later write of a
+        (metric, step) wins; NaN, ±inf and -0.0 read back as a row would), but written as blocks
+        directly: each metric's values are buffered (at most ``BLOCK_SIZE`` of them, so memory is
+        bounded by the number of metrics, not the run's length) and a full buffer is written as one
+        block. A value at or before a step already packed for its metric (an out-of-order or repeated
+        step; any step the run already had) is written as a row, which overrides the block; ``compact()``
+        folds such rows in. One transaction: call inside ``atomic()`` to join a larger one (an import).
+        """
         with self.atomic():
-            for step, metrics in rows:
-                self.conn.executemany(
-                    "INSERT OR REPLACE INTO metrics (run_id, key_id, step, value) VALUES (?,?,?,?)",
-                    self._metric_rows(run_id, step, metrics),
-                )
-                n += 1
-                last = step if last is None else max(last, step)
+            bulk = _BulkWrite(self, run_id)
+            self._bulk[run_id] = bulk
+            try:
+                n, last = bulk.feed(rows)
+                bulk.flush_all()
+            finally:
+                del self._bulk[run_id]
             if last is not None:
                 self.conn.execute("UPDATE runs SET last_step = ? WHERE id = ?", (last, run_id))
         return n
+
+    def has_metrics(self, run_id: int) -> bool:
+        """Whether the run has at least one metric value (a row or a block)."""
+        return self.conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM metrics WHERE run_id = ?)"
+            " OR EXISTS (SELECT 1 FROM metric_blocks WHERE run_id = ?)", (run_id, run_id)).fetchone()[0] == 1
+
+    def values_at(self, run_id: int, step: int, names: Iterable[str] | None = None) -> dict[str, float]:
+        """``{metric: value}`` stored for one step (NaN for a logged NaN), including values a
+        ``write_steps`` in progress still buffers (an importer checks repeated steps with it)."""
+        wanted = None if names is None else set(names)
+        out: dict[str, float] = {}
+        bulk = self._bulk.get(run_id)
+        if bulk is not None:
+            wanted, out = bulk.buffered_at(step, wanted)
+            if wanted is not None and not wanted:
+                return out
+        names_of = self._key_names()
+        found: dict[int, float] = {}
+        for key_id, steps_blob, vals_blob in self.conn.execute(
+            "SELECT key_id, steps, vals FROM metric_blocks WHERE run_id = ? AND last_step >= ? AND first_step <= ?",
+            (run_id, step, step),
+        ):
+            steps, values = blocks.decode(steps_blob, vals_blob)
+            i = int(np.searchsorted(steps, step))
+            if i < len(steps) and steps[i] == step:
+                found[key_id] = float(values[i])
+        for key_id, value in self.conn.execute(
+            "SELECT key_id, value FROM metrics WHERE run_id = ? AND step = ?", (run_id, step)
+        ):
+            found[key_id] = math.nan if value is None else value  # a row overrides a block
+        for key_id, value in found.items():
+            name = names_of[key_id]
+            if wanted is None or name in wanted:
+                out[name] = value
+        return out
 
     def _insert_samples(self, run_id: int, step: int, samples: Iterable[Mapping]) -> None:
         known = {"group", "prompt", "completion", "reward", "length", "truncated"}
@@ -578,6 +623,108 @@ class RunStore:
                 "rule": rule, "title": title, "severity": severity, "onset_step": onset, "last_step": last,
                 "status": status, "resolved_step": resolved, **json.loads(detail)}))
         return out
+
+
+def _as_step(step) -> int:
+    if isinstance(step, float) and step.is_integer():
+        return int(step)
+    try:
+        return operator.index(step)
+    except TypeError:
+        raise StoreError(f"step {step!r} is not an integer") from None
+
+
+class _BulkWrite:
+    """The per-metric buffers of one ``write_steps`` call.
+
+    Per metric: ``[buffer {step: value}, floor, key_id]``. ``floor`` is the last step of the metric
+    already packed by this call, or stored before it; a value above it goes to the buffer (a dict, so
+    a repeat replaces), one at or below it is written as a row at once (rows override blocks and
+    replace rows, so the latest write still wins). Blocks of a call thus never overlap each other,
+    nor the run's earlier data, nor the rows of the call.
+    """
+
+    def __init__(self, store: RunStore, run_id: int):
+        self.store, self.run_id = store, run_id
+        self.fresh = not store.has_metrics(run_id)  # else each metric's floor comes from the store
+        self.state: dict[str, list] = {}
+
+    def _new_key(self, name: str) -> list:
+        key_id = self.store._key_id(name)
+        floor = -(2**63)
+        if not self.fresh:
+            conn = self.store.conn
+            for table, column in (("metrics", "step"), ("metric_blocks", "last_step")):
+                last = conn.execute(f"SELECT MAX({column}) FROM {table} WHERE run_id = ? AND key_id = ?",
+                                    (self.run_id, key_id)).fetchone()[0]
+                if last is not None:
+                    floor = max(floor, last)
+        entry = self.state[name] = [{}, floor, key_id]
+        return entry
+
+    def feed(self, rows: Iterable[tuple[int, Mapping[str, object]]]) -> tuple[int, int | None]:
+        size = blocks.BLOCK_SIZE
+        state, new_key, flush = self.state, self._new_key, self._flush
+        conn, run_id = self.store.conn, self.run_id
+        n, last = 0, None
+        for step, metrics in rows:
+            if type(step) is not int:
+                step = _as_step(step)
+            n += 1
+            if last is None or step > last:
+                last = step
+            for name, value in metrics.items():
+                entry = state.get(name)
+                if entry is None:
+                    entry = new_key(name)
+                if type(value) is not float:
+                    value = _as_float(name, value)
+                if step > entry[1]:
+                    buffer = entry[0]
+                    buffer[step] = value
+                    if len(buffer) >= size:
+                        flush(entry)
+                else:
+                    conn.execute("INSERT OR REPLACE INTO metrics (run_id, key_id, step, value) VALUES (?,?,?,?)",
+                                 (run_id, entry[2], step, value))
+        return n, last
+
+    def _flush(self, entry: list) -> None:
+        buffer = entry[0]
+        if not buffer:
+            return
+        steps = np.fromiter(buffer.keys(), dtype=np.int64, count=len(buffer))
+        values = np.fromiter(buffer.values(), dtype=np.float64, count=len(buffer))
+        order = np.argsort(steps, kind="stable")
+        steps, values = steps[order], values[order]
+        # As SQLite stores them: any NaN reads back as the one NaN (NULL), -0.0 as 0.0.
+        values[np.isnan(values)] = np.nan
+        values[values == 0] = 0.0
+        self.store._insert_blocks(self.run_id, entry[2], steps, values)
+        entry[0], entry[1] = {}, int(steps[-1])
+
+    def flush_all(self) -> None:
+        for entry in self.state.values():
+            self._flush(entry)
+
+    def buffered_at(self, step: int, wanted: set[str] | None) -> tuple[set[str] | None, dict[str, float]]:
+        """(the names still to look up in the store, {name: value} the buffers hold for ``step``)."""
+        out: dict[str, float] = {}
+        rest: set[str] = set()
+        for name in self.state if wanted is None else wanted:
+            entry = self.state.get(name)
+            if entry is None:
+                if not self.fresh:
+                    rest.add(name)
+            elif step > entry[1]:  # above the floor only the buffer can hold it
+                value = entry[0].get(step)
+                if value is not None:
+                    out[name] = math.nan if math.isnan(value) else value + 0.0  # as stored: one NaN, no -0.0
+            else:
+                rest.add(name)
+        if wanted is None and not self.fresh:
+            return None, out  # metrics this call has not seen may be stored: look everything up
+        return rest, out
 
 
 def _pid_alive(pid: int) -> bool:

@@ -465,7 +465,7 @@ def test_band_covers_the_health_range():
     fig = metric_figure(series({1: 0.5, 2: 3.0}), health("grad_norm"), "grad_norm")
     (band,) = fig.layout.shapes
     assert band.type == "rect" and (band.y0, band.y1) == (0.1, 1.0)
-    assert band.showlegend and "0.1 – 1.0" in band.name and "seed 001_a59b3f0ff2408068 §3.2" in band.name
+    assert band.showlegend and "0.1 – 1.0" in band.name and "seed 001 §3.2" in band.name
 
 
 def test_target_band_and_open_band():

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-#: trainer/scenarios.py's KL blow-up (KL passes 1 nat/token within ~15 steps), with checkpoints to fork from.
+#: trainer/scenarios.py's KL blow-up (KL past 2 nats per token by step 3), with checkpoints to fork from.
 SICK_OPTIONS = "beta=0.001 learning_rate=0.001 save_steps=5 save_total_limit=0"
 KL_TITLE = BY_ID["kl_blowup"].title
 
@@ -212,3 +212,26 @@ def test_a_restarted_dashboard_resumes_the_live_view(tmp_path, page):
         run = store.get_run("live-run")
         assert run["status"] == "stopped" and run["last_step"] >= later
         assert list(store.metrics(run["id"]).index) == list(range(1, run["last_step"] + 1))  # no step lost
+
+
+# ------------------------------------------------------------------------- the Teach page
+def test_the_teach_page_walks_a_newcomer_through_a_row(dashboard, page):
+    """Pick the KL blow-up row: its recorded run and fixed twin are drawn, the finding, its fix and the
+    verdict are shown, and the math and the sources' mistakes follow."""
+    url, _ = dashboard
+    page.goto(f"{url}/teach")
+    page.get_by_text("Teach: the troubleshooting table").wait_for(timeout=60_000)
+    page.get_by_text("Row", exact=True).wait_for(timeout=30_000)
+    page.locator("[data-testid='stSelectbox']").click()
+    page.get_by_role("option", name="KL blow-up").click()
+    page.get_by_role("heading", name="KL blow-up").wait_for(timeout=30_000)
+    page.get_by_text(re.compile(f"Finding: {re.escape(KL_TITLE)}")).wait_for(timeout=30_000)
+    verdict = page.get_by_text(re.compile(r"Fix applied to the twin.*lower the learning rate tenfold.*cleared\."))
+    verdict.wait_for(timeout=30_000)
+    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=60_000)
+    names = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].flatMap("
+                          "p => (p.data || []).map(t => t.name || ''))")
+    assert names[:2] == ["kl_blowup", "kl_blowup-fix (fixed)"], names  # the run and its fixed twin, overlaid
+    page.get_by_role("heading", name="The math behind it").wait_for(timeout=30_000)
+    page.get_by_text("Mistakes in the source documents").wait_for(timeout=30_000)
+    shot(page, "8-teach-kl-blowup")

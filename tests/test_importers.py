@@ -559,6 +559,33 @@ def test_duplicate_steps_merge_when_consistent(store, tmp_path):
     assert frame.loc[1, "reward"] == 0.5 and frame.loc[1, "kl"] == 0.1 and math.isnan(frame.loc[2, "reward"])
 
 
+def test_repeated_and_out_of_order_steps_across_packed_blocks(store, tmp_path, monkeypatch):
+    """write_steps packs values into blocks as the file streams: a step seen again after its block
+    was written is still checked against it, and a late value still lands (as a row, then packed)."""
+    from diagnostics import blocks
+
+    monkeypatch.setattr(blocks, "BLOCK_SIZE", 4)
+    lines = [{"step": s, "reward": s / 10} for s in range(1, 11)]
+    lines += [{"step": 2, "reward": 0.2, "kl": 0.5}, {"step": 9, "reward": 0.9}, {"step": 12, "kl": NAN},
+              {"step": 11, "reward": INF}, {"step": 12, "kl": NAN}]
+    path = tmp_path / "late.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run = import_path(store, path)
+    frame = store.metrics(run)
+    assert list(frame.index) == list(range(1, 13)) and store.get_run(run)["last_step"] == 12
+    assert frame["reward"].tolist()[:11] == [s / 10 for s in range(1, 11)] + [INF]
+    assert frame.loc[2, "kl"] == 0.5 and math.isnan(frame.loc[12, "kl"]) and math.isnan(frame.loc[3, "kl"])
+    assert store.conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0  # all packed
+
+    for step, line in [(3, 3), (10, 11)]:  # 3: in a written block; 10: still buffered
+        bad = tmp_path / f"bad{step}.jsonl"
+        bad.write_text("".join(json.dumps(x) + "\n" for x in lines[:line]) +
+                       json.dumps({"step": step, "reward": 7.0}) + "\n")
+        with pytest.raises(LogFormatError, match=f"duplicate step {step} with different values"):
+            import_path(store, bad, name=f"bad{step}")
+    assert len(store.list_runs()) == 1
+
+
 # ============================================================================ export round trips
 def _snapshot(store, run_id):
     frame = store.metrics(run_id, wide=False).sort_values(["step", "name"]).reset_index(drop=True)

@@ -8,8 +8,11 @@ import subprocess
 import sys
 import textwrap
 import time
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diagnostics.schema import MIGRATIONS, SchemaTooNew
 from diagnostics.store import RunNotFound, RunStore, StoreError, default_db_path
@@ -238,10 +241,188 @@ def test_numpy_ids_from_dataframes_work(store):
 def test_import_sized_writes_give_space_back(tmp_path):
     with RunStore(tmp_path / "big.db") as store:
         run = store.create_run("big")
-        with store.atomic():
+        with store.atomic():  # in step order: packed into blocks as it comes, no row at all
             store.write_steps(run, ((s, {f"m{k}": float(s) for k in range(10)}) for s in range(1, 20_001)))
+            assert store.conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0
+            assert store.conn.execute("SELECT COUNT(*) FROM metric_blocks").fetchone()[0] == 10 * 5
             store.compact(run)
+        back = store.create_run("backwards")
+        with store.atomic():  # a log in reverse: all but the first block's worth are rows, packed here
+            store.write_steps(back, ((s, {f"m{k}": float(s) for k in range(10)}) for s in range(20_000, 0, -1)))
+            assert store.conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 10 * (20_000 - 4096)
+            store.compact(back)
+        assert store.conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0
         assert store.conn.execute("PRAGMA freelist_count").fetchone()[0] > 0
         store.reclaim_space()
         assert store.conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
         assert len(store.metric(run, "m3")) == 20_000
+        assert store.metric(back, "m3").tolist() == [float(s) for s in range(1, 20_001)]
+
+
+# ------------------------------------------------------------------ bulk writes vs the row path
+def _write_as_rows(store, run_id, rows):
+    """``write_steps`` as it was: every value INSERT OR REPLACEd as a row (the reference)."""
+    n, last = 0, None
+    with store.atomic():
+        for step, metrics in rows:
+            store.conn.executemany(
+                "INSERT OR REPLACE INTO metrics (run_id, key_id, step, value) VALUES (?,?,?,?)",
+                store._metric_rows(run_id, step, metrics))
+            n += 1
+            last = step if last is None else max(last, step)
+        if last is not None:
+            store.conn.execute("UPDATE runs SET last_step = ? WHERE id = ?", (last, run_id))
+    return n
+
+
+def _bits(value):
+    return repr(float(value))  # tells -0.0 from 0.0; every NaN reads 'nan'
+
+
+def _state(store, run_id):
+    """Everything a reader can see of a run's metrics, NaN, inf and the sign of zero included."""
+    long = store.metrics(run_id, wide=False)
+    wide = store.metrics(run_id)
+    latest = store.latest(run_id)
+    return {
+        "long": [(int(r.step), r.name, _bits(r.value)) for r in long.itertuples()],
+        "wide": (list(wide.index), list(wide.columns),
+                 [_bits(v) for v in wide.to_numpy().ravel()]),
+        "one": {n: [(int(s), _bits(v)) for s, v in store.metric(run_id, n).items()]
+                for n in store.metric_names(run_id)},
+        "since": [(int(r.step), r.name, _bits(r.value))
+                  for r in store.metrics(run_id, wide=False, since_step=7, until_step=30).itertuples()],
+        "latest": [(r.name, int(r.step), _bits(r.value)) for r in latest.itertuples()],
+        "steps": store.steps(run_id).tolist(),
+        "names": store.metric_names(run_id),
+        "last_step": store.get_run(run_id)["last_step"],
+        "has": store.has_metrics(run_id),
+    }
+
+
+def _model(batches):
+    """Last write wins, by (metric, step); values as SQLite keeps them (one NaN, no -0.0)."""
+    model = {}
+    for rows in batches:
+        for step, metrics in rows:
+            for name, value in metrics.items():
+                value = float(value)
+                model[(name, step)] = math.nan if math.isnan(value) else value + 0.0
+    return sorted((step, name, _bits(v)) for (name, step), v in model.items())
+
+
+_VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([math.nan, -math.nan, math.inf, -math.inf, 0.0, -0.0, -1e308, 5e-324]),
+    st.integers(-(2**53), 2**53),
+    st.booleans(),
+)
+_ROWS = st.lists(
+    st.tuples(
+        st.integers(0, 40),  # few steps: repeats and out-of-order steps are common
+        st.dictionaries(st.sampled_from(["a", "b", "c", "sparse"]), _VALUES, max_size=4),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    before=st.lists(st.tuples(st.integers(0, 40), st.dictionaries(st.sampled_from(["a", "b"]), _VALUES,
+                                                                   max_size=2)), max_size=6),
+    batches=st.lists(_ROWS, min_size=1, max_size=3),
+    once=st.tuples(st.integers(0, 40), _VALUES),
+    size=st.sampled_from([1, 2, 3, 4, 7, 4096]),
+)
+def test_bulk_writes_read_back_like_rows(before, batches, once, size):
+    """write_steps (blocks as it goes, rows for late values) against the row path and a dict model,
+    with data already in the run (log_step rows), several calls, and a metric seen once."""
+    from diagnostics import blocks
+
+    batches = [list(rows) for rows in batches]
+    batches[0].insert(len(batches[0]) // 2, (once[0], {"once": once[1]}))
+    with mock.patch.object(blocks, "BLOCK_SIZE", size), RunStore() as bulk, RunStore() as rows:
+        runs = []
+        for store in (bulk, rows):
+            run = store.create_run("r")
+            for step, metrics in before:
+                store.log_step(run, step, metrics)
+            runs.append(run)
+        b, r = runs
+        for batch in batches:
+            assert bulk.write_steps(b, iter(batch)) == _write_as_rows(rows, r, batch) == len(batch)
+        want = _state(rows, r)
+        assert _state(bulk, b) == want
+        assert want["long"] == sorted(_model([before, *batches]), key=lambda x: (x[0], x[1]))
+        for step in range(-1, 42):
+            assert {k: _bits(v) for k, v in bulk.values_at(b, step).items()} == \
+                   {k: _bits(v) for k, v in rows.values_at(r, step).items()}
+        bulk.compact(b)
+        rows.compact(r)
+        assert bulk.conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0
+        assert _state(bulk, b) == _state(rows, r) == want
+        bulk.truncate_after(b, 20)
+        rows.truncate_after(r, 20)
+        assert _state(bulk, b) == _state(rows, r)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=_ROWS, size=st.sampled_from([1, 2, 3, 5]))
+def test_values_at_sees_buffered_flushed_and_late_values(rows, size):
+    """While write_steps runs (an importer checks a repeated step then), values_at answers from the
+    buffers, the blocks already written and the late rows, as the row path would."""
+    from diagnostics import blocks
+
+    with mock.patch.object(blocks, "BLOCK_SIZE", size), RunStore() as store:
+        run = store.create_run("r")
+        model: dict[str, dict[int, float]] = {}
+
+        def checked():
+            for step, metrics in rows:
+                seen = {k: _bits(v) for k, v in store.values_at(run, step).items()}
+                assert seen == {k: _bits(v[step]) for k, v in model.items() if step in v}
+                assert set(store.values_at(run, step, ["a", "nope"])) <= {"a"}
+                yield step, metrics
+                for name, value in metrics.items():
+                    value = float(value)
+                    model.setdefault(name, {})[step] = math.nan if math.isnan(value) else value + 0.0
+
+        store.write_steps(run, checked())
+        assert store._bulk == {}
+
+
+def test_bulk_write_is_blocks_in_order_and_rows_for_late_steps(store, monkeypatch):
+    from diagnostics import blocks
+
+    monkeypatch.setattr(blocks, "BLOCK_SIZE", 4)
+    run = store.create_run("r")
+    rows = [(s, {"a": float(s)}) for s in range(1, 11)] + [(3, {"a": -3.0}), (10, {"a": -10.0}),
+                                                           (3, {"a": 33.0}), (11, {"b": 1.0})]
+    assert store.write_steps(run, rows) == 14
+    blocks_rows = store.conn.execute(
+        "SELECT key_id, first_step, last_step FROM metric_blocks ORDER BY 1, 2").fetchall()
+    a, b = store._key_id("a"), store._key_id("b")
+    # a: [1-4] and [5-8] packed when full, [9, 10] at the end (10 rewritten while buffered); b: [11]
+    assert blocks_rows == [(a, 1, 4), (a, 5, 8), (a, 9, 10), (b, 11, 11)]
+    assert store.conn.execute("SELECT step, value FROM metrics").fetchall() == [(3, 33.0)]  # late: a row
+    assert store.metric(run, "a").tolist() == [1.0, 2.0, 33.0, 4, 5, 6, 7, 8, 9, -10.0]
+    assert store.get_run(run)["last_step"] == 11
+    assert store.values_at(run, 3) == {"a": 33.0} and store.values_at(run, 11) == {"b": 1.0}
+    # a second call on the same run: its values beyond each metric's stored steps are blocks again
+    store.write_steps(run, [(12, {"a": 12.0}), (2, {"a": 22.0}), (11, {"b": 2.0})])
+    assert store.metric(run, "a")[[2, 12]].tolist() == [22.0, 12.0] and store.metric(run, "b").tolist() == [2.0]
+    assert store.get_run(run)["last_step"] == 12  # as before: the call's last step
+
+
+def test_bulk_write_failure_leaves_nothing(store, monkeypatch):
+    from diagnostics import blocks
+
+    monkeypatch.setattr(blocks, "BLOCK_SIZE", 2)
+    run = store.create_run("r")
+    with pytest.raises(StoreError, match="'a'"):
+        store.write_steps(run, [(s, {"a": float(s)}) for s in range(1, 6)] + [(6, {"a": "x"})])
+    assert not store.has_metrics(run) and store._bulk == {}
+    with pytest.raises(StoreError, match="step"):
+        store.write_steps(run, [(1.5, {"a": 1.0})])
+    store.write_steps(run, [(2.0, {"a": 1.0}), (True, {"a": 2.0})])  # integral steps, as SQLite took them
+    assert store.steps(run).tolist() == [1, 2]

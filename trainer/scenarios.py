@@ -50,19 +50,24 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("healthy", "healthy baseline", (), 150,
              why="the defaults: correctness + format rewards, β 0.04, lr 1e-4; correctness rises 0.2 → 0.5"),
     Scenario("kl_blowup", "KL blow-up", ("--beta", "0.001", "--learning_rate", "1e-3"), 60, rule="kl_blowup",
-             onset_by=30, why="a 10× learning rate with almost no KL weight: KL passes 1 nat/token within 15 steps"),
+             onset_by=30, why="a 10× learning rate with almost no KL weight: KL is past 2 nats per token by step 3"),
     Scenario("outputs_shrink", "outputs shrink",
              ("--reward_funcs", "correctness", "prefers_short", "--reward_weights", "1", "5", "--loss_type", "grpo"),
              100, rule="length_shrink", onset_by=80,
              why="a brevity bonus worth five times correctness, under per-sequence normalisation: 3.5 → 2 tokens "
-                 "as the answers are cut short and stop being right"),
+                 "as the answers are cut short and stop being right. The table's cause, grpo's per-sequence "
+                 "normalisation, does not shrink the tiny model's 1–3 digit answers by itself: with correctness "
+                 "plus an equal brevity bonus, grpo and dr_grpo runs both stayed at about 3.5 tokens for 100 "
+                 "steps; so the recording needs a reward that pays for brevity, and the diagnoser ranks it first"),
     Scenario("outputs_explode", "outputs explode", ("--reward_funcs", "prefers_long"), 80, rule="length_explode",
              onset_by=60, why="a reward for long answers: the mean length climbs from 3.6 to the 8-token cap"),
     Scenario("repetition", "repetition / low temperature",
              ("--reward_funcs", "prefers_long", "trainer.scenarios:repeats", "--temperature", "0.5"), 120,
              rule="repetition", onset_by=110,
              why="at temperature 0.5, with a reward that pays for length and for repeated text (``repeats``), "
-                 "the answers become one character repeated to the cap"),
+                 "the answers become one character repeated to the cap. Temperature 0.5 with the length reward "
+                 "alone did not make the tiny model repeat within 120 steps (it grew to the cap without "
+                 "repeating), so the recording adds ``repeats``, and the diagnoser ranks that reward first"),
     Scenario("uniform_groups", "advantage std ≈ 0", ("--temperature", "0.1"), 40, rule="uniform_groups",
              onset_by=20, why="at temperature 0.1 the 8 samples of a prompt are nearly always identical"),
     Scenario("reward_flat", "reward flat", ("--reward_funcs", "constant"), 130, rule="reward_flat",
@@ -81,8 +86,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              onset_by=10, why="batch-std scaling of a reward that is 1.0 for nearly all: one odd sample gets |A| ≈ 7"),
     Scenario("truncation", "truncation zeroes the reward (painpoints row 3)",
              ("--max_completion_length", "2", "--reward_funcs", "correctness"), 30, rule="truncation", onset_by=5,
-             why="a 2-token cap on answers of 2–4 tokens (digits and EOS): most completions are cut, only "
-                 "one-digit sums can be right"),
+             why="a 2-token cap on answers of 2–4 tokens (digits and EOS): 99% of the completions are cut before "
+                 "their EOS and three-digit sums can never be right (mean reward 0.15, against 0.29 with a cap of 4)"),
     Scenario("reward_hacking", "baseline drift / reward hacking",
              ("--reward_funcs", "correctness", "prefers_long", "--reward_weights", "1", "2"), 150,
              rule="reward_hacking", onset_by=130,

@@ -84,20 +84,21 @@ def import_path(store, path: str | os.PathLike, *, name: str | None = None, fmt:
 
 
 def _has_steps(store, run_id: int) -> bool:
-    return store.conn.execute("SELECT 1 FROM metrics WHERE run_id = ? LIMIT 1", (run_id,)).fetchone() is not None
+    return store.has_metrics(run_id)  # rows or blocks: write_steps packs most values into blocks directly
 
 
 def _checked_rows(store, run_id: int, parsed: ParsedLog):
     """Canonical rows; a step seen again merges when its keys are new or its values equal,
     and is an error when a value differs (TensorBoard: the last value wins). Only the set of
-    steps is kept; the earlier row is read back from the store on a repeat."""
+    steps is kept; the earlier values are read back on a repeat (``values_at`` also sees what
+    ``write_steps`` still buffers)."""
     seen: set[int] = set()
     for step, raw in parsed.rows:
         metrics = dict(raw) if parsed.canonical else canonical_row(raw)
         if not metrics:
             continue
         if step in seen and not parsed.last_wins:
-            earlier = _stored(store, run_id, step)
+            earlier = store.values_at(run_id, step, metrics)
             for key, value in metrics.items():
                 if key in earlier and not _same(earlier[key], value):
                     shown = next((k for k in raw if k == key or canonical_name(k) == key), key)
@@ -106,14 +107,6 @@ def _checked_rows(store, run_id: int, parsed: ParsedLog):
                                      f"({earlier[key]!r} then {value!r})")
         seen.add(step)
         yield step, metrics
-
-
-def _stored(store, run_id: int, step: int) -> dict[str, float]:
-    rows = store.conn.execute(
-        "SELECT k.name, m.value FROM metrics m JOIN metric_keys k ON k.id = m.key_id"
-        " WHERE m.run_id = ? AND m.step = ?", (run_id, step),
-    ).fetchall()
-    return {name: math.nan if value is None else value for name, value in rows}
 
 
 def _same(a: float, b: float) -> bool:
