@@ -10,7 +10,10 @@
    blocks) and read back: prints the write time, one metric's read time and a whole-run read time.
    ``write_steps`` packs the values into blocks as they come (``compact`` then has nothing left to
    pack); the file size is the store's as written, without ``reclaim_space``.
-``--writers 0`` skips part 1 and ``--big-steps 0`` part 2.
+3. An ``--import-steps`` run through the real importer: a wandb-style history CSV (``_step`` and 30
+   ``train/...`` columns) is written, then ``grpo-doctor import``'s ``import_path`` reads, maps, checks and
+   stores it in one transaction; prints the import time and the file sizes.
+``--writers 0`` skips part 1, ``--big-steps 0`` part 2 and ``--import-steps 0`` part 3.
 Figures only; nothing is asserted (these machines are noisy).
 """
 
@@ -100,17 +103,47 @@ def big_run(db: str, n_steps: int) -> None:
           f"the whole run read in {all_s:.2f} s; file {Path(db).stat().st_size / 1e6:.0f} MB")
 
 
+def imported_run(folder: Path, n_steps: int) -> None:
+    from diagnostics.importers import import_path
+
+    log = folder / "history.csv"
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        out.write(",".join(["_step", *(f"train/{m}" for m in METRICS)]) + "\n")
+        for first in range(1, n_steps + 1, 10_000):
+            chunk = rng.normal(size=(min(10_000, n_steps + 1 - first), len(METRICS)))
+            steps = np.arange(first, first + len(chunk))
+            np.savetxt(out, np.column_stack([steps, chunk]), fmt=["%d", *["%.6g"] * len(METRICS)], delimiter=",")
+    made_s = time.perf_counter() - start
+    db = folder / "imported.db"
+    with RunStore(str(db)) as store:
+        start = time.perf_counter()
+        run = import_path(store, log)
+        import_s = time.perf_counter() - start
+        start = time.perf_counter()
+        series = store.metric(run, "metric_07")
+        one_ms = (time.perf_counter() - start) * 1000
+        assert len(series) == n_steps
+    print(f"{n_steps:,}-step wandb CSV ({log.stat().st_size / 1e6:.0f} MB, written in {made_s:.0f} s) imported in "
+          f"{import_s:.1f} s ({n_steps * len(METRICS) / import_s:,.0f} values/s); one metric read in {one_ms:.1f} ms; "
+          f"store {db.stat().st_size / 1e6:.0f} MB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writers", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--big-steps", type=int, default=1_000_000)
+    parser.add_argument("--import-steps", type=int, default=1_000_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.writers > 0:
             streaming(str(Path(tmp) / "load.db"), args.writers, args.seconds)
         if args.big_steps > 0:
             big_run(str(Path(tmp) / "big.db"), args.big_steps)
+        if args.import_steps > 0:
+            imported_run(Path(tmp), args.import_steps)
 
 
 if __name__ == "__main__":
