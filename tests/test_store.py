@@ -126,6 +126,18 @@ def test_reap_marks_dead_process_crashed(tmp_path):
         assert store.events(run, "crash").shape[0] == 1
 
 
+def test_reap_marks_a_run_whose_heartbeat_went_stale_crashed(tmp_path):
+    """A trainer on another machine (its pid cannot be checked from here) is judged by its heartbeat."""
+    with RunStore(tmp_path / "r.db") as store:
+        silent = store.create_run("silent", pid=12345)
+        beating = store.create_run("beating", pid=12345)
+        store.conn.execute("UPDATE runs SET host = 'elsewhere', heartbeat = ?", (time.time() - 120,))
+        store.heartbeat(beating)
+        assert store.reap_dead_runs(stale_after=60) == [silent]
+        assert store.get_run(silent)["status"] == "crashed" and store.get_run(beating)["status"] == "running"
+        assert store.reap_dead_runs(stale_after=60) == []  # marked once
+
+
 WRITER = textwrap.dedent(
     """
     import sys, time
