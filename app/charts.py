@@ -75,8 +75,17 @@ def _mark_shape(step: int, label: str) -> dict:
 
 
 def _as_arrays(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    if series.dtype == np.float64:  # the store's series: no conversion, no copy
+        return series.index.to_numpy(), series.to_numpy()
     values = pd.to_numeric(series, errors="coerce").to_numpy(dtype="float64")
     return series.index.to_numpy(), values
+
+
+def _extent(values: np.ndarray, finite: np.ndarray) -> np.ndarray:
+    """``[min, max]`` of the finite values (empty when there is none), without copying them out."""
+    if not finite.any():
+        return np.empty(0)
+    return np.array([np.min(values, where=finite, initial=np.inf), np.max(values, where=finite, initial=-np.inf)])
 
 
 def _line(steps, values, name: str, color: str, *, smoothing: float, max_points: int, group: str) -> list[dict]:
@@ -99,8 +108,8 @@ def _line(steps, values, name: str, color: str, *, smoothing: float, max_points:
     return [raw, smooth]
 
 
-def _nonfinite(steps, values, name: str, color: str, group: str) -> dict | None:
-    bad = ~np.isfinite(values)
+def _nonfinite(steps, values, name: str, color: str, group: str, bad: np.ndarray | None = None) -> dict | None:
+    bad = ~np.isfinite(values) if bad is None else bad
     if not bad.any():
         return None
     return dict(type="scatter", x=steps[bad], y=np.ones(int(bad.sum())), yaxis="y2", mode="markers",
@@ -124,8 +133,8 @@ def metric_spec(series: pd.Series, health: HealthRange | None, title: str, *, he
                 max_points: int = MAX_POINTS) -> tuple[list[dict], dict]:
     """``(traces, layout)`` of ``metric_figure``, as plain dicts."""
     steps, values = _as_arrays(series)
-    finite = values[np.isfinite(values)]
-    shapes = [s for s in [_band_shape(health, finite) if health else None] if s is not None]
+    finite = np.isfinite(values)
+    shapes = [s for s in [_band_shape(health, _extent(values, finite)) if health else None] if s is not None]
     shapes += [_mark_shape(step, label) for step, label in marks]
     data = _line(steps, values, title, LINE_COLOR, smoothing=smoothing, max_points=max_points, group=title)
     x, y = data[0]["x"], data[0]["y"]  # the line's points: a bucket with a value out of range keeps one
@@ -135,7 +144,7 @@ def metric_spec(series: pd.Series, health: HealthRange | None, title: str, *, he
         data.append(dict(type="scatter", x=x, y=y, name=OUT_OF_RANGE_NAME, mode="markers",
                          marker=dict(size=5, color=OUT_OF_RANGE_COLOR),
                          hovertemplate="step %{x}<br>%{y:.4g} (out of range)<extra></extra>"))
-    marks_trace = _nonfinite(steps, values, NONFINITE_NAME, NONFINITE_COLOR, "nonfinite")
+    marks_trace = _nonfinite(steps, values, NONFINITE_NAME, NONFINITE_COLOR, "nonfinite", ~finite)
     if marks_trace:
         data.append(marks_trace)
     return data, _layout(title, height, shapes, marks_trace is not None)

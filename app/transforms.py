@@ -22,12 +22,14 @@ def downsample(steps: np.ndarray, values: np.ndarray, max_points: int) -> tuple[
     if n <= max_points:
         return steps, values
     size = -(-n // buckets)                                     # ceil(n / buckets)
-    padded = np.empty(buckets * size)
-    padded[:n], padded[n:] = values, values[-1]                 # the tail padded with the last value
-    rows = padded.reshape(buckets, size)                        # (buckets, size)
-    starts = np.arange(buckets) * size
-    keep = np.concatenate([[0, n - 1], starts + rows.argmin(axis=1), starts + rows.argmax(axis=1)])
-    keep = np.unique(np.minimum(keep, n - 1))                   # a padded index stands for the last point
+    full = n // size                                            # whole buckets: a view, no copy
+    rows = values[:full * size].reshape(full, size)
+    starts = np.arange(full) * size
+    keep = [[0, n - 1], starts + rows.argmin(axis=1), starts + rows.argmax(axis=1)]
+    if full * size < n:                                         # the last, partial bucket
+        tail = values[full * size:]
+        keep.append([full * size + int(tail.argmin()), full * size + int(tail.argmax())])
+    keep = np.unique(np.concatenate(keep))
     return steps[keep], values[keep]
 
 

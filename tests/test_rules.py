@@ -294,3 +294,46 @@ def test_fix_changes_are_valid_trainer_options():
                     assert type(getattr(config, key)) is type(value) or isinstance(value, float), (key, value)
                 seen += 1
     assert seen > 20
+
+
+def test_spike_evidence_is_the_last_five_spikes_of_the_whole_series():
+    """The explanation looks back only as far as it needs to; it must find what a full scan finds."""
+    from diagnostics import signals
+    from diagnostics.rules.base import W
+
+    n = 3000
+    grad = 0.5 + np.abs(noise(n, 0.02, 30))
+    grad[[40, 700, 1500, 2400, 2890, 2940, 2970]] = 40.0  # the last four within 100 steps: the rule fires
+    finding = next(f for f in build(Fixture("spikes", {}, metrics={"grad_norm": grad}, n=n)).findings()
+                   if f.rule == "grad_spikes")
+    flagged = np.flatnonzero(signals.spikes(grad[:finding.last_step], W)) + 1  # rows → steps (steps start at 1)
+    assert [e.step for e in finding.evidence if e.note.startswith("spike")] == list(flagged[-5:])
+    assert list(flagged[-5:]) == [1501, 2401, 2891, 2941, 2971]
+
+
+def test_correlation_kept_up_to_date_equals_a_fresh_one():
+    """correlation_upto extends its sums as a live run grows; any step must give what a full computation gives."""
+    from diagnostics import signals
+    from diagnostics.rules.base import correlation_upto
+
+    rng = np.random.default_rng(7)
+    n = 600
+    steps = np.arange(1, n + 1)
+    x = 200 + np.cumsum(rng.normal(size=n))
+    y = -0.5 * x + rng.normal(size=n) * 3
+    y[rng.integers(0, n, 30)] = np.nan                   # a logged NaN: the value as of that step is the one before
+    view = RunView({"id": 1, "name": "r", "source": "grpo-doctor", "config": {}})
+
+    def fresh(upto):
+        keep = steps <= upto
+        xs, ys = x[keep], view.asof("y", steps[keep])
+        return signals.correlation(xs[np.isfinite(ys)], ys[np.isfinite(ys)])
+
+    for lo, hi in ((0, 5), (5, 120), (120, 121), (121, 600)):  # the run grows as a live one does
+        view.add({"x": (steps[lo:hi], x[lo:hi]), "y": (steps[lo:hi], y[lo:hi])})
+        for upto in (hi, max(hi - 50, 1), hi):              # the latest step, an earlier episode, the latest again
+            assert correlation_upto(view, "x", "y", upto) == pytest.approx(fresh(upto), abs=1e-9)
+    assert correlation_upto(view, "x", "y", n) < -0.9
+    flat = RunView({"id": 2, "name": "c", "source": "grpo-doctor", "config": {}})
+    flat.add({"x": (steps, x), "y": (steps, np.full(n, 0.3))})
+    assert correlation_upto(flat, "x", "y", n) == 0.0     # a constant: no correlation, not noise

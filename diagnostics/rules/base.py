@@ -103,6 +103,39 @@ def median_noise(view: RunView, name: str, w: int = W) -> float:
     return 1.25 * signals.robust_sigma(values) / math.sqrt(w)
 
 
+def correlation_upto(view: RunView, x_name: str, y_name: str, upto: int) -> float:
+    """Pearson correlation, step by step up to ``upto``, of ``x_name``'s finite values with ``y_name``'s value
+    as of the same steps (rows where it has none yet are left out); 0 when either is constant.
+
+    The sums behind it are kept in ``view.memo`` and extended as the run grows, so explaining an open finding
+    on a live run costs only its new rows; an earlier ``upto`` is computed afresh."""
+    steps, x = view.finite(x_name)
+    n = int(np.searchsorted(steps, upto, side="right"))
+    key = ("correlation", x_name, y_name)
+    done, sums = view.memo.get(key, (0, None))
+    if n < done:
+        y = view.asof(y_name, steps[:n])
+        both = np.isfinite(y)
+        return signals.correlation(x[:n][both], y[both])
+    if n > done:
+        y = view.asof(y_name, steps[done:n])
+        both = np.isfinite(y)
+        nx, ny = x[done:n][both], y[both]
+        if sums is None and len(nx):
+            sums = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, nx[0], ny[0]])  # count, Σx, Σy, Σx², Σy², Σxy, shifts
+        if len(nx):
+            dx, dy = nx - sums[6], ny - sums[7]  # shifted by the first values: a constant sums to exactly 0
+            sums[:6] += (len(dx), dx.sum(), dy.sum(), dx @ dx, dy @ dy, dx @ dy)
+        view.memo[key] = (n, sums)
+    if sums is None or sums[0] < 3:
+        return 0.0
+    count, sx, sy, sxx, syy, sxy = sums[:6]
+    vx, vy = sxx - sx * sx / count, syy - sy * sy / count
+    if vx <= 1e-12 * max(sxx, 1e-300) or vy <= 1e-12 * max(syy, 1e-300):
+        return 0.0
+    return float(np.clip((sxy - sx * sy / count) / math.sqrt(vx * vy), -1.0, 1.0))
+
+
 def at(view: RunView, name: str, step: int, note: str = "") -> Evidence:
     return Evidence(step=int(step), metric=name, value=view.value_at(name, step), note=note)
 

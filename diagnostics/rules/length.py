@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnostics import signals
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer, without_component
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, first_present, level, medians, smoothed,
+    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, correlation_upto, first_present, level, medians, smoothed,
     smoothed_evidence, start_step
 )
 from diagnostics.rules.reward import component_behind
@@ -41,11 +40,7 @@ def length_cap(view: RunView) -> tuple[float | None, str]:
 
 def reward_length_correlation(view: RunView, upto: int) -> float:
     """Correlation of the reward with the mean length, step by step, up to ``upto``."""
-    if not view.has("reward"):
-        return 0.0
-    steps, length = view.finite(LENGTH)
-    keep = steps <= upto
-    return signals.correlation(length[keep], view.asof("reward", steps[keep]))
+    return correlation_upto(view, LENGTH, "reward", upto) if view.has("reward") else 0.0
 
 
 # ---------------------------------------------------------------------------------------- length_shrink

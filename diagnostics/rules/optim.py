@@ -144,14 +144,23 @@ def _spike_detect(view: RunView, since):
         return steps, (recent >= 3) | trend
 
 
+def _spike_rows(view: RunView, n: int) -> np.ndarray:
+    """The spikes among grad_norm's first ``n`` finite rows, as row indices. A spike depends only on the rows
+    before it, so the rows examined so far are kept in ``view.memo`` and a live run examines only its new ones."""
+    done, rows = view.memo.get("grad_spikes", (0, np.empty(0, dtype=np.int64)))
+    if n > done:
+        values = view.finite("grad_norm")[1]
+        rows = np.concatenate([rows, done + np.flatnonzero(signals.spikes(values[:n], W, done))])
+        view.memo["grad_spikes"] = (n, rows)
+    return rows[rows < n]
+
+
 def _spike_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
     steps, values = view.finite("grad_norm")
-    keep = steps <= ep.last
-    flags = signals.spikes(values[keep], W)
-    spike_steps = steps[keep][flags][-5:]
+    found = _spike_rows(view, int(np.searchsorted(steps, ep.last, side="right")))[-5:]
     evidence = [Evidence(int(s), "grad_norm", float(v), "spike: > 10 MADs and 5× the median of the 10 steps "
-                         "before") for s, v in zip(spike_steps, values[keep][flags][-5:])]
+                         "before") for s, v in zip(steps[found], values[found])]
     start = fmt(view.head("grad_norm", W))
     evidence.append(smoothed_evidence(view, "grad_norm", ep.last, f"median now; start {start}"))
     causes = ["a batch too small for the reward's variance: single batches yank the policy",

@@ -12,7 +12,7 @@ from diagnostics import signals
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, drop_uniform_groups, make_fix, scaled, warmer
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, fmt, level, median_noise, medians, row_index, rows,
+    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, correlation_upto, fmt, level, median_noise, medians, row_index, rows,
     smoothed, smoothed_evidence, start_step
 )
 from diagnostics.view import SAMPLE_EMPTY, RunView
@@ -28,13 +28,9 @@ def components(view: RunView) -> list[str]:
 def component_behind(view: RunView, metric: str, upto: int, sign: int) -> tuple[str, float] | None:
     """The reward function whose mean moved with ``metric`` (``sign`` +1: rose with it, −1: rose as it fell)
     most closely up to step ``upto``, as (function name, correlation), when that correlation is 0.5 or more."""
-    steps, values = view.finite(metric)
-    keep = steps <= upto
     best = None
     for name in components(view):
-        other = view.asof(name, steps[keep])
-        both = np.isfinite(other)
-        r = sign * signals.correlation(values[keep][both], other[both])
+        r = sign * correlation_upto(view, metric, name, upto)
         if r >= 0.5 and (best is None or r > best[1]):
             best = (name.split("/")[1], r)
     return best
