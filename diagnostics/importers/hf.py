@@ -19,7 +19,7 @@ from diagnostics.importers._base import (
     ParsedLog,
     Source,
     iter_lines,
-    json_line,
+    json_records,
     read_head,
     strip_ansi,
     to_float,
@@ -163,12 +163,7 @@ def parse_swift_jsonl(display: str, path: Path) -> ParsedLog:
 
 
 def _swift_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    for lineno, line in iter_lines(source, path):
-        if not line.strip():
-            continue
-        row = json_line(source, lineno, line)
-        if not isinstance(row, dict):
-            raise source.error(f"line {lineno}: a JSON {type(row).__name__}, not an object")
+    for lineno, row in json_records(source, path):
         if is_eval_row(row) or is_summary_row(row):
             continue
         step = swift_step(row.get("global_step/max_steps"))

@@ -62,11 +62,13 @@ def _blowup_explain(view: RunView, ep: Episode) -> Explanation:
         causes.append("many truncated completions feed noisy gradients (mask them)")
     if isinstance(beta, (int, float)) and beta >= 0.1:
         causes.append("KL that keeps growing whatever β is: a sign error in the KL loss (old verl)")
-    fixes = [make_fix(cfg, "raise the KL weight", {"beta": doubled_beta(cfg)}),
-             make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
-    if now >= EXTREME:  # no KL weight holds a policy that has moved e-fold: the step size must come down
+    raise_beta = make_fix(cfg, "raise the KL weight", {"beta": doubled_beta(cfg)})
+    if now >= EXTREME:  # no KL weight holds a policy that has moved e-fold: the step size must come down first
         fixes = [make_fix(cfg, "lower the learning rate tenfold", {"learning_rate": scaled(cfg, "learning_rate", 0.1)},
-                          f"KL is {fmt(now)} nats per token, past what raising β can pull back"), fixes[0]]
+                          f"KL is {fmt(now)} nats per token, past what raising β can pull back"), raise_beta]
+    else:
+        fixes = [raise_beta,
+                 make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
     if cfg.ours and cfg.get("kl_target") is None and (beta or 0) > 0:
         fixes.append(make_fix(cfg, "let an adaptive controller hold KL near a target", {"kl_target": TARGET_HIGH}))
     if cfg.get("kl_estimator") in ("k1", "k2"):

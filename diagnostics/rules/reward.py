@@ -75,7 +75,8 @@ def _flat_explain(view: RunView, ep: Episode) -> Explanation:
     spread = smoothed(view, "reward_std", ep.last) if view.has("reward_std") else math.nan
     uniform = smoothed(view, "frac_reward_zero_std", ep.last) if view.has("frac_reward_zero_std") else math.nan
     kl = smoothed(view, "kl", ep.last) if view.has("kl") else math.nan
-    if spread == spread and spread <= 1e-9:
+    constant = spread == spread and spread <= 1e-9
+    if constant:
         evidence.append(at(view, "reward_std", ep.last, "every completion in the batch got the same reward"))
         causes.append("the reward cannot discriminate: every completion gets the same score, so every "
                       "advantage is 0")
@@ -87,7 +88,7 @@ def _flat_explain(view: RunView, ep: Episode) -> Explanation:
         evidence.append(smoothed_evidence(view, "kl", ep.last, "the policy has not moved from the reference"))
         causes.append("the policy is not changing (KL ≈ 0): learning rate too small, or the updated weights "
                       "never reach the generator (LoRA + vLLM weight sync)")
-    if fixes:  # a reward with no spread gives every advantage 0 whatever lr, G or temperature are
+    if constant:  # a reward with no spread gives every advantage 0 whatever lr, G or temperature are
         return Explanation("warning", evidence, causes, fixes)
     causes.append(f"learning rate too small ({cfg.describe('learning_rate')})")
     causes.append("too little variety in the groups: small G or low temperature")
