@@ -108,32 +108,59 @@ class _ImportFormats:
         return iter(self._names())
 
 
+def _add_config_options(p: argparse.ArgumentParser, *, step_key: bool = True) -> None:
+    p.add_argument("--config", metavar="FILE",
+                   help="the run's real config: YAML or JSON with TRL GRPOConfig names, an HF TrainingArguments "
+                        "dump, an ms-swift args.json or a verl Hydra config; it wins over what the log says")
+    p.add_argument("--set", dest="sets", metavar="KEY=VALUE", action="append", default=[],
+                   help="one config value, TRL's name (num_generations=8, beta=0.04, loss_type=grpo); repeatable")
+    if step_key:
+        p.add_argument("--step-key", dest="step_key", metavar="COLUMN",
+                       help="the step column of a CSV or JSON-lines log (default: found by name, else the row order)")
+
+
+def _given_config(args: argparse.Namespace) -> dict:
+    from diagnostics.given_config import ConfigError, given
+
+    try:
+        return given(args.config, args.sets)
+    except ConfigError as e:
+        raise CliError(str(e)) from None
+
+
 def _add_import(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="a log file (or log folder) to import")
     p.add_argument("--name", help="the run's name (only with one PATH; default: made from the file name)")
     p.add_argument("--format", dest="fmt", choices=_ImportFormats(), metavar="FMT",
                    help="the log's format, one of: %(choices)s (default: detected)")
+    _add_config_options(p)
 
 
 def _run_import(args: argparse.Namespace) -> int:
-    from diagnostics.importers import LogFormatError, import_path
+    from diagnostics.importers import LogFormatError, import_runs
 
     if args.name is not None and len(args.paths) > 1:
         raise CliError("--name needs exactly one PATH")
     for path in args.paths:
         if not os.path.exists(path):
             raise CliError(f"{path}: no such file or folder")
+    config = _given_config(args)
     with _open_store(args, create=True) as store:
         try:
             with store.atomic():  # several PATHs: all imported, or none
-                run_ids = [import_path(store, p, name=args.name, fmt=args.fmt) for p in args.paths]
+                made = [run for p in args.paths for run in import_runs(
+                    store, p, name=args.name, fmt=args.fmt, step_key=args.step_key, config=config)]
         except LogFormatError as e:
             raise CliError(str(e)) from None
-        for run_id in run_ids:
-            run = store.get_run(run_id)
-            steps = store.metrics(run_id, wide=False)["step"].nunique()
-            where = f" ({run['source_path']})" if run.get("source_path") else ""
-            print(f"imported {run['name']!r} as run {run_id}: {steps} steps, source {run['source']}{where}")
+        shown_notes: set[str] = set()
+        for run in made:
+            row = store.get_run(run.run_id)
+            where = f" ({row['source_path']})" if row.get("source_path") else ""
+            print(f"imported {run.name!r} as run {run.run_id}: {run.steps} steps, source {row['source']}{where}")
+            for note in run.notes:
+                if note not in shown_notes:
+                    shown_notes.add(note)
+                    print(f"  note: {note}")
     return 0
 
 
@@ -226,29 +253,39 @@ def _add_diagnose(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.add_argument("--fail-on", dest="fail_on", choices=("warning", "critical"),
                    help="exit 1 when a finding at or above this severity was found (expected notes never count)")
+    _add_config_options(p)
 
 
 def _run_diagnose(args: argparse.Namespace) -> int:
     import json
 
     from diagnostics.engine import diagnose
-    from diagnostics.importers import LogFormatError, import_path
+    from diagnostics.importers import LogFormatError, import_runs
     from diagnostics.report import at_or_above, to_json, to_text
     from diagnostics.store import RunStore
 
+    config = _given_config(args)
     if os.path.exists(args.target):  # a log file: diagnosed in memory, nothing written
         with RunStore(":memory:") as store:
             try:
-                result = diagnose(store, import_path(store, args.target), save=False)
+                made = import_runs(store, args.target, step_key=args.step_key, config=config)
             except LogFormatError as e:
                 raise CliError(str(e)) from None
+            results = [diagnose(store, run.run_id, save=False) for run in made]
     else:
+        if args.step_key:
+            raise CliError("--step-key applies to a log file, not to a stored run")
         if not os.path.exists(_db_path(args)):
             raise CliError(f"{args.target}: no such file, and no run store at {_db_path(args)} to look up a run in")
         with _open_store(args) as store:
-            result = diagnose(store, args.target)  # its findings are written to the store
-    print(json.dumps(to_json(result), indent=2) if args.json else to_text(result))
-    return 1 if args.fail_on and at_or_above(result, args.fail_on) else 0
+            # its findings are written to the store, unless the config was overridden for this diagnosis only
+            results = [diagnose(store, args.target, save=not config, config=config)]
+    if args.json:
+        shown = [to_json(r) for r in results]
+        print(json.dumps(shown[0] if len(shown) == 1 else shown, indent=2))
+    else:
+        print("\n\n".join(to_text(r) for r in results))
+    return 1 if args.fail_on and any(at_or_above(r, args.fail_on) for r in results) else 0
 
 
 # --------------------------------------------------------------------------------------------- dashboard

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
-from diagnostics.importers import LogFormatError, import_path
+from diagnostics.importers import Imported, LogFormatError, import_runs
 
 #: Largest upload accepted, in MB (Streamlit's own limit is checked first, in the browser).
 MAX_UPLOAD_MB = 200
@@ -44,9 +44,10 @@ def shown_name(filename: str) -> str:
 
 
 def import_upload(store, filename: str, data: BinaryIO, size: int, *, name: str | None = None,
-                  fmt: str | None = None, limit_mb: int = MAX_UPLOAD_MB) -> int:
-    """Import an uploaded log as a run; its id. The file is written to a fresh temporary folder (removed
-    afterwards, whatever happens); a problem is a ``LogFormatError`` naming the upload, not the folder."""
+                  fmt: str | None = None, limit_mb: int = MAX_UPLOAD_MB) -> list[Imported]:
+    """Import an uploaded log as runs (one per run the file holds). The file is written to a fresh temporary
+    folder (removed afterwards, whatever happens); a problem is a ``LogFormatError`` naming the upload, not the
+    folder."""
     shown = shown_name(filename)
     if size > limit_mb * 1024 * 1024:
         raise UploadError(f"{shown}: {size / 1e6:.0f} MB is over the {limit_mb} MB upload limit; "
@@ -63,11 +64,11 @@ def import_upload(store, filename: str, data: BinaryIO, size: int, *, name: str 
                 out.write(chunk)
         run_name = name or store.unique_name(Path(safe).stem or "upload")
         try:
-            return import_path(store, path, name=run_name, fmt=fmt)
+            return import_runs(store, path, name=run_name, fmt=fmt)
         except LogFormatError as e:
             raise LogFormatError(shown, e.problem.replace(str(path), shown)) from None
 
 
-def import_local(store, path: str, *, name: str | None = None, fmt: str | None = None) -> int:
+def import_local(store, path: str, *, name: str | None = None, fmt: str | None = None) -> list[Imported]:
     """Import a log file or folder on this machine (``grpo-doctor import PATH``)."""
-    return import_path(store, Path(path).expanduser(), name=name, fmt=fmt)
+    return import_runs(store, Path(path).expanduser(), name=name, fmt=fmt)

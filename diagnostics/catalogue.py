@@ -99,10 +99,15 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("reward", "mean total reward (weighted sum of reward functions, before normalisation)",
            group="reward",
            aliases=("critic/score/mean", "scores", "rollout/raw_reward", "objective/scores",
-                    "objective/verifiable_reward"),
+                    "objective/verifiable_reward", "mean_reward", "avg_reward", "average_reward", "reward_mean",
+                    "rewards_mean", "mean_rewards", "reward/mean", "rewards/mean", "total_reward", "mean_total_reward"),
            note="should trend upward; 'reward flat' and 'sudden collapse' are read from its trend"),
+    Metric("accuracy", "share of completions with the right answer (a loop's own score, read where no reward is "
+           "logged)", group="reward",
+           aliases=("acc", "answer_accuracy", "train_accuracy", "train_acc", "correct_rate", "success_rate",
+                    "objective/verifiable_correct_rate")),
     Metric("reward_std", "std of the total reward over the batch (TRL ≥ 0.27; per-group mean before)",
-           group="reward", aliases=("group_reward_std",),
+           group="reward", aliases=("group_reward_std", "reward/std", "rewards/std", "std_reward", "reward_stddev"),
            note="falling alone is fine (F14); with rising frac_reward_zero_std it means no diversity"),
     Metric("reward_max", "max total reward in the batch", group="reward", aliases=("critic/score/max",)),
     Metric("reward_min", "min total reward in the batch", group="reward", aliases=("critic/score/min",)),
@@ -117,8 +122,15 @@ CATALOGUE: tuple[Metric, ...] = (
            ranges=_fixed(0.01, 0.05, SEED_000 + " §2.5", kind="target",
                          note="the adaptive-KL target band; KL keeps rising → raise beta"),
            aliases=("actor/kl_loss", "actor/reward_kl_penalty", "kl_penalty", "train/kl_loss",
-                    "objective/kl"),
+                    "kl_div", "kl_divergence", "mean_kl", "kl_mean", "avg_kl", "ref_kl"),
            note="0 at step 1 is expected (F4); absent when beta = 0 (F5); k1 can dip below 0 (F10)"),
+    Metric("kl/per_sequence", "KL to the reference summed over each completion's tokens, averaged over "
+           "completions: old TRL PPO/RLOO's objective/kl (nats per completion, not per token)", group="kl",
+           aliases=("objective/kl",), note="divide by the completion length to compare with a per-token KL"),
+    Metric("rollout_kl", "KL between the rollout engine's and the trainer's log-probs of the same tokens (0 when "
+           "they agree)", group="kl",
+           aliases=("rollout_corr/kl", "mismatch_kl", "vllm_kl", "rollout_corr/k3_kl"),
+           note="~1e-3 is kernel noise; growing toward 1 means the two disagree (painpoints row 10)"),
     Metric("kl/k1", "k1 estimate of KL, −log r with r = π_ref/π_θ (for comparison)", group="kl"),
     Metric("kl/k2", "k2 estimate of KL, (log r)²/2 (for comparison)", group="kl"),
     Metric("kl/k3", "k3 estimate of KL, r − 1 − log r ≥ 0 (for comparison)", group="kl"),
@@ -131,7 +143,10 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("completions/mean_length", "mean completion length (tokens, EOS included)", unit="tokens",
            group="length",
            aliases=("completion_length", "response_length/mean", "response_length",
-                    "val/sequence_lengths", "mean_gen_tokens_per_sample", "rollout/response_len/mean"),
+                    "val/sequence_lengths", "mean_gen_tokens_per_sample", "rollout/response_len/mean",
+                    "mean_completion_length", "avg_completion_length", "mean_response_length",
+                    "avg_response_length", "response_len", "completion_len", "gen_len", "mean_length",
+                    "avg_length"),
            note="should be stable; 000 §2.4: 200 → 80 tokens is collapse, 180–220 healthy"),
     Metric("completions/min_length", "shortest completion", unit="tokens", group="length",
            aliases=("response_length/min", "val/sequence_lengths_min", "rollout/response_len/min")),
@@ -141,7 +156,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("completions/clipped_ratio", "share of completions truncated at max_completion_length",
            group="length",
            aliases=("response_length/clip_ratio", "response_clip_ratio", "truncation_rate",
-                    "rollout/truncated_ratio"),
+                    "rollout/truncated_ratio", "truncated", "truncated_ratio", "clipped_ratio"),
            note="≈0.6 is normal for distilled reasoning models, ≈0.98 is not (F15)"),
     Metric("completions/mean_terminated_length", "mean length of completions that ended with EOS",
            unit="tokens", group="length"),
@@ -149,10 +164,11 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("advantage/mean", "mean advantage after normalisation", group="advantage",
            ranges=_fixed(-0.1, 0.1, SEED_001 + " §3.2", note="≈0 by construction for group-centred "
                          "advantages (F9)"),
-           aliases=("critic/advantages/mean", "val/advantages_mean", "advantages/mean")),
+           aliases=("critic/advantages/mean", "val/advantages_mean", "advantages/mean", "advantage_mean",
+                    "adv_mean")),
     Metric("advantage/std", "std of the advantages", group="advantage",
            ranges=_fixed(0.3, 1.5, SEED_001 + " §3.2", note="≈0 = groups identical, no signal (000 §3.5)"),
-           aliases=("val/advantages_std", "advantages/std")),
+           aliases=("val/advantages_std", "advantages/std", "advantage_std", "adv_std")),
     Metric("advantage/abs_max", "largest |advantage| in the batch", group="advantage",
            ranges=_advantage_abs_max_range),
     Metric("advantage/group_mean_abs_max", "largest |mean advantage| of any prompt group", group="advantage",
@@ -170,29 +186,38 @@ CATALOGUE: tuple[Metric, ...] = (
                     "train/pg_clipfrac", "pg_clipfrac")),
     Metric("clip_ratio/low_mean", "share of tokens with r < 1−ε_low and A < 0", group="clip",
            ranges=_clip_ratio_range),
+    Metric("clip_ratio/dual_clip_mean", "share of tokens with A < 0 whose ratio exceeded the dual-clip bound "
+           "c (verl's actor/pg_clipfrac_lower; not TRL's clip_ratio/low_mean)", group="clip",
+           aliases=("actor/pg_clipfrac_lower", "pg_clipfrac_lower")),
     Metric("clip_ratio/high_mean", "share of tokens with r > 1+ε_high and A > 0", group="clip",
            ranges=_clip_ratio_range),
     # ---- optimisation
     Metric("grad_norm", "gradient norm before clipping", group="optim",
            ranges=_fixed(0.1, 1.0, SEED_001 + " §3.2",
                          note="logged before clipping, so above max_grad_norm is normal (F8)"),
-           aliases=("actor/grad_norm", "actor_grad_norm", "optim/grad_norm", "train/grad_norm"),
+           aliases=("actor/grad_norm", "actor_grad_norm", "optim/grad_norm", "train/grad_norm", "gradient_norm",
+                    "total_grad_norm", "grad/norm"),
            finite_required=True),
     Metric("entropy", "mean per-token entropy of the policy (logits / temperature)", unit="nats",
            group="optim",
            ranges=_fixed(0.01, 0.1, SEED_001 + " §3.2",
                          note="the seed's 'ent_coef' range; rising slightly is fine below ≈1 (F12)"),
            aliases=("actor/entropy", "entropy/mean", "policy/entropy_avg", "approx_entropy",
-                    "objective/entropy", "entropy_loss", "train/entropy_loss"),
+                    "entropy_loss", "train/entropy_loss", "mean_entropy", "avg_entropy", "actor/entropy_loss",
+                    "token_entropy", "policy_entropy"),
            finite_required=True),
+    Metric("entropy/per_sequence", "policy entropy summed over each completion's tokens, averaged over "
+           "completions: old TRL PPO/RLOO's objective/entropy", unit="nats", group="optim",
+           aliases=("objective/entropy",)),
     Metric("loss", "total loss of the optimizer step", group="loss",
            ranges=_fixed(None, None, SEED_000 + " §4.4", note="only finiteness matters: NaN = emergency; "
                          "≈0 is normal with num_iterations = 1 (F1)"),
-           aliases=("loss/total_avg", "train/loss"), finite_required=True),
+           aliases=("loss/total_avg", "train/loss", "total_loss"), finite_required=True),
     Metric("policy_loss", "clipped-surrogate part of the loss", group="loss",
-           aliases=("actor/pg_loss", "loss/policy_avg", "train/pg_loss", "pg_loss"),
+           aliases=("actor/pg_loss", "loss/policy_avg", "train/pg_loss", "pg_loss", "actor_loss", "policy/loss",
+                    "loss_pg"),
            finite_required=True),
-    Metric("kl_loss", "β·KL part of the loss", group="loss", aliases=("loss/kl_avg",), finite_required=True),
+    Metric("kl_loss", "β·KL part of the loss", group="loss", aliases=("loss/kl_avg", "loss_kl"), finite_required=True),
     Metric("value_loss", "critic loss (PPO with GAE)", group="loss",
            aliases=("critic/vf_loss", "critic_loss", "loss/value_avg")),
     Metric("explained_variance", "explained variance of the value head", group="loss",
@@ -222,12 +247,20 @@ _ALIASES: dict[str, str] = {alias: m.name for m in CATALOGUE for alias in m.alia
 _PREFIXES = ("train/", "train_")
 # Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``.
 _REWARD_FN = re.compile(r"^rewards?/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")
+# A hand-written loop's per-function rewards: ``mean_format_reward``, ``answer_reward``, ``format_reward_mean``.
+_LOOP_REWARD_FN = re.compile(r"^(?:mean_|avg_)?(?P<fn>[a-z0-9]+(?:_[a-z0-9]+)*?)_rewards?(?:_(?P<stat>mean|std))?$")
+_NOT_FUNCTIONS = frozenset({"mean", "avg", "total", "train", "eval", "val", "batch", "group", "raw", "sum", "max",
+                            "min", "std", "shaped", "final", "episode", "reward", "kl", "non_score", "rlhf",
+                            "score"})
 
 
 def canonical_name(key: str) -> str:
-    """The catalogue name for a logged key, or the key itself (``train/`` prefix removed) if unknown."""
+    """The catalogue name for a logged key, or the key itself (``train/`` prefix removed) if unknown. A
+    validation metric keeps its ``eval/`` prefix before its canonical name."""
     if key in BY_NAME:
         return key
+    if key.startswith("eval/"):
+        return "eval/" + canonical_name(key[5:])
     if key in _ALIASES:
         return _ALIASES[key]
     bare = key
@@ -241,6 +274,9 @@ def canonical_name(key: str) -> str:
         return _ALIASES[bare]
     match = _REWARD_FN.match(bare)
     if match and match["fn"] not in ("mean", "std", "max", "min"):
+        return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
+    match = _LOOP_REWARD_FN.match(bare)
+    if match and match["fn"] not in _NOT_FUNCTIONS:
         return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
     return bare
 

@@ -17,13 +17,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-FRAMEWORKS = ("trl", "ms-swift", "verl")
-_FRAMEWORK_ALIASES = {
-    "trl": "trl", "hf": "trl", "transformers": "trl", "tensorboard": "trl", "wandb": "trl",
-    "csv": "trl", "jsonl": "trl", "grpo-doctor": "trl",
-    "ms-swift": "ms-swift", "swift": "ms-swift", "ms_swift": "ms-swift",
-    "verl": "verl",
-}
+from diagnostics.frameworks import config_dialect
+
 RAW_LIMIT = 64 * 1024  # keep the raw config with the run when its JSON is at most this big
 
 
@@ -88,25 +83,19 @@ VERL_KL = {"low_var_kl": "k3", "k3": "k3", "kl": "k1", "k1": "k1", "mse": "k2", 
            "abs": "abs", "full": "full"}
 
 
-def framework_name(framework: str) -> str:
-    """``trl``, ``ms-swift`` or ``verl`` for a framework or source name (sinks such as
-    TensorBoard and wandb carry HF ``TrainingArguments``, so they count as TRL)."""
-    return _FRAMEWORK_ALIASES.get(str(framework).lower(), "trl")
-
-
 def framework_key(field: str, framework: str) -> str | None:
     """The framework's own name for a normalised field (None: the framework has no such knob)."""
     spec = FIELDS.get(field)
     if spec is None:
         raise KeyError(f"unknown config field {field!r}; known: {', '.join(FIELDS)}")
-    return spec.key(framework_name(framework))
+    return spec.key(config_dialect(framework))
 
 
 def normalise_config(raw: Mapping | None, framework: str) -> dict:
     """The fields of ``FIELDS`` found in ``raw``, under TRL's names and meanings, plus
     ``framework`` and (when small) ``raw``."""
     raw = dict(raw or {})
-    fw = framework_name(framework)
+    fw = config_dialect(framework)
     out = _verl(_dotted(raw)) if fw == "verl" else _hf(raw, fw)
     out["framework"] = fw
     if raw:

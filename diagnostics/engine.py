@@ -11,7 +11,7 @@ findings whether they arrive at once or one step at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -41,8 +41,9 @@ class Track:
     finding: Finding | None = None        # the last explanation, and the state it explained
     key: tuple | None = None
 
-    def advance(self, rule: Rule, steps: np.ndarray, active: np.ndarray) -> bool:
-        """Feed new rows; True when the finding opened, reopened, resolved or saw the symptom again."""
+    def advance(self, rule: Rule, steps: np.ndarray, active: np.ndarray, clear_rows: int) -> bool:
+        """Feed new rows; True when the finding opened, reopened, resolved or saw the symptom again. The finding
+        resolves after ``clear_rows`` rows without the symptom (the rule's ``clear_after`` steps)."""
         touched = False
         for value, first, length in signals.runs(active):
             if value:
@@ -62,7 +63,7 @@ class Track:
                     self.false_from = int(steps[first])
                 self.false_run += length
                 self.true_run = 0
-                if self.status == "open" and not rule.expected and self.false_run >= rule.clear_after:
+                if self.status == "open" and not rule.expected and self.false_run >= clear_rows:
                     self.status, self.resolved_step = "resolved", self.false_from
                     touched = True
         return touched
@@ -77,6 +78,7 @@ class Diagnosis:
     health: list[MetricHealth] = field(default_factory=list)
     assumed: dict = field(default_factory=dict)                 # config values taken from framework defaults
     inferred: dict = field(default_factory=dict)                # read off the metrics: {"beta": "> 0 (...)"}
+    logged: dict = field(default_factory=dict)                  # config values read off the metrics, described
     version: str | None = None
 
     def problems(self) -> list[Finding]:
@@ -102,22 +104,31 @@ class Diagnoser:
         self.examined_to: int | None = None   # the last step every runnable rule has examined
         self.rule_since: dict[str, int | None] = {}  # per rule: the last step it examined
         self.resumes = 0                  # resume events seen: a new one means steps were rewritten
+        self.config_override: dict = {}  # config values given by the user, over the recorded ones
 
     @classmethod
-    def for_run(cls, store, run: int | str) -> Diagnoser:
-        diagnoser = cls(RunView(store.get_run(store.resolve_run(run))))
+    def for_run(cls, store, run: int | str, config: dict | None = None) -> Diagnoser:
+        """A diagnoser that has read the whole run; ``config`` (TRL's names) overrides the run's recorded config."""
+        row = store.get_run(store.resolve_run(run))
+        if config:
+            row = {**row, "config": {**(row.get("config") or {}), **config}}
+        diagnoser = cls(RunView(row))
+        diagnoser.config_override = dict(config or {})
         diagnoser.update(store)
         return diagnoser
 
     def update(self, store) -> list[str]:
         """Read the steps logged since the last call and examine them; the rules whose finding changed."""
         run = store.get_run(self.view.run["id"])
+        if self.config_override:
+            run = {**run, "config": {**(run.get("config") or {}), **self.config_override}}
         resumes = len(store.events(run["id"], "resume"))
         rewound = run.get("last_step") is not None and self.view.last_step is not None \
             and run["last_step"] < self.view.last_step
         if rewound or resumes != self.resumes:  # a resume rewrote steps already examined: start again
+            override = self.config_override
             self.__init__(RunView(run), self.rules)
-            self.resumes = resumes
+            self.resumes, self.config_override = resumes, override
         self.view.extend(store)
         return self.examine()
 
@@ -127,6 +138,8 @@ class Diagnoser:
         (opened, reopened, resolved, or saw its symptom again). Findings are built on demand by
         ``findings()``, so a live update costs only the detectors."""
         view = self.view
+        if not view.interval_known() and view.run.get("status") == "running":
+            return []  # a live run's first rows: windows are counted in steps, so wait until the interval is known
         view.begin_pass()
         changed = []
         for rule in self.rules:
@@ -138,7 +151,8 @@ class Diagnoser:
             self.not_applicable.pop(rule.id, None)
             steps, active = rule.detect(view, self.rule_since.get(rule.id))
             self.rule_since[rule.id] = view.last_step
-            if len(steps) and self.tracks[rule.id].advance(rule, steps, np.asarray(active, dtype=bool)):
+            if len(steps) and self.tracks[rule.id].advance(rule, steps, np.asarray(active, dtype=bool),
+                                                           view.rows(rule.clear_after)):
                 changed.append(rule.id)
         self.examined_to = view.last_step
         return changed
@@ -155,14 +169,22 @@ class Diagnoser:
             if track.finding is None or track.key != key:
                 track.finding, track.key = self._finding(rule, track), key
             found.append(track.finding)
+        found = link_consequences(found, {rule.id: rule for rule in self.rules})
         return sorted(found, key=lambda f: (-RANK[f.severity], f.onset_step if f.onset_step is not None else 0,
                                             f.rule))
 
     def _finding(self, rule: Rule, track: Track) -> Finding:
         explained = rule.explain(self.view, Episode(track.onset, track.start, track.last))
+        severity, causes = explained.severity, explained.causes
+        cfg = self.view.config
+        assumed = [k for k in (rule.rests_on(self.view) if rule.rests_on else ()) if cfg.is_assumed(k)]
+        if assumed and severity in ("warning", "critical"):
+            severity = "info"
+            causes = [f"verify: this rests on {'; '.join(cfg.describe(k) for k in assumed)}; give the real value "
+                      f"with --set {assumed[0]}=VALUE (grpo-doctor import/diagnose)", *causes]
         return Finding(
-            rule=rule.id, title=rule.title, severity=explained.severity, onset_step=track.onset,
-            last_step=track.last, evidence=explained.evidence, causes=explained.causes, fixes=explained.fixes,
+            rule=rule.id, title=rule.title, severity=severity, onset_step=track.onset,
+            last_step=track.last, evidence=explained.evidence, causes=causes, fixes=explained.fixes,
             references=list(rule.references), status=track.status, resolved_step=track.resolved_step,
         )
 
@@ -170,12 +192,32 @@ class Diagnoser:
         cfg = self.view.config
         return Diagnosis(run=self.view.run, findings=self.findings(), skipped=dict(self.skipped),
                          not_applicable=dict(self.not_applicable), health=health_summary(self.view),
-                         assumed=dict(cfg.assumed), inferred=dict(cfg.inferred), version=cfg.version)
+                         assumed=dict(cfg.assumed), inferred=dict(cfg.inferred), version=cfg.version,
+                         logged={k: cfg.describe(k) for k in cfg.logged if not cfg.recorded(k)})
 
 
-def diagnose(store, run: int | str, *, save: bool = True) -> Diagnosis:
-    """Diagnose a whole run; with ``save`` its findings replace the ones stored for it."""
-    diagnoser = Diagnoser.for_run(store, run)
+def link_consequences(found: list[Finding], rules: dict[str, Rule]) -> list[Finding]:
+    """Root cause first: a finding whose symptom follows from another finding that holds from an earlier or the same
+    step (at warning or above) is marked as its consequence and shown as info under it. Each finding is a copy: the
+    tracks keep the rule's own explanation."""
+    by_rule = {f.rule: f for f in found}
+    out = []
+    for f in found:
+        causes = [by_rule[c] for c in rules[f.rule].follows_from if c in by_rule]
+        cause = next((c for c in causes if RANK[c.severity] >= RANK["warning"] and c.onset_step is not None
+                      and f.onset_step is not None and c.onset_step <= f.onset_step), None)
+        if cause is not None and f.severity != "expected":
+            f = replace(f, severity="info", caused_by=cause.rule,
+                        causes=[f"a consequence of {cause.rule} (from step {cause.onset_step}): fix that first",
+                                *f.causes])
+        out.append(f)
+    return out
+
+
+def diagnose(store, run: int | str, *, save: bool = True, config: dict | None = None) -> Diagnosis:
+    """Diagnose a whole run; with ``save`` its findings replace the ones stored for it. ``config`` (TRL's names)
+    overrides the run's recorded config for this diagnosis."""
+    diagnoser = Diagnoser.for_run(store, run, config)
     result = diagnoser.diagnosis()
     if save:
         store.save_findings(result.run["id"], result.findings, replace=True)

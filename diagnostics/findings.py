@@ -26,6 +26,7 @@ class Fix:
     changes: dict[str, object] = field(default_factory=dict)   # our/TRL config names -> new value
     framework: str | None = None                       # the run's source framework, when imported
     framework_changes: dict[str, object] = field(default_factory=dict)  # the same in its own keys
+    directions: dict[str, str] = field(default_factory=dict)  # key -> "up", "down" or "set" (also for × factors)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Finding:
     references: list[str] = field(default_factory=list)  # "seed 000 §4.5", "painpoints row 9"
     status: str = "open"            # open | resolved
     resolved_step: int | None = None
+    caused_by: str | None = None    # the finding this one is a consequence of (listed under it)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -14,6 +14,7 @@ import math
 
 from diagnostics.config_map import VERL_LOSS_AGG, framework_key
 from diagnostics.findings import Fix
+from diagnostics import frameworks
 from diagnostics.runconfig import RunConfig
 
 TRAINER_FIELDS: dict[str, type] = {
@@ -107,17 +108,20 @@ def make_fix(cfg: RunConfig, why: str, changes: dict[str, object], note: str = "
     """A fix that sets ``changes``; ``why`` says what it does and ``note`` adds a sentence. A value the run
     did not record is shown as read off the metrics (``current``), as assumed, or as not recorded, and an
     ``Unknown`` change is only described."""
-    shown, known = [], {}
+    shown, known, directions = [], {}, {}
     for key, new in changes.items():
         if key not in TRAINER_FIELDS:
             raise KeyError(f"fix changes {key!r}, which is not a trainer config field")
         now = cfg.get(key)
+        directions[key] = direction(now, new)
         if (current or {}).get(key) is not None:
             before = f"{text((current or {})[key])} (from the metrics)"
         elif now is None:
             before = "None" if key in cfg.values else "not recorded"
+        elif not cfg.recorded(key) and key in cfg.logged:
+            before = f"{text(now)} (logged)"
         else:
-            before = text(now) + (" (assumed)" if key in cfg.assumed else "")
+            before = text(now) + (" (assumed)" if cfg.is_assumed(key) else "")
         if isinstance(new, Unknown):
             shown.append(f"{key}: {before}, {new}")
             continue
@@ -126,10 +130,23 @@ def make_fix(cfg: RunConfig, why: str, changes: dict[str, object], note: str = "
         shown.append(f"{key}: {before} -> {text(new)}")
     description = why + (f" ({', '.join(shown)})" if shown else "") + (f"; {note}" if note else "")
     framework, translated = None, {}
-    if not cfg.ours and cfg.framework in ("trl", "ms-swift", "verl"):
+    if not cfg.ours and frameworks.framework(cfg.framework).translates_fixes:
         framework = cfg.framework
         translated = framework_changes(cfg, known)
-    return Fix(description=description, changes=known, framework=framework, framework_changes=translated)
+    return Fix(description=description, changes=known, framework=framework, framework_changes=translated,
+               directions=directions)
+
+
+def direction(now, new) -> str:
+    """``up`` or ``down`` for a numeric change (a ``× factor`` of an unknown value included), else ``set``."""
+    if isinstance(new, Unknown):
+        return "up" if new.factor > 1 else "down"
+    def numeric(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    if numeric(now) and numeric(new):
+        return "up" if new > now else "down" if new < now else "set"
+    return "set"
 
 
 def advice(why: str) -> Fix:

@@ -35,7 +35,7 @@ def outside(band: HealthRange, values: np.ndarray) -> np.ndarray:
 
 def health_summary(view) -> list[MetricHealth]:
     """One row per logged metric of the run, in name order."""
-    config = {**view.config.assumed, **view.config.values}
+    config = {**view.config.assumed, **view.config.logged, **view.config.values}
     rows = []
     for name in view.names():
         steps, values = view.raw(name)

@@ -7,11 +7,9 @@ from dataclasses import asdict
 
 from diagnostics.engine import RANK, Diagnosis
 from diagnostics.findings import Finding, Fix
+from diagnostics.frameworks import framework
 from diagnostics.fixes import text as value_text
 from diagnostics.health import NO_RANGE, OUT, counts
-
-FRAMEWORK_TERMS = {"trl": "TRL GRPOConfig", "ms-swift": "ms-swift", "verl": "verl"}
-
 
 def number(x) -> str:
     if x is None:
@@ -40,7 +38,7 @@ def fix_lines(fix: Fix, ours: bool) -> list[str]:
     if fix.changes and ours:
         lines.append("--set " + " ".join(f"{k}={value_text(v)}" for k, v in fix.changes.items()))
     if fix.framework_changes:
-        where = FRAMEWORK_TERMS.get(fix.framework, fix.framework)
+        where = framework(fix.framework).title
         lines.append(f"{where}: " + " ".join(f"{k}={value_text(v)}" for k, v in fix.framework_changes.items()))
     return lines
 
@@ -78,6 +76,8 @@ def to_text(diagnosis: Diagnosis) -> str:
                    + " ".join(f"{k}={value_text(v)}" for k, v in diagnosis.assumed.items()))
     for key, fact in diagnosis.inferred.items():
         out.append(f"inferred: {key} {fact}")
+    for text in diagnosis.logged.values():
+        out.append(f"read off the metrics: {text}")
     problems, notes = diagnosis.problems(), diagnosis.notes()
     out.append("")
     if problems:
@@ -124,6 +124,7 @@ def to_json(diagnosis: Diagnosis) -> dict:
         "framework_version": diagnosis.version,
         "assumed": diagnosis.assumed,
         "inferred": diagnosis.inferred,
+        "logged": diagnosis.logged,
         "worst": diagnosis.worst(),
         "findings": [f.to_dict() for f in diagnosis.problems()],
         "expected": [f.to_dict() for f in diagnosis.notes()],

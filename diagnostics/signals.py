@@ -60,6 +60,24 @@ def rolling(x: np.ndarray, w: int, fn: str, lo: int = 0, min_periods: int | None
     return out
 
 
+def below_zero(x: np.ndarray, w: int, lo: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """For rows lo..: the share of the last w values (fewer at the start) below 0, and the σ of their median
+    from their own spread (1.4826 · MAD / √n). ``x`` must be finite."""
+    n = len(x)
+    share, sigma = np.full(max(0, n - lo), np.nan), np.full(max(0, n - lo), np.nan)
+    for i in range(lo, min(w - 1, n)):  # the run's first rows: partial windows
+        window = x[:i + 1]
+        share[i - lo] = float((window < 0).mean())
+        sigma[i - lo] = MAD_TO_SIGMA * float(np.median(np.abs(window - np.median(window)))) / np.sqrt(len(window))
+    full = max(lo, w - 1)
+    if full < n:
+        windows = sliding_window_view(x[full - w + 1:], w)
+        share[full - lo:] = (windows < 0).mean(axis=1)
+        med = window_medians(windows)
+        sigma[full - lo:] = MAD_TO_SIGMA * window_medians(np.abs(windows - med[:, None])) / np.sqrt(w)
+    return share, sigma
+
+
 def head(x: np.ndarray, w: int, fn: str = "median") -> float:
     """fn of the first ``w`` values (NaN while there are fewer): the run's starting level."""
     return float(_NUMPY_FN[fn](x[:w])) if len(x) >= w else float("nan")

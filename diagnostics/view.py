@@ -18,9 +18,19 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from diagnostics import signals
-from diagnostics.runconfig import RunConfig, run_config
+from diagnostics.runconfig import LoggedFacts, RunConfig, run_config, update_facts
 
 # Per-step statistics of the stored completions, kept as metrics the rules can read like any other.
+INTERVAL_ROWS = 5  # the logging interval is read off this many first logged steps
+MIN_WINDOW_ROWS = 3  # a rolling window holds at least this many rows, whatever the interval
+# grad_norm at the steps that had a gradient at all: a step whose groups were all uniform logs a norm of ~0, and a
+# normal norm after a run of those is not a spike.
+GRAD_SIGNAL = "grad_norm/with_signal"
+NO_SIGNAL_GRAD = 1e-3
+# entropy where it was measured: a loop that logs 0.0 for a step with no token in its loss measured nothing.
+ENTROPY_MEASURED = "entropy/measured"
+DERIVED_FROM = {GRAD_SIGNAL: "grad_norm", ENTROPY_MEASURED: "entropy"}  # the view's own series -> what they read
+DERIVED = frozenset(DERIVED_FROM)
 SAMPLE_EMPTY = "samples/empty_share"
 SAMPLE_REPETITION = "samples/repetition"
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -77,11 +87,16 @@ class RunView:
         self.series: dict[str, Series] = {}
         self.events: list[dict] = list(events)
         self.last_step: int | None = None
+        self.facts = LoggedFacts()  # what the metrics say about the config (the logged lr, the length cap)
         self.config: RunConfig = run_config(self.run.get("source", ""), self.run.get("config"), ())
         self._pass: dict = {}       # window results, valid for one pass over new steps
         self._prefix: dict = {}     # running maxima/minima of rolling series: (key) -> (rows done, value)
         self._heads: dict = {}      # a series' starting level, fixed once its first window is full
-        self.memo: dict = {}        # rules' own running state over the rows seen (see length.length_cap)
+        self.memo: dict = {}        # rules' own running state over the rows seen (see base.correlation_upto)
+        self._first_steps: list[int] = []  # the run's first logged steps, for the logging interval
+        self._interval: int | None = None
+        self._intervals: dict[str, int] = {}  # per metric, once it has 5 rows
+        self._names: tuple[set, list[str]] | None = None  # (the series seen, their sorted names)
 
     # ------------------------------------------------------------------ loading
     def extend(self, store) -> int | None:
@@ -106,6 +121,14 @@ class RunView:
         fresh = dict(fresh)
         if samples is not None and len(samples):
             fresh.update(sample_statistics(samples))
+        for name, derived, keep in ((("grad_norm", GRAD_SIGNAL, lambda v: v > NO_SIGNAL_GRAD)),
+                                    ("entropy", ENTROPY_MEASURED, lambda v: v != 0.0)):
+            if name in fresh:
+                steps, values = fresh[name]
+                values = np.asarray(values, dtype=np.float64)
+                with np.errstate(invalid="ignore"):
+                    kept = keep(values)
+                fresh[derived] = (np.asarray(steps)[kept], values[kept])
         for name, (steps, values) in fresh.items():
             if len(steps) == 0:
                 continue
@@ -115,8 +138,11 @@ class RunView:
             series.extend(np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64))
             last = int(steps[-1])
             self.last_step = last if self.last_step is None else max(self.last_step, last)
+            if len(self._first_steps) < INTERVAL_ROWS:
+                self._first_steps = sorted(set(self._first_steps) | set(steps[:INTERVAL_ROWS].tolist()))[:INTERVAL_ROWS]
         if self.last_step != before:
-            self.config = run_config(self.run.get("source", ""), self.run.get("config"), self.series)
+            update_facts(self.facts, fresh, self.asof)
+            self.config = run_config(self.run.get("source", ""), self.run.get("config"), self.series, self.facts)
         return before
 
     # ------------------------------------------------------------------ reading
@@ -143,7 +169,10 @@ class RunView:
         return series.steps.array, series.values.array
 
     def names(self) -> list[str]:
-        return sorted(self.series)
+        """The metrics the run logged (and the statistics of its samples), not the view's own derived series."""
+        if self._names is None or len(self._names[0]) != len(self.series):
+            self._names = (set(self.series), sorted(n for n in self.series if n not in DERIVED))
+        return self._names[1]
 
     def first_row_after(self, name: str, since: int | None) -> int:
         """Index of the metric's first finite row with step > since."""
@@ -154,10 +183,54 @@ class RunView:
             self._pass[key] = int(np.searchsorted(self.finite(name)[0], since, side="right"))
         return self._pass[key]
 
+    # ------------------------------------------------------------------ windows in steps
+    @property
+    def interval(self) -> int:
+        """Optimizer steps between logged rows: the recorded ``logging_steps``, else the median gap between the
+        run's first logged steps (fixed once 5 have been seen, so a live run and a whole-run pass agree)."""
+        if self._interval is None:
+            recorded = self.config.values.get("logging_steps") if self.config.values else None
+            if self.config.ours:
+                self._interval = 1  # the embedded trainer logs every step
+            elif isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and recorded >= 1:
+                self._interval = int(recorded)
+            elif len(self._first_steps) >= INTERVAL_ROWS:
+                self._interval = _median_gap(self._first_steps)
+            else:
+                return _median_gap(self._first_steps)  # not fixed yet: only a run with fewer rows asks
+        return self._interval
+
+    def interval_known(self) -> bool:
+        """Whether the logging interval is fixed (a live run's first rows wait until it is)."""
+        _ = self.interval  # fixes it when it can be
+        return self._interval is not None
+
+    def interval_of(self, name: str) -> int:
+        """Steps between a metric's own rows (validation metrics may come every 10 training rows): the median gap of
+        its first 5 rows, else the run's interval."""
+        if self.config.ours:
+            return 1
+        known = self._intervals.get(name)
+        if known is None:
+            steps = self.raw(name)[0]
+            if len(steps) < INTERVAL_ROWS:
+                return self.interval
+            known = self._intervals[name] = _median_gap(steps[:INTERVAL_ROWS].tolist())
+        return known
+
+    def rows(self, steps: int, name: str | None = None) -> int:
+        """How many logged rows (of ``name``, else of the run) cover ``steps`` optimizer steps (at least one)."""
+        interval = self.interval if name is None else self.interval_of(name)
+        return max(1, int(round(steps / interval)))
+
     def roll(self, name: str, w: int, fn: str = "median", lo: int = 0, min_periods: int | None = None):
-        """signals.rolling over the metric's finite values for rows lo.. (cached for this pass): NaN
-        where the window holds fewer than ``min_periods`` (default w) rows."""
-        need = w if min_periods is None else min_periods
+        """signals.rolling over the metric's finite values for rows lo.. (cached for this pass), over a window of
+        ``w`` optimizer steps: ``rows(w)`` logged rows, and at least ``MIN_WINDOW_ROWS`` (a median of one or two rows
+        of a sparse log is noise). NaN where the window holds fewer than ``min_periods`` rows (default: the rows that
+        cover ``w`` steps, so a sparse log's first rows get a verdict as early as a dense log's)."""
+        n = self.rows(w, name)
+        need = n if min_periods is None else min(min_periods, n)
+        w = max(n, MIN_WINDOW_ROWS)
         key = (name, w, fn, lo, need)
         if key not in self._pass:
             base = (name, w, fn, lo, 1)
@@ -171,7 +244,9 @@ class RunView:
         return self._pass[key]
 
     def head(self, name: str, w: int, fn: str = "median") -> float:
-        """The metric's starting level: fn of its first w finite values (NaN until there are w)."""
+        """The metric's starting level: fn of its values over its first ``w`` optimizer steps (``rows(w)`` rows;
+        NaN until there are that many)."""
+        w = self.rows(w, name)
         key = (name, w, fn)
         if key not in self._heads:
             value = signals.head(self.finite(name)[1], w, fn)
@@ -207,8 +282,8 @@ class RunView:
         return out
 
     def asof_roll(self, name: str, w: int, steps: np.ndarray, fn: str = "median", min_periods: int = 3):
-        """The metric's w-row rolling ``fn`` (on its own rows) as of each step: NaN before it has
-        ``min_periods`` rows."""
+        """The metric's rolling ``fn`` over ``w`` optimizer steps (on its own rows) as of each step: NaN before it
+        has ``min_periods`` rows (or a whole window, if that is fewer)."""
         fsteps = self.finite(name)[0]
         out = np.full(len(steps), np.nan)
         if not len(fsteps) or not len(steps):
@@ -222,6 +297,11 @@ class RunView:
 
     def value_at(self, name: str, step: int) -> float:
         return float(self.asof(name, np.array([step]))[0])
+
+
+def _median_gap(steps: list[int]) -> int:
+    gaps = sorted(b - a for a, b in zip(steps, steps[1:]))
+    return max(1, gaps[len(gaps) // 2]) if gaps else 1
 
 
 def _reduce(how: str, values: np.ndarray) -> float:

@@ -1,5 +1,6 @@
 """Bad input: every case is a LogFormatError with a one-line message naming the file, and the
-store is left without runs (one transaction per import)."""
+store is left without runs (one transaction per import). Logs that are odd but readable (no step column,
+text in a number field, a restarted step counter) are imported: see test_import_as_is.py."""
 
 from __future__ import annotations
 
@@ -59,59 +60,6 @@ def malformed_jsonl_line(tmp: Path) -> Path:
 def binary_garbage(tmp: Path) -> Path:
     p = tmp / "blob.bin"
     p.write_bytes(os.urandom(100_000))
-    return p
-
-
-def no_step_csv(tmp: Path) -> Path:
-    p = tmp / "x.csv"
-    p.write_text("reward,kl,loss\n0.1,0.0,1.0\n0.2,0.1,0.9\n")
-    return p
-
-
-def no_step_jsonl(tmp: Path) -> Path:
-    p = tmp / "nostep.jsonl"
-    p.write_text('{"reward": 0.1, "kl": 0.0}\n{"reward": 0.2, "kl": 0.1}\n')
-    return p
-
-
-def text_in_number_jsonl(tmp: Path) -> Path:
-    p = tmp / "run.jsonl"
-    p.write_text('{"step": 1, "reward": 0.1}\n{"step": 2, "reward": "abc"}\n')
-    return p
-
-
-def text_in_number_trainer_state(tmp: Path) -> Path:
-    p = tmp / "trainer_state.json"
-    rows = [dict(r) for r in GOOD_ROWS]
-    rows[1]["kl"] = "high"
-    p.write_text(_trainer_state(rows))
-    return p
-
-
-def text_in_number_csv(tmp: Path) -> Path:
-    p = tmp / "metrics.csv"
-    p.write_text("step,reward\n1,0.1\n2,0.2\n3,oops\n")
-    return p
-
-
-def text_in_number_verl_console(tmp: Path) -> Path:
-    p = tmp / "verl.log"
-    p.write_text("(TaskRunner pid=1) step:1 - critic/score/mean:0.1 - actor/kl_loss:0.0\n"
-                 "(TaskRunner pid=1) step:2 - critic/score/mean:zero - actor/kl_loss:0.0\n")
-    return p
-
-
-def duplicate_conflicting_steps(tmp: Path) -> Path:
-    p = tmp / "x.jsonl"
-    lines = [{"step": s, "reward": s / 100} for s in range(1, 41)]
-    lines.append({"step": 40, "reward": 0.99})
-    p.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return p
-
-
-def duplicate_conflicting_csv(tmp: Path) -> Path:
-    p = tmp / "dup.csv"
-    p.write_text("step,reward\n1,0.1\n2,0.2\n2,0.3\n")
     return p
 
 
@@ -185,14 +133,6 @@ CASES = [
     (malformed_json, "malformed JSON at byte"),
     (malformed_jsonl_line, "line 3: malformed JSON"),
     (binary_garbage, "not a log GRPO Doctor can read (binary data); formats: trainer_state"),
-    (no_step_csv, "no step column (looked for train/global_step, global_step, step, _step"),
-    (no_step_jsonl, "line 1: no step key (looked for train/global_step"),
-    (text_in_number_jsonl, "line 2: 'reward' is 'abc', not a number"),
-    (text_in_number_trainer_state, "'kl' is 'high', not a number"),
-    (text_in_number_csv, "line 4: 'reward' is 'oops', not a number"),
-    (text_in_number_verl_console, "line 2: 'critic/score/mean' is 'zero', not a number"),
-    (duplicate_conflicting_steps, "duplicate step 40 with different values for 'reward'"),
-    (duplicate_conflicting_csv, "duplicate step 2 with different values for 'reward'"),
     (huge_junk, "binary data"),
     (empty_folder, "no log GRPO Doctor can read in this folder"),
     (missing, "no such file or folder"),
@@ -235,7 +175,8 @@ def test_huge_file_forced_as_jsonl_is_refused_without_reading_it_whole(tmp_path)
 
 
 def test_forced_wrong_format(tmp_path):
-    path = no_step_csv(tmp_path)
+    path = tmp_path / "x.csv"
+    path.write_text("reward,kl,loss\n0.1,0.0,1.0\n0.2,0.1,0.9\n")
     with pytest.raises(LogFormatError, match="x.csv: (truncated|malformed) JSON"):
         import_path(RunStore(":memory:"), path, fmt="trainer_state")
 

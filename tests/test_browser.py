@@ -141,8 +141,9 @@ def test_start_a_run_watch_it_then_restart_a_sick_one_with_a_fix(dashboard, page
     finding = page.locator("[data-testid='stExpander']", has_text=KL_TITLE)
     finding.wait_for(timeout=60_000)
     restart = finding.get_by_role("button", name=re.compile("Restart with this fix"))
-    if not restart.first.is_visible():
-        finding.locator("summary").click()  # not the first finding: open it
+    if finding.locator("details").first.get_attribute("open") is None:
+        finding.locator("summary").click()  # not the first finding: open it (its buttons render after the summary)
+    restart.first.wait_for(timeout=30_000)
     shot(page, "4-finding")
     restart.first.click()
     page.get_by_text(re.compile("(Started|Starting child) kl-run-fix")).first.wait_for(timeout=30_000)

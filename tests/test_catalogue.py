@@ -15,13 +15,15 @@ ALIASES = [
     ("trl <=0.16", "rewards/accuracy_reward", "rewards/accuracy_reward/mean"),
     ("trl", "rewards/format/std", "rewards/format/std"),
     ("trl liger / <=0.16", "clip_ratio", "clip_ratio/region_mean"),
-    ("trl old ppo", "objective/kl", "kl"),
+    ("trl old ppo", "objective/kl", "kl/per_sequence"),  # a sum over the completion's tokens, not per token
+    ("trl old ppo", "objective/entropy", "entropy/per_sequence"),
     ("trl old ppo", "policy/approxkl_avg", "approx_kl"),
     ("ms-swift", "reward/acc/mean", "rewards/acc/mean"),
     ("ms-swift", "entropy/mean", "entropy"),
     ("verl", "critic/score/mean", "reward"),
     ("verl", "actor/kl_loss", "kl"),
     ("verl", "actor/pg_clipfrac", "clip_ratio/region_mean"),
+    ("verl", "actor/pg_clipfrac_lower", "clip_ratio/dual_clip_mean"),  # dual-clip share, not clip_ratio/low_mean
     ("verl", "response_length/mean", "completions/mean_length"),
     ("verl", "response_length/clip_ratio", "completions/clipped_ratio"),
     ("verl", "actor/grad_norm", "grad_norm"),
@@ -41,6 +43,18 @@ ALIASES = [
     ("slime", "train/pg_clipfrac", "clip_ratio/region_mean"),
     ("slime", "rollout/repetition_frac", "repetition"),
     ("slime", "train/kl_loss", "kl"),
+    ("openrlhf", "train/truncated", "completions/clipped_ratio"),
+    ("openrlhf", "train/policy_loss", "policy_loss"),
+    ("openrlhf", "train/entropy_loss", "entropy"),
+    ("hand-written", "mean_reward", "reward"),
+    ("hand-written", "avg_reward", "reward"),
+    ("hand-written", "reward/mean", "reward"),
+    ("hand-written", "kl_div", "kl"),
+    ("hand-written", "approx_kl", "approx_kl"),
+    ("hand-written", "pg_loss", "policy_loss"),
+    ("hand-written", "response_length", "completions/mean_length"),
+    ("hand-written", "avg_response_length", "completions/mean_length"),
+    ("hand-written", "adv_std", "advantage/std"),
 ]
 
 

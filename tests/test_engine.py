@@ -55,7 +55,7 @@ def _rule(expected=False) -> Rule:
 
 def feed(track: Track, rule: Rule, flags: str, first_step: int = 1) -> int:
     steps = np.arange(first_step, first_step + len(flags))
-    track.advance(rule, steps, np.array([c == "x" for c in flags]))
+    track.advance(rule, steps, np.array([c == "x" for c in flags]), rule.clear_after)  # one row a step
     return first_step + len(flags)
 
 
@@ -240,3 +240,22 @@ def test_fixes_in_verl_terms():
     assert (ours.framework, ours.framework_changes, ours.description) == (None, {}, "x (beta: 0.04 -> 0.08)")
     with pytest.raises(KeyError):
         make_fix(cfg, "x", {"not_a_field": 1})
+
+
+def test_a_consequence_is_listed_under_an_earlier_cause():
+    """Root cause first: a finding that follows from another (warning or worse, from an earlier or the same step) is
+    shown as info under it; a later or an info-level 'cause' leaves it as it is."""
+    from diagnostics.engine import link_consequences
+    from diagnostics.findings import Finding
+    from diagnostics.rules import BY_ID
+
+    cause = Finding("uniform_groups", "", "critical", 3, 150)
+    flat = Finding("reward_flat", "", "warning", 101, 150, causes=["the reward cannot discriminate"])
+    linked = {f.rule: f for f in link_consequences([cause, flat], BY_ID)}
+    assert linked["reward_flat"].severity == "info" and linked["reward_flat"].caused_by == "uniform_groups"
+    assert linked["reward_flat"].causes[0].startswith("a consequence of uniform_groups (from step 3)")
+    assert flat.severity == "warning"  # the engine's own copy is left alone
+    later = Finding("uniform_groups", "", "critical", 120, 150)
+    assert link_consequences([later, flat], BY_ID)[1].severity == "warning"
+    mild = Finding("uniform_groups", "", "info", 3, 150)
+    assert link_consequences([mild, flat], BY_ID)[1].severity == "warning"

@@ -22,6 +22,7 @@ from diagnostics.importers import (
     export_csv,
     export_jsonl,
     import_path,
+    import_runs,
     parse,
 )
 from diagnostics.importers.jsonstream import NonFiniteFilter
@@ -389,7 +390,7 @@ def test_trl_console_without_tqdm_uses_ordinal_times_logging_steps(store, tmp_pa
     assert list(store.metrics(run_id).index) == [2, 4, 6]  # 1, 2, 3 × logging_steps=2
 
 
-def test_console_ignores_other_dicts_but_not_bad_values(store, tmp_path):
+def test_console_ignores_other_dicts_and_skips_text_fields(store, tmp_path):
     path = tmp_path / "noisy.log"
     path.write_text(
         "{'model_name_or_path': 'Qwen/Qwen2.5-0.5B', 'torch_dtype': 'bfloat16'}\n"
@@ -398,8 +399,9 @@ def test_console_ignores_other_dicts_but_not_bad_values(store, tmp_path):
     assert list(store.metrics(import_path(store, path)).index) == [1]
     path.write_text("{'loss': 0.1, 'reward': 0.5, 'epoch': 0.1}\n"
                     "{'loss': 0.1, 'reward': 0.5, 'epoch': 0.2, 'my_metric': 'abc'}\n")
-    with pytest.raises(LogFormatError, match="noisy.log: line 2: 'my_metric' is 'abc', not a number"):
-        import_path(store, path)
+    [run] = import_runs(store, path)
+    assert run.steps == 2 and "my_metric" not in store.metrics(run.run_id).columns
+    assert run.notes == ["skipped fields that are not numbers: 'my_metric' (line 2: 'abc')"]
 
 
 def test_swift_console_steps_from_progress_field(store, tmp_path):
@@ -578,12 +580,13 @@ def test_repeated_and_out_of_order_steps_across_packed_blocks(store, tmp_path, m
     assert store.conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0  # all packed
 
     for step, line in [(3, 3), (10, 11)]:  # 3: in a written block; 10: still buffered
-        bad = tmp_path / f"bad{step}.jsonl"
-        bad.write_text("".join(json.dumps(x) + "\n" for x in lines[:line]) +
-                       json.dumps({"step": step, "reward": 7.0}) + "\n")
-        with pytest.raises(LogFormatError, match=f"duplicate step {step} with different values"):
-            import_path(store, bad, name=f"bad{step}")
-    assert len(store.list_runs()) == 1
+        again = tmp_path / f"again{step}.jsonl"
+        again.write_text("".join(json.dumps(x) + "\n" for x in lines[:line]) +
+                         json.dumps({"step": step, "reward": 7.0}) + "\n")
+        first, second = import_runs(store, again, name=f"again{step}")  # a step with another value: a new run
+        assert second.name == f"again{step}-2" and list(store.metrics(second.run_id).index) == [step]
+        assert store.metrics(first.run_id).loc[step, "reward"] == step / 10
+    assert len(store.list_runs()) == 5
 
 
 # ============================================================================ export round trips

@@ -70,8 +70,9 @@ SCENARIOS: tuple[Scenario, ...] = (
                  "repeating), so the recording adds ``repeats``, and the diagnoser ranks that reward first"),
     Scenario("uniform_groups", "advantage std ≈ 0", ("--temperature", "0.1"), 40, rule="uniform_groups",
              onset_by=20, why="at temperature 0.1 the 8 samples of a prompt are nearly always identical"),
-    Scenario("reward_flat", "reward flat", ("--reward_funcs", "constant"), 130, rule="reward_flat",
-             onset_by=125, why="a reward that gives every completion 1.0 cannot discriminate: nothing is learnt",
+    Scenario("reward_flat", "reward flat", ("--reward_funcs", "constant"), 130, rule="reward_component_constant",
+             onset_by=125, why="a reward that gives every completion 1.0 cannot discriminate: nothing is learnt; the "
+                               "diagnoser names that reward function, and the flat reward as its consequence",
              carry_out=("the check finds that `constant` scores every completion 1.0; the task's own rewards "
                         "replace it", (("reward_funcs", ("correctness", "format_reward")),))),
     Scenario("nan_reward", "loss NaN", ("--reward_funcs", "nan_some", "--nonfinite_rewards", "skip"), 20,

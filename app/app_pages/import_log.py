@@ -27,7 +27,7 @@ with st.form("import.form"):
                              placeholder="/path/to/output_dir/trainer_state.json")
     left, right = st.columns(2)
     fmt = left.selectbox("Format", [AUTO, *FORMATS], key="import.format",
-                         format_func=lambda f: f if f == AUTO else f"{f}: {FORMATS[f]}")
+                         format_func=lambda f: f if f == AUTO else f"{f}: {FORMATS[f].description}")
     name = right.text_input("Run name", key="import.name", placeholder="made from the file name")
     submitted = st.form_submit_button("Import and diagnose", type="primary")
 
@@ -36,13 +36,19 @@ if submitted:
     try:
         with open_store() as store:
             if upload is not None:
-                run_id = uploads.import_upload(store, upload.name, upload, upload.size, **options)
+                made = uploads.import_upload(store, upload.name, upload, upload.size, **options)
             elif path:
-                run_id = uploads.import_local(store, path.strip(), **options)
+                made = uploads.import_local(store, path.strip(), **options)
             else:
                 raise uploads.UploadError("choose a file to upload, or give a path")
     except (uploads.UploadError, LogFormatError, StoreError, OSError) as e:
         st.error(f"Not imported: {e}")
     else:
-        st.session_state[RUN_KEY] = run_id
-        st.switch_page(RUN_PAGE, query_params={RUN_PARAM: str(run_id)})
+        st.session_state[RUN_KEY] = made[0].run_id
+        if len(made) == 1 and not made[0].notes:
+            st.switch_page(RUN_PAGE, query_params={RUN_PARAM: str(made[0].run_id)})
+        st.success(f"Imported {len(made)} run{'s' if len(made) > 1 else ''}.")
+        for note in made[0].notes:
+            st.info(note)
+        for run in made:
+            st.page_link(RUN_PAGE, label=f"{run.name}: {run.steps} steps", query_params={RUN_PARAM: str(run.run_id)})

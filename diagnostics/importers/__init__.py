@@ -6,8 +6,7 @@ maps the keys to canonical names and writes the run and all its steps in one tra
 bad file leaves nothing behind. Every problem is a ``LogFormatError`` whose message is one line:
 ``"<path>: <problem>"``.
 
-Formats (``FORMATS``): trainer_state, trl_console, swift_jsonl, verl_jsonl, verl_console,
-tensorboard, wandb_csv, csv, jsonl, grpo_doctor_jsonl.
+The formats, with their parsers, are listed once, in ``formats.FORMATS``.
 """
 
 from __future__ import annotations
@@ -15,39 +14,32 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnostics.catalogue import canonical_name, canonical_row
-from diagnostics.importers import hf, tabular, tensorboard, verl
-from diagnostics.importers._base import LogFormatError, ParsedLog
-from diagnostics.importers.detect import FORMATS, detect_format, resolve
+from diagnostics.catalogue import canonical_row
+from diagnostics.importers._base import NEW_RUN, LogFormatError, ParsedLog
+from diagnostics.importers.detect import detect_format, resolve
+from diagnostics.importers.formats import FORMATS
 from diagnostics.importers.export import export_csv, export_jsonl
 
 __all__ = [
-    "FORMATS", "LogFormatError", "ParsedLog", "detect_format", "parse", "import_path",
+    "FORMATS", "Imported", "LogFormatError", "ParsedLog", "detect_format", "parse", "import_path", "import_runs",
     "export_jsonl", "export_csv",
 ]
 
 
-def parse(path: str | os.PathLike, fmt: str | None = None) -> ParsedLog:
-    """A log parsed lazily (``rows`` streams the file). ``fmt`` forces a format."""
+def parse(path: str | os.PathLike, fmt: str | None = None, *, step_key: str | None = None) -> ParsedLog:
+    """A log parsed lazily (``rows`` streams the file). ``fmt`` forces a format; ``step_key`` names the
+    step column of a CSV or JSON-lines log."""
     given = Path(path)
     fmt, target = resolve(given, fmt)
     display = str(given) if target == given else str(target)
-    parsers = {
-        "trainer_state": lambda: hf.parse_trainer_state(display, target),
-        "trl_console": lambda: hf.parse_trl_console(display, target),
-        "swift_jsonl": lambda: hf.parse_swift_jsonl(display, target),
-        "verl_jsonl": lambda: verl.parse_verl_jsonl(display, target),
-        "verl_console": lambda: verl.parse_verl_console(display, target),
-        "tensorboard": lambda: tensorboard.parse_tensorboard(display, target),
-        "wandb_csv": lambda: tabular.parse_csv(display, target, wandb=True),
-        "csv": lambda: tabular.parse_csv(display, target, wandb=False),
-        "jsonl": lambda: tabular.parse_jsonl(display, target),
-        "grpo_doctor_jsonl": lambda: tabular.parse_grpo_doctor_jsonl(display, target),
-    }
+    spec = FORMATS[fmt]
+    if step_key is not None and not spec.step_key:
+        raise LogFormatError(display, f"--step-key applies to CSV and JSON-lines logs, not to {fmt}")
     try:
-        parsed = parsers[fmt]()
+        parsed = spec.parse(display, target, step_key)
     except OSError as e:
         raise LogFormatError(display, f"cannot read it ({e.strerror or e})") from None
     parsed.rows = _guarded(parsed.rows, display)
@@ -64,49 +56,106 @@ def _guarded(rows: Iterator, display: str) -> Iterator:
         raise LogFormatError(display, "too big to read (out of memory)") from None
 
 
-def import_path(store, path: str | os.PathLike, *, name: str | None = None, fmt: str | None = None) -> int:
-    """Import a log as a finished run; returns its id. The run and all its steps are written in
-    one transaction: on any error nothing is left behind."""
-    parsed = parse(path, fmt)
+@dataclass
+class Imported:
+    """One run made by an import: its id, name and number of steps, and what the import noticed."""
+
+    run_id: int
+    name: str
+    steps: int
+    notes: list[str] = field(default_factory=list)
+
+
+def import_path(store, path: str | os.PathLike, *, name: str | None = None, fmt: str | None = None,
+                **options) -> int:
+    """Import a log as finished run(s); the id of the first (see ``import_runs``)."""
+    return import_runs(store, path, name=name, fmt=fmt, **options)[0].run_id
+
+
+def import_runs(store, path: str | os.PathLike, *, name: str | None = None, fmt: str | None = None,
+                step_key: str | None = None, config: dict | None = None) -> list[Imported]:
+    """Import a log as finished runs: one, or one per run when the file holds several one after another
+    (the step counter restarts): ``NAME``, ``NAME-2``, ... Everything is written in one transaction, so on
+    any error nothing is left behind. ``config`` (TRL's names) overrides what the log says of its config."""
+    parsed = parse(path, fmt, step_key=step_key)
+    if config:
+        parsed.config = {**parsed.config, **config}
+    base = name if name is not None else (parsed.name or "imported")
+    made: list[Imported] = []
     with store.atomic():
-        run_name = name if name is not None else store.unique_name(parsed.name or "imported")
-        run_id = store.create_run(
-            run_name, config=parsed.config, source=parsed.source,
-            source_path=str(Path(path).resolve()), status="finished",
-        )
-        store.write_steps(run_id, _checked_rows(store, run_id, parsed))
-        if not _has_steps(store, run_id):
+        segments = _Segments(store, parsed)
+        while segments.next_run():
+            run_name = base if not made and name is not None else store.unique_name(
+                base if not made else f"{base}-{len(made) + 1}")
+            run_id = store.create_run(run_name, config=parsed.config, source=parsed.source,
+                                      source_path=str(Path(path).resolve()), status="finished")
+            store.write_steps(run_id, segments.rows(run_id))
+            if not store.has_metrics(run_id):  # rows or blocks: write_steps packs most values into blocks
+                store.delete_run(run_id)
+                continue
+            store.compact(run_id)  # pack the series into blocks: fast reads of long runs
+            store.set_status(run_id, "finished")
+            made.append(Imported(run_id, run_name, segments.steps))
+        if not made:
             raise LogFormatError(parsed.path, "no training steps found")
-        store.compact(run_id)  # pack the series into blocks: fast reads of long runs
-        store.set_status(run_id, "finished")
+        notes = parsed.notes()
+        if len(made) > 1:
+            notes.append(f"the file holds {len(made)} runs one after another (the step counter restarts): "
+                         f"imported as {', '.join(repr(m.name) for m in made)}")
+        for m in made:
+            m.notes = notes
     store.reclaim_space()
-    return run_id
+    return made
 
 
-def _has_steps(store, run_id: int) -> bool:
-    return store.has_metrics(run_id)  # rows or blocks: write_steps packs most values into blocks directly
+class _Segments:
+    """The parsed rows as one or more runs. A new run starts where the parser says so (``NEW_RUN``: a
+    console log printed a new config, or its epoch went back) and where a step comes again with a value that
+    differs from the one already read (the step counter restarted). A step seen again with the same values,
+    or with new keys only, merges (a late or split row); TensorBoard's repeats overwrite (last wins)."""
+
+    def __init__(self, store, parsed: ParsedLog):
+        self.store, self.parsed = store, parsed
+        self.rows_in = iter(parsed.rows)
+        self.pending: tuple[object, dict] | None = None
+        self.done = False
+        self.steps = 0
+
+    def next_run(self) -> bool:
+        """Whether another run follows (its rows come from ``rows``)."""
+        if self.pending is None and not self.done:
+            self.pending = self._next()
+        return self.pending is not None
+
+    def _next(self) -> tuple[object, dict] | None:
+        for step, raw in self.rows_in:
+            if step is NEW_RUN:
+                return NEW_RUN, {}
+            metrics = dict(raw) if self.parsed.canonical else canonical_row(raw)
+            if metrics:
+                return step, metrics
+        self.done = True
+        return None
+
+    def rows(self, run_id: int):
+        seen: set[int] = set()
+        row, self.pending = self.pending, None
+        if row[0] is NEW_RUN:
+            row = self._next()
+        while row is not None:
+            step, metrics = row
+            if step is NEW_RUN or (step in seen and not self.parsed.last_wins and not _agrees(
+                    self.store.values_at(run_id, step, metrics), metrics)):
+                self.pending = row
+                break
+            seen.add(step)
+            yield step, metrics
+            row = self._next()
+        self.steps = len(seen)
 
 
-def _checked_rows(store, run_id: int, parsed: ParsedLog):
-    """Canonical rows; a step seen again merges when its keys are new or its values equal,
-    and is an error when a value differs (TensorBoard: the last value wins). Only the set of
-    steps is kept; the earlier values are read back on a repeat (``values_at`` also sees what
-    ``write_steps`` still buffers)."""
-    seen: set[int] = set()
-    for step, raw in parsed.rows:
-        metrics = dict(raw) if parsed.canonical else canonical_row(raw)
-        if not metrics:
-            continue
-        if step in seen and not parsed.last_wins:
-            earlier = store.values_at(run_id, step, metrics)
-            for key, value in metrics.items():
-                if key in earlier and not _same(earlier[key], value):
-                    shown = next((k for k in raw if k == key or canonical_name(k) == key), key)
-                    raise LogFormatError(
-                        parsed.path, f"duplicate step {step} with different values for {shown!r} "
-                                     f"({earlier[key]!r} then {value!r})")
-        seen.add(step)
-        yield step, metrics
+def _agrees(earlier: dict[str, float], now: dict[str, float]) -> bool:
+    return all(_same(earlier[k], v) for k, v in now.items() if k in earlier)
 
 
 def _same(a: float, b: float) -> bool:

@@ -15,6 +15,8 @@ MAX_LINE_CHARS = 16 * 1024 * 1024  # a longer line is not a log line (and would 
 
 # Step keys, in order of preference (error messages list them in this order).
 STEP_KEYS = ("train/global_step", "global_step", "step", "_step", "iteration")
+# Failing those, a column named like a step counter (grpo_step, train_step, iter, update).
+STEP_LIKE = re.compile(r"(?:^|[_/ .-])(?:global_)?(?:step|steps|iter|iteration|update)$", re.IGNORECASE)
 
 # Keys of HF's end-of-training summary row ({'train_runtime': ..., 'train_loss': ...}).
 SUMMARY_KEYS = frozenset(
@@ -58,10 +60,25 @@ MISSING = object()  # an empty cell: no value at all (not NaN)
 BAD = object()  # not a number
 
 
+# A number printed inside a wrapper: np.float64(0.5), numpy.float32(1e-3), tensor(0.3, device='cuda:0'),
+# torch.tensor(2.), Decimal('0.1'). Only the first argument is read, and only when it is a plain literal.
+_WRAPPED = re.compile(r"^(?:np\.|numpy\.|torch\.)?(?:float\d*|int\d*|tensor|Tensor|array|Decimal|bfloat16)\(\s*"
+                      r"(?:'([^']*)'|\"([^\"]*)\"|\[?\s*([^,()\[\]'\"]+?)\s*\]?)\s*(?:,[^()]*(?:\([^()]*\)[^()]*)*)?\)$")
+
+
+def unwrap(text: str) -> str:
+    """The literal inside a printed numeric wrapper (``tensor(0.3, device='cuda:0')`` → ``0.3``), or ``text``."""
+    m = _WRAPPED.match(text)
+    if not m:
+        return text
+    return next(g for g in m.groups() if g is not None)
+
+
 def to_float(value) -> float | object:
     """A log value as a float; ``MISSING`` for an empty string, ``BAD`` for anything not numeric.
 
-    ints/floats/bools → float; None, "NaN", "null" → NaN; "inf", "Infinity" → ±inf."""
+    ints/floats/bools → float; None, "NaN", "null" → NaN; "inf", "Infinity" → ±inf; numbers in disguise
+    ("0.25", "np.float64(0.5)", "tensor(0.3)") → the number."""
     if isinstance(value, float):
         return value
     if isinstance(value, (bool, int)):
@@ -73,6 +90,8 @@ def to_float(value) -> float | object:
         return math.nan
     if isinstance(value, str):
         text = value.strip()
+        if text.endswith(")") and "(" in text:
+            text = unwrap(text).strip()
         if not text:
             return MISSING
         low = text.lower()
@@ -117,12 +136,19 @@ def flatten(mapping: Mapping, prefix: str = "", sep: str = "/") -> dict:
 
 @dataclass
 class Source:
-    """The file being read, for error messages."""
+    """The file being read: for error messages, and for what the import tells the user about it
+    (``notes``; fields that held no numbers, listed once each in ``skipped``)."""
 
     path: str
+    notes: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # field -> where it was first seen, and its value
 
     def error(self, problem: str) -> LogFormatError:
         return LogFormatError(self.path, problem)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     def numbers(
         self,
@@ -132,25 +158,35 @@ class Source:
         allowed_strings: Iterable[str] = (),
         skip: Iterable[str] = (),
     ) -> dict[str, float]:
-        """The numeric fields of one logged row. Lists are not scalars and are left out; a string
-        in a field not known to hold strings is an error naming ``where`` and the key."""
+        """The numeric fields of one logged row. A field that holds text, a list or an object (a phase name, a
+        path, sampled completions) is left out and remembered in ``skipped`` (fields known to hold strings,
+        ``allowed_strings``, silently)."""
         out: dict[str, float] = {}
         allowed = allowed_strings if isinstance(allowed_strings, (set, frozenset)) else set(allowed_strings)
         skipped = skip if isinstance(skip, (set, frozenset)) else set(skip)
         for key, value in raw.items():
-            if key in skipped or isinstance(value, (list, tuple)):
+            if key in skipped:
                 continue
-            if isinstance(value, Mapping):
-                raise self.error(f"{where}: {str(key)!r} is an object, not a number")
-            number = to_float(value)
+            number = BAD if isinstance(value, (Mapping, list, tuple)) else to_float(value)
             if number is MISSING:
                 continue
             if number is BAD:
-                if key in allowed:
-                    continue
-                raise self.error(f"{where}: {str(key)!r} is {short(value)}, not a number")
+                if key not in allowed and str(key) not in self.skipped:
+                    shown = ("an object" if isinstance(value, Mapping) else "a list" if isinstance(value, (list, tuple))
+                             else short(value, 40))
+                    self.skipped[str(key)] = f"{where}: {shown}"
+                continue
             out[str(key)] = number
         return out
+
+    def summary(self) -> list[str]:
+        """The notes, then one line naming the fields skipped as not numbers (with the first of each)."""
+        lines = list(self.notes)
+        if self.skipped:
+            shown = "; ".join(f"{k!r} ({v})" for k, v in list(self.skipped.items())[:8])
+            more = f" and {len(self.skipped) - 8} more" if len(self.skipped) > 8 else ""
+            lines.append(f"skipped fields that are not numbers: {shown}{more}")
+        return lines
 
 
 # ---------------------------------------------------------------------------- reading
@@ -212,7 +248,8 @@ def json_line(source: Source, lineno: int, line: str):
 @dataclass
 class ParsedLog:
     """A log, parsed lazily: ``rows`` yields ``(step, {raw key: float})`` and reads the file as
-    it goes, so it can be consumed once."""
+    it goes, so it can be consumed once. A row whose step is ``NEW_RUN`` (with an empty dict) says the
+    log holds another run from here on (the step counter restarted)."""
 
     path: str  # the file (or folder) actually read, as shown in messages
     format: str
@@ -223,7 +260,14 @@ class ParsedLog:
     samples: Iterator | None = None
     canonical: bool = False  # keys are already canonical names (our own export)
     last_wins: bool = False  # a repeated step overwrites the earlier one (TensorBoard)
+    reader: Source | None = None  # what the parser noticed on the way (notes, skipped fields)
     extra: dict = field(default_factory=dict)
+
+    def notes(self) -> list[str]:
+        return self.reader.summary() if self.reader is not None else []
+
+
+NEW_RUN = "new run"  # the "step" of the marker row a parser yields where another run starts in the same file
 
 
 def bracket_depths(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:

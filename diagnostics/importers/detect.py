@@ -11,25 +11,12 @@ import re
 from pathlib import Path
 
 from diagnostics.importers._base import LogFormatError, decode_head, read_head
+from diagnostics.importers.formats import FORMAT_LIST, FORMATS
 from diagnostics.importers.hf import _LOG_KEYS, find_dicts, trainer_state_global_step
 from diagnostics.importers.tabular import header_is_ours, is_wandb_header, step_column
 from diagnostics.importers.tensorboard import event_files, looks_like_events
 from diagnostics.importers.verl import CONFIG_MARKERS, STEP_LINE
 
-FORMATS: dict[str, str] = {
-    "trainer_state": "TRL/HF trainer_state.json (a file, a checkpoint folder, or an output_dir with "
-                     "checkpoint-*/)",
-    "trl_console": "TRL/HF console output: printed dicts {'loss': ..., 'reward': ...} among tqdm bars",
-    "swift_jsonl": "ms-swift logging.jsonl (step from 'global_step/max_steps')",
-    "verl_jsonl": 'verl file logger: {"step": N, "data": {...}} per line',
-    "verl_console": "verl console output: step:N - key:value - key:value ...",
-    "tensorboard": "TensorBoard events.out.tfevents.* (a file or a folder of them)",
-    "wandb_csv": "wandb history CSV export (train/global_step or _step column)",
-    "csv": "CSV with a step column (train/global_step, global_step, step, _step, iteration)",
-    "jsonl": "JSON lines with a step key (train/global_step, global_step, step, _step, iteration)",
-    "grpo_doctor_jsonl": "GRPO Doctor's own JSONL export",
-}
-FORMAT_LIST = ", ".join(FORMATS)
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 _TRL_MARKERS = ("GRPOConfig(", "RLOOConfig(", "TrainingArguments(", "GRPOTrainer", "[INFO:swift]")
 _VERL_MARKERS = ("verl.trainer.main_ppo", "verl.trainer.main_dapo")
@@ -186,6 +173,8 @@ def detect_file(path: Path) -> str:
     csv_format = _csv_format(lines)
     if csv_format:
         return csv_format
+    if stripped.startswith("[") and stripped[1:].lstrip(" \t\r\n").startswith("{"):
+        return "jsonl"  # one JSON array of records (a loop's json.dump of its history)
     if stripped.startswith("{") or stripped.startswith("["):
         raise unknown(path, "JSON that is not a trainer_state.json or JSON lines")
     raise unknown(path, "no known log lines in the first 64 KiB")

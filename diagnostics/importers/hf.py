@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import ijson
-
 from diagnostics.config_map import FIELDS, normalise_config
+from diagnostics.frameworks import dialect_of
 from diagnostics.importers._base import (
     bracket_depths,
     BAD,
     HF_STRING_FIELDS,
+    NEW_RUN,
     ParsedLog,
     Source,
     iter_lines,
@@ -25,7 +26,8 @@ from diagnostics.importers._base import (
     to_float,
     to_step,
 )
-from diagnostics.importers.jsonstream import NonFiniteFilter, json_error
+from diagnostics.importers.jsonstream import stream_items
+from diagnostics.importers.safe_pickle import UnsafeToRead, read_training_args
 
 # Keys that make a printed dict an HF training log (and not some other dict in the output).
 _LOG_KEYS = frozenset({
@@ -63,8 +65,19 @@ def load_args_json(folder: Path) -> dict:
     return {}
 
 
-def _is_swift_args(args: Mapping) -> bool:
-    return "rlhf_type" in args or ("train_type" in args and "model_type" in args)
+def training_args_bin(source: Source, folder: Path) -> dict:
+    """The checkpoint's (or its output folder's) ``training_args.bin``, read without unpickling code; {} when
+    there is none, with a note when there is one that cannot be read safely."""
+    for candidate in (folder / "training_args.bin", folder.parent / "training_args.bin"):
+        if candidate.is_file():
+            try:
+                args = read_training_args(candidate)
+            except (UnsafeToRead, OSError) as e:
+                source.note(f"{candidate.name} not used: it cannot be read safely ({e})")
+                return {}
+            source.note(f"config read from {candidate.name} (without unpickling code)")
+            return args
+    return {}
 
 
 # ---------------------------------------------------------------------------- trainer_state.json
@@ -101,43 +114,30 @@ def parse_trainer_state(display: str, path: Path) -> ParsedLog:
         args = load_args_json(folder)
         if args:
             break
-    framework = "ms-swift" if _is_swift_args(args) else "trl"
+    framework = "ms-swift" if dialect_of(args) == "ms-swift" else "trl"
     raw = {k: v for k, v in state.items() if k != "global_step" and v is not None}
+    raw.update(training_args_bin(source, path.parent))
     raw.update(args)
     config = normalise_config(raw, framework)
     return ParsedLog(
         path=display, format="trainer_state", source=framework, config=config,
-        rows=_trainer_state_rows(source, path), name=run_name_for(path),
+        rows=_trainer_state_rows(source, path), name=run_name_for(path), reader=source,
     )
 
 
 def _trainer_state_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    with open(path, "rb") as raw:
-        stream = NonFiniteFilter(raw)
-        items = ijson.items(stream, "log_history.item", use_float=True)
-        index = 0
-        while True:
-            try:
-                item = next(items)
-            except StopIteration:
-                return
-            except ijson.JSONError:
-                raise source.error(json_error(source.path, path, stream.consumed)) from None
-            except UnicodeDecodeError:
-                raise source.error("not UTF-8 text") from None
-            index += 1
-            if not isinstance(item, dict):
-                raise source.error(f"log_history entry {index} is {type(item).__name__}, not an object")
-            if is_eval_row(item) or is_summary_row(item):
-                continue
-            if "step" not in item:
-                raise source.error(f"log_history entry {index} has no 'step'")
-            step = to_step(item["step"])
-            if step is None:
-                raise source.error(f"log_history entry {index}: 'step' is {item['step']!r}, not an integer")
-            values = source.numbers(item, f"log_history entry {index} (step {step})",
-                                    allowed_strings=HF_STRING_FIELDS, skip=("step",))
-            yield step, values
+    for index, item in stream_items(source, path, "log_history.item"):
+        if not isinstance(item, dict):
+            raise source.error(f"log_history entry {index} is {type(item).__name__}, not an object")
+        if is_eval_row(item) or is_summary_row(item):
+            continue
+        if "step" not in item:
+            raise source.error(f"log_history entry {index} has no 'step'")
+        step = to_step(item["step"])
+        if step is None:
+            raise source.error(f"log_history entry {index}: 'step' is {item['step']!r}, not an integer")
+        yield step, source.numbers(item, f"log_history entry {index} (step {step})",
+                                   allowed_strings=HF_STRING_FIELDS, skip=("step",))
 
 
 def run_name_for(path: Path) -> str:
@@ -155,10 +155,11 @@ def run_name_for(path: Path) -> str:
 # ---------------------------------------------------------------------------- ms-swift logging.jsonl
 def parse_swift_jsonl(display: str, path: Path) -> ParsedLog:
     args = load_args_json(path.parent)
+    source = Source(display)
     return ParsedLog(
         path=display, format="swift_jsonl", source="ms-swift",
-        config=normalise_config(args, "ms-swift"), rows=_swift_rows(Source(display), path),
-        name=run_name_for(path),
+        config=normalise_config(args, "ms-swift"), rows=_swift_rows(source, path),
+        name=run_name_for(path), reader=source,
     )
 
 
@@ -180,6 +181,9 @@ def _swift_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, flo
 # "examples/s" and are not training progress.
 _TQDM = re.compile(r"(?<![\w/.])(\d+)/(\d+) \[[\d:?<, .]*(?:it/s|s/it)\]")
 _BARE_NONFINITE = re.compile(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])")
+# A number printed inside a call: np.float64(0.5), tensor(0.3, device='cuda:0') (quoted, then read by to_float).
+_WRAPPER_CALL = re.compile(r"(?<![\w'\"])(?:np\.|numpy\.|torch\.)?(?:float\d*|int\d*|tensor|Tensor|array|bfloat16)"
+                           r"\((?:[^()'\"]|'[^']*'|\"[^\"]*\"|\([^()]*\))*\)")
 CONFIG_SCAN_CHARS = 4 * 2**20  # config reprs are printed at start-up: look in the first 4 MiB
 # Known config keys printed as key=value (GRPOConfig(...) / TrainingArguments(...) reprs).
 _CONFIG_KEYS = sorted({f.trl for f in FIELDS.values() if f.trl} | {"max_steps", "num_train_epochs",
@@ -198,6 +202,8 @@ def find_dicts(text: str) -> Iterator[tuple[int, dict]]:
         if end is None:
             return
         literal = _BARE_NONFINITE.sub(lambda m: f"'{m.group(1)}{m.group(2)}'", text[start:end + 1])
+        if "(" in literal:
+            literal = _WRAPPER_CALL.sub(lambda m: repr(m.group(0)), literal)
         try:
             value = ast.literal_eval(literal)
         except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
@@ -252,11 +258,12 @@ def parse_trl_console(display: str, path: Path) -> ParsedLog:
     raw = console_config(path)
     swift = _console_is_swift(path)
     config = normalise_config(raw, "ms-swift" if swift else "trl")
-    logging_steps = config.get("logging_steps")
-    every = logging_steps if isinstance(logging_steps, int) and logging_steps >= 1 else 1
+    logging_steps, max_steps = config.get("logging_steps"), config.get("max_steps")
+    every = logging_steps if isinstance(logging_steps, int) and logging_steps >= 1 else None
+    planned = max_steps if isinstance(max_steps, int) and max_steps >= 1 else None
     return ParsedLog(
         path=display, format="trl_console", source="ms-swift" if swift else "trl", config=config,
-        rows=_console_rows(source, path, every), name=run_name_for(path),
+        rows=_console_rows(source, path, every, planned), name=run_name_for(path), reader=source,
     )
 
 
@@ -265,13 +272,35 @@ def _console_is_swift(path: Path) -> bool:
     return "'global_step/max_steps'" in head or "[INFO:swift]" in head
 
 
-def _console_rows(source: Source, path: Path, every: int) -> Iterator[tuple[int, dict[str, float]]]:
-    latest: dict[int, int] = {}  # tqdm total → latest counter
-    last_total: int | None = None
-    train_total: int | None = None
-    ordinal = 0
+# Printed at the start of a training run: a config repr, after which the dicts belong to a new run.
+_RUN_START = re.compile(r"\b(?:GRPO|RLOO|PPO|SFT|DPO|KTO|ORPO|Online\w*)?Config\(|\bTrainingArguments\(")
+_RL_KEYS = ("reward", "rewards/", "kl", "completion_length", "completions/", "frac_reward_zero_std")
+
+
+def _is_rl(d: Mapping) -> bool:
+    return any(k == key or k.startswith(key) for k in d for key in _RL_KEYS if key.endswith("/") or k == key)
+
+
+def _console_rows(source: Source, path: Path, every: int | None, planned: int | None
+                  ) -> Iterator[tuple[int, dict[str, float]]]:
+    """Steps come from the dict itself (``step``, ``global_step``, ms-swift's ``N/M``) or from its position:
+    the k-th log dict of a run is step k × logging_steps. When the config does not say ``logging_steps``,
+    it is read off the training progress bar (the bar updated most often): the steps it reached over the
+    number of dicts; with no bar, a finished run's ``max_steps`` over the number of dicts. The step itself
+    never comes from a bar: output is buffered, so dicts and bars interleave
+    out of order. A new run starts where a config is printed again after dicts, where ``epoch`` goes back, or
+    where RL metrics appear or vanish (an SFT phase followed by GRPO)."""
+    pending: list[tuple[int, dict]] = []      # (lineno, dict) of the current run
+    bars: dict[int, list[int]] = {}           # total -> [times seen, highest count] in the current run
+    config_seen_after_dicts = False
+    last_epoch: float | None = None
+    last_rl: bool | None = None
+    first_run = True
+    finished = False  # HF's summary row ({'train_runtime': ...}) was printed: the run reached max_steps
     for lineno, line in iter_lines(source, path):
         line = strip_ansi(line)
+        if pending and _RUN_START.search(line):
+            config_seen_after_dicts = True
         has_dict = "{'" in line
         if not has_dict and "/" not in line:
             continue
@@ -283,20 +312,56 @@ def _console_rows(source: Source, path: Path, every: int) -> Iterator[tuple[int,
         for _pos, kind, payload in events:
             if kind == "tqdm":
                 n, total = payload
-                latest[total] = n
-                last_total = total
+                seen = bars.setdefault(total, [0, 0])
+                seen[0], seen[1] = seen[0] + 1, max(seen[1], n)
                 continue
             d = payload
+            finished = finished or (bool(pending) and is_summary_row(d))
             if not _is_log_dict(d) or is_eval_row(d) or is_summary_row(d):
                 continue
-            ordinal += 1
-            step = swift_step(d.get("global_step/max_steps"))
-            if step is None:
-                if train_total is None and last_total is not None:
-                    train_total = last_total
-                if train_total is not None and train_total in latest:
-                    step = latest[train_total]
-                else:
-                    step = ordinal * every
-            yield step, source.numbers(d, f"line {lineno}", allowed_strings=HF_STRING_FIELDS,
-                                       skip=("step",))
+            epoch = to_float(d.get("epoch")) if "epoch" in d else None
+            epoch = epoch if isinstance(epoch, float) and math.isfinite(epoch) else None
+            rl = _is_rl(d)
+            restart = pending and (config_seen_after_dicts or (
+                epoch is not None and last_epoch is not None and epoch < last_epoch - 1e-9) or rl != last_rl)
+            if restart:
+                yield from _console_run(source, pending, bars, every, planned if finished else None, first_run)
+                first_run, pending, bars, finished = False, [], {}, False
+            config_seen_after_dicts = False
+            pending.append((lineno, d))
+            last_epoch, last_rl = epoch, rl
+    if pending:
+        yield from _console_run(source, pending, bars, every, planned if finished else None, first_run)
+
+
+def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, list[int]], every: int | None,
+                 reached: int | None, first: bool) -> Iterator[tuple[int, dict[str, float]]]:
+    """One run's dicts with their steps; ``reached``: the max_steps of a run that finished."""
+    if not first:
+        yield NEW_RUN, {}
+    if every is None:
+        every = _interval_from_bars(bars, len(dicts))
+        if every is not None and every > 1:
+            source.note(f"logging_steps not printed: read as {every} from the progress bar")
+    if every is None and reached is not None and reached >= 2 * len(dicts):
+        every = round(reached / len(dicts))
+        source.note(f"logging_steps not printed: read as {every} (a finished run of max_steps = {reached} printed "
+                    f"{len(dicts)} logs)")
+    every = every or 1
+    for ordinal, (lineno, d) in enumerate(dicts, start=1):
+        step = swift_step(d.get("global_step/max_steps"))
+        if step is None:
+            step = to_step(d.get("step", d.get("global_step")))
+        if step is None:
+            step = ordinal * every
+        yield step, source.numbers(d, f"line {lineno}", allowed_strings=HF_STRING_FIELDS,
+                                   skip=("step", "global_step"))
+
+
+def _interval_from_bars(bars: dict[int, list[int]], n_dicts: int) -> int | None:
+    """Steps per log dict: the training bar's highest count over the number of dicts. The training bar is the one
+    drawn most often (it moves every step; generation and eval bars come and go)."""
+    if not bars or n_dicts < 2:
+        return None
+    _times, reached = max(bars.values())
+    return max(1, round(reached / n_dicts)) if reached >= n_dicts else None

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+from collections.abc import Iterator
 
 # A complete string literal, a bare non-finite token, or a lone quote (a string cut by the chunk end).
 _SCAN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?Infinity|NaN)|"')
@@ -116,3 +117,34 @@ def json_error(display: str, path: str | os.PathLike, consumed: int | None = Non
         return "malformed JSON"
     where = f" near byte {consumed}" if consumed is not None else ""
     return f"truncated or malformed JSON{where}"
+
+
+def stream_items(source, path, prefix: str) -> Iterator[tuple[int, object]]:
+    """``(index from 1, item)`` for each item at ``prefix`` (ijson's path, e.g. ``"item"`` or
+    ``"log_history.item"``) of a big JSON document, streamed; a broken document is ``source.error``."""
+    import ijson
+
+    with open(path, "rb") as raw:
+        stream = NonFiniteFilter(raw)
+        items = ijson.items(stream, prefix, use_float=True)
+        index = 0
+        while True:
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            except ijson.JSONError:
+                raise source.error(json_error(source.path, path, stream.consumed)) from None
+            except UnicodeDecodeError:
+                raise source.error("not UTF-8 text") from None
+            index += 1
+            yield index, item
+
+
+def array_records(source, path) -> Iterator[tuple[str, dict]]:
+    """``("item N", object)`` for each element of a JSON document that is one array of objects (a loop's
+    ``json.dump(history, f)``); an element that is not an object is an error."""
+    for index, item in stream_items(source, path, "item"):
+        if not isinstance(item, dict):
+            raise source.error(f"item {index} of the array is a {type(item).__name__}, not an object")
+        yield f"item {index}", item

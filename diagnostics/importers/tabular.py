@@ -9,19 +9,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from diagnostics.config_map import normalise_config
+from diagnostics.frameworks import dialect_of
 from diagnostics.importers._base import (
     json_records,
     MAX_LINE_CHARS,
     STEP_KEYS,
+    STEP_LIKE,
     SUMMARY_KEYS,
     ParsedLog,
     Source,
     flatten,
     iter_lines,
     json_line,
+    read_head,
     to_step,
 )
 from diagnostics.importers.hf import is_eval_row, is_summary_row, run_name_for
+from diagnostics.importers.jsonstream import array_records
 
 WANDB_STEP_KEYS = ("train/global_step", "_step")
 _WANDB_SKIP_PREFIXES = ("eval/", "test/")
@@ -29,6 +33,7 @@ LOOKED_FOR = ", ".join(STEP_KEYS)
 
 
 def step_column(names, preferred=STEP_KEYS) -> str | None:
+    """The step column: one of ``preferred`` (any case), else the first named like a step counter (``grpo_step``)."""
     present = set(names)
     for key in preferred:
         if key in present:
@@ -37,7 +42,7 @@ def step_column(names, preferred=STEP_KEYS) -> str | None:
     for key in preferred:
         if key in lower:
             return lower[key]
-    return None
+    return next((n for n in names if STEP_LIKE.search(str(n))), None)
 
 
 def is_wandb_header(names) -> bool:
@@ -80,21 +85,26 @@ def wandb_config(path: Path) -> tuple[dict, str]:
         if str(key).startswith("_"):
             continue
         config[key] = entry.get("value") if isinstance(entry, dict) and "value" in entry else entry
-    framework = "verl" if ("actor_rollout_ref" in config or "algorithm" in config) else "trl"
+    framework = "verl" if dialect_of(config) == "verl" else "trl"
     return config, framework
 
 
-def parse_csv(display: str, path: Path, *, wandb: bool) -> ParsedLog:
+ROW_ORDER_NOTE = ("no step column (looked for {looked}): the row order is the step (1, 2, ...); "
+                  "--step-key names the column to use")
+
+
+def parse_csv(display: str, path: Path, *, wandb: bool, step_key: str | None = None) -> ParsedLog:
     source = Source(display)
     config, framework = wandb_config(path) if wandb else ({}, "trl")
     return ParsedLog(
         path=display, format="wandb_csv" if wandb else "csv", source="wandb" if wandb else "csv",
         config=normalise_config(config, framework) if config else {},
-        rows=_csv_rows(source, path, wandb=wandb), name=run_name_for(path),
+        rows=_csv_rows(source, path, wandb=wandb, step_key=step_key), name=run_name_for(path), reader=source,
     )
 
 
-def _csv_rows(source: Source, path: Path, *, wandb: bool) -> Iterator[tuple[int, dict[str, float]]]:
+def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
+              ) -> Iterator[tuple[int, dict[str, float]]]:
     records = _csv_records(source, path)
     header = None
     for _lineno, fields in records:
@@ -103,10 +113,17 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool) -> Iterator[tuple[int,
             break
     if header is None:
         raise source.error("no header row")
-    column = step_column(header, WANDB_STEP_KEYS + STEP_KEYS if wandb else STEP_KEYS)
+    if step_key is not None:
+        if step_key not in header:
+            raise source.error(f"no column {step_key!r} for --step-key (columns: {', '.join(header[:12])})")
+        column = step_key
+    else:
+        column = step_column(header, WANDB_STEP_KEYS + STEP_KEYS if wandb else STEP_KEYS)
     if column is None:
-        raise source.error(f"no step column (looked for {LOOKED_FOR})")
-    index = header.index(column)
+        if wandb:
+            raise source.error(f"no step column (looked for {LOOKED_FOR})")
+        source.note(ROW_ORDER_NOTE.format(looked=LOOKED_FOR))
+    index = header.index(column) if column is not None else None
     keep = []  # (position, name) of the metric columns
     for i, name in enumerate(header):
         if i == index or not name:
@@ -116,17 +133,22 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool) -> Iterator[tuple[int,
             continue
         keep.append((i, name))
     width = len(header)
+    order = 0
     for lineno, fields in records:
         if not any(f.strip() for f in fields):
             continue
         if len(fields) != width:
             raise source.error(f"line {lineno}: {len(fields)} fields, the header has {width}")
-        cell = fields[index].strip()
-        if not cell:
-            continue  # wandb: a row logged without the step metric
-        step = to_step(cell)
-        if step is None:
-            raise source.error(f"line {lineno}: step column {column!r} is {cell!r}, not an integer")
+        order += 1
+        if index is None:
+            step = order
+        else:
+            cell = fields[index].strip()
+            if not cell:
+                continue  # wandb: a row logged without the step metric
+            step = to_step(cell)
+            if step is None:
+                raise source.error(f"line {lineno}: step column {column!r} is {cell!r}, not an integer")
         raw = {}
         for i, name in keep:
             value = fields[i]
@@ -137,23 +159,71 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool) -> Iterator[tuple[int,
 
 
 # ---------------------------------------------------------------------------- JSONL
-def parse_jsonl(display: str, path: Path) -> ParsedLog:
+def parse_jsonl(display: str, path: Path, *, step_key: str | None = None) -> ParsedLog:
+    source = Source(display)
     return ParsedLog(path=display, format="jsonl", source="jsonl", config={},
-                     rows=_jsonl_rows(Source(display), path), name=run_name_for(path))
+                     rows=_jsonl_rows(source, path, step_key), name=run_name_for(path), reader=source)
 
 
-def _jsonl_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    for lineno, record in json_records(source, path):
+SPLIT_KEYS = ("split", "mode", "phase", "stage", "subset")
+EVAL_SPLITS = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev"})
+EVAL_FLAGS = ("eval", "is_eval", "validation", "is_validation")
+TRAIN_SPLITS = frozenset({"train", "training"})
+
+
+def split_of(record) -> tuple[str | None, bool]:
+    """(the field that names the row's split, whether it is a validation row): a hand-written loop's
+    ``{"split": "val", ...}`` or ``{"eval": true, ...}`` rows log metrics of held-out prompts under the same step."""
+    for key in SPLIT_KEYS:
+        value = record.get(key)
+        if isinstance(value, str) and value.strip().lower() in EVAL_SPLITS | TRAIN_SPLITS:
+            return key, value.strip().lower() in EVAL_SPLITS
+    for key in EVAL_FLAGS:
+        if isinstance(record.get(key), bool):
+            return key, record[key]
+    return None, False
+
+
+def as_eval(values: dict[str, float]) -> dict[str, float]:
+    """A validation row's metrics, kept apart from the training ones under ``eval/``."""
+    return {k if k.startswith("eval/") else f"eval/{k}": v for k, v in values.items()}
+
+
+def _is_array(path: Path) -> bool:
+    """The document is one JSON array (``[{...}, {...}]``) rather than JSON lines."""
+    return read_head(path, 4096).decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n").startswith("[")
+
+
+def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tuple[int, dict[str, float]]]:
+    """Steps from ``step_key``, else from the first record's step key (then every record needs one), else
+    the row order (said in a note). Validation rows (``"split": "val"``) are kept under ``eval/`` names."""
+    by_order: bool | None = None
+    order = 0
+    records = array_records(source, path) if _is_array(path) else (
+        (f"line {n}", r) for n, r in json_records(source, path))
+    for where, record in records:
         record = flatten(record)
         if is_eval_row(record) or is_summary_row(record):
             continue
-        key = step_column(record)
-        if key is None:
-            raise source.error(f"line {lineno}: no step key (looked for {LOOKED_FOR})")
+        key = step_key if step_key is not None else step_column(record)
+        if by_order is None:
+            by_order = key is None and step_key is None
+            if by_order:
+                source.note(ROW_ORDER_NOTE.format(looked=LOOKED_FOR))
+        split, held_out = split_of(record)
+        if by_order:
+            order += not held_out  # a validation row belongs to the training step before it
+            values = source.numbers(record, where, skip={split})
+            yield max(order, 1) if held_out else order, as_eval(values) if held_out else values
+            continue
+        if key is None or key not in record:
+            wanted = repr(step_key) if step_key is not None else f"a step key (looked for {LOOKED_FOR})"
+            raise source.error(f"{where}: no {wanted}")
         step = to_step(record[key])
         if step is None:
-            raise source.error(f"line {lineno}: {key!r} is {record[key]!r}, not an integer")
-        yield step, source.numbers(record, f"line {lineno}", skip=set(STEP_KEYS) & set(record))
+            raise source.error(f"{where}: {key!r} is {record[key]!r}, not an integer")
+        values = source.numbers(record, where, skip=(set(STEP_KEYS) | {key, split}) & set(record))
+        yield step, as_eval(values) if held_out else values
 
 
 # ---------------------------------------------------------------------------- our own export
@@ -171,7 +241,7 @@ def parse_grpo_doctor_jsonl(display: str, path: Path) -> ParsedLog:
     return ParsedLog(
         path=display, format="grpo_doctor_jsonl", source=str(run.get("source") or "grpo-doctor"),
         config=config, rows=_own_rows(source, path), name=str(run.get("name") or run_name_for(path)),
-        canonical=True,
+        canonical=True, reader=source,
     )
 
 

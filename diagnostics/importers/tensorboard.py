@@ -114,19 +114,37 @@ def parse_tensorboard(display: str, target: Path) -> ParsedLog:
     config = normalise_config(_args_config(files), "trl")
     name = target.name if target.is_dir() else (target.parent.name or target.stem)
     return ParsedLog(path=display, format="tensorboard", source="tensorboard", config=config,
-                     rows=_rows(source, files), name=name, last_wins=True)
+                     rows=_rows(source, files), name=name, last_wins=True, reader=source)
 
 
 def _args_config(files: list[Path]) -> dict:
-    """HF's ``args`` text summary (TrainingArguments as JSON), written before any scalar."""
+    """The run's config: HF's ``args`` text summary (TrainingArguments as JSON) or, failing that, the hparams
+    written by ``add_hparams``, each found before the file's first scalar."""
+    found: dict = {}
     for path in files:
         try:
-            found = _args_in(path)
+            args = _args_in(path)
         except Exception:  # noqa: BLE001 - an unreadable file has no config; the rows will say why
-            found = None
-        if found:
-            return found
-    return {}
+            args = None
+        if args:
+            found = {**args, **found}  # the first file's values win
+    return found
+
+
+def _hparams(value) -> dict | None:
+    """``add_hparams``' session-start record as a dict of its values."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+    if not data.HasField("session_start_info"):
+        return None
+    out = {}
+    for key, v in data.session_start_info.hparams.items():
+        kind = v.WhichOneof("kind")
+        if kind in ("number_value", "string_value", "bool_value"):
+            number = getattr(v, kind)
+            out[key] = int(number) if kind == "number_value" and number == int(number) else number
+    return out or None
 
 
 def _args_in(path: Path) -> dict | None:
@@ -138,6 +156,8 @@ def _args_in(path: Path) -> dict | None:
             plugin = value.metadata.plugin_data.plugin_name or plugins.get(value.tag)
             if value.metadata.plugin_data.plugin_name:
                 plugins[value.tag] = plugin
+            if plugin == "hparams" and value.tag == "_hparams_/session_start_info":
+                return _hparams(value)
             if plugin == "text" and value.tag in ("args/text_summary", "args"):
                 text = _text(value)
                 try:

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from diagnostics.config_map import normalise_config
+from diagnostics.frameworks import dialect_of
 from diagnostics.importers._base import (
     bracket_depths,
     json_records,
@@ -23,7 +24,6 @@ from diagnostics.importers.hf import run_name_for
 
 STEP_LINE = re.compile(r"(?<![\w/])step:(\d+) - (\S+?:.*)$")
 _RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
-_WRAPPED = re.compile(r"^(?:np\.|numpy\.|torch\.)?\w+\(\s*([^,()]+?)\s*(?:,[^()]*)?\)$")
 _VAL_PREFIXES = ("val-core/", "val-aux/", "val/")
 CONFIG_MARKERS = ("{'actor_rollout_ref':", "{'algorithm':", "{'data': {")
 CONFIG_SCAN_CHARS = 8 * 2**20  # the config is printed at start-up
@@ -43,7 +43,7 @@ def sibling_config(path: Path) -> dict:
                 import yaml  # a project dependency; only needed here
 
                 data = yaml.safe_load(candidate.read_text(encoding="utf-8"))
-                if isinstance(data, dict) and ("actor_rollout_ref" in data or "algorithm" in data):
+                if isinstance(data, dict) and dialect_of(data) == "verl":
                     return data
         except (OSError, ValueError, ImportError, Exception):  # noqa: BLE001 - a bad yaml is just no config
             continue
@@ -85,10 +85,11 @@ def _brace_balance(text: str) -> int:
 
 # ---------------------------------------------------------------------------- JSONL
 def parse_verl_jsonl(display: str, path: Path) -> ParsedLog:
+    source = Source(display)
     return ParsedLog(
         path=display, format="verl_jsonl", source="verl",
         config=normalise_config(sibling_config(path), "verl"),
-        rows=_jsonl_rows(Source(display), path), name=run_name_for(path),
+        rows=_jsonl_rows(source, path), name=run_name_for(path), reader=source,
     )
 
 
@@ -111,9 +112,10 @@ def _jsonl_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, flo
 # ---------------------------------------------------------------------------- console
 def parse_verl_console(display: str, path: Path) -> ParsedLog:
     raw = console_config(path) or sibling_config(path)
+    source = Source(display)
     return ParsedLog(
         path=display, format="verl_console", source="verl", config=normalise_config(raw, "verl"),
-        rows=_console_rows(Source(display), path), name=run_name_for(path),
+        rows=_console_rows(source, path), name=run_name_for(path), reader=source,
     )
 
 
@@ -131,8 +133,7 @@ def _console_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, f
             key, value = key.strip(), value.strip()
             if not sep or not key:
                 raise source.error(f"line {lineno}: {part.strip()!r} is not key:value")
-            wrapped = _WRAPPED.match(value)
-            data[key] = wrapped[1] if wrapped else value
+            data[key] = value  # np.float64(0.5) and the like: to_float reads them
         if is_val_row(data):
             continue
         yield step, source.numbers(data, f"line {lineno}")

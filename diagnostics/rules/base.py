@@ -17,9 +17,9 @@ import numpy as np
 
 from diagnostics import signals
 from diagnostics.findings import Evidence, Fix
-from diagnostics.view import RunView
+from diagnostics.view import DERIVED_FROM, MIN_WINDOW_ROWS, RunView
 
-W = 10            # rows in a window
+W = 10            # optimizer steps in a window (RunView.rows turns steps into logged rows)
 REF_TABLE = "REFERENCE §3"
 PAINPOINTS = "painpoints row"
 
@@ -53,16 +53,22 @@ class Rule:
     references: tuple[str, ...]
     read: str                          # how to read it (README's Diagnoser section)
     gate: Callable[[RunView], str | None] | None = None  # why the rule does not apply to this run
-    open_after: int = 1                # consecutive rows the symptom must hold to open a finding
-    clear_after: int = W               # consecutive rows without it to resolve the finding
+    open_after: int = 1                # consecutive logged rows the symptom must hold to open a finding
+    clear_after: int = W               # steps without it (their rows in a row) to resolve the finding
     expected: bool = False             # a false alarm explained: never resolves, never a warning
+    # The config keys the verdict rests on: when one of them is only a framework default (not recorded, not read
+    # off the metrics), the finding is downgraded to info with "verify: ..." (a warning never rests on an assumption).
+    rests_on: Callable[[RunView], tuple[str, ...]] | None = None
+    # Findings this symptom is a consequence of (root cause first): when one of them is open at warning or above from
+    # an earlier or the same step, this finding is listed under it as a consequence (info), not as an equal problem.
+    follows_from: tuple[str, ...] = ()
 
     def missing(self, view: RunView) -> str | None:
         """``needs kl`` / ``needs frac_reward_zero_std or advantage/std`` when an input was never logged."""
         for need in self.requires:
             options = (need,) if isinstance(need, str) else need
             if not any(view.has(name) for name in options):
-                return "needs " + " or ".join(options)
+                return "needs " + " or ".join(DERIVED_FROM.get(name, name) for name in options)
         return None
 
 
@@ -80,7 +86,7 @@ def first_present(view: RunView, *names: str) -> str | None:
 
 def level(view: RunView, name: str, since: int | None, test: Callable[[np.ndarray], np.ndarray],
           min_periods: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """A level rule: ``test`` on the W-row rolling median (NaN-safe: no verdict before min_periods rows)."""
+    """A level rule: ``test`` on the W-step rolling median (NaN-safe: no verdict before min_periods rows)."""
     lo, steps, _ = rows(view, name, since)
     med = view.roll(name, W, "median", lo, min_periods)
     with np.errstate(invalid="ignore"):
@@ -88,7 +94,7 @@ def level(view: RunView, name: str, since: int | None, test: Callable[[np.ndarra
 
 
 def medians(view: RunView, name: str, since: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(steps after ``since``, their row numbers in the metric's series, the W-row rolling median there)."""
+    """(steps after ``since``, their row numbers in the metric's series, the W-step rolling median there)."""
     lo, steps, _ = rows(view, name, since)
     return steps, row_index(lo, len(steps)), view.roll(name, W, "median", lo)
 
@@ -98,9 +104,17 @@ def row_index(lo: int, n_new: int) -> np.ndarray:
 
 
 def median_noise(view: RunView, name: str, w: int = W) -> float:
-    """σ of a w-row rolling median of the metric, from the noise of its first 3w rows (0 for fewer)."""
-    values = view.finite(name)[1][:3 * w]
-    return 1.25 * signals.robust_sigma(values) / math.sqrt(w)
+    """σ of a w-step rolling median of the metric (a window of at least MIN_WINDOW_ROWS rows), from the noise of its
+    first 3w steps' rows, and never fewer than 10 of them (0 while there are fewer than 3)."""
+    n = max(view.rows(w, name), MIN_WINDOW_ROWS)
+    values = view.finite(name)[1][:max(3 * n, 10)]
+    return 1.25 * signals.robust_sigma(values) / math.sqrt(n)
+
+
+def start_window(view: RunView, name: str, w: int = W) -> int:
+    """Steps of a starting window that holds at least MIN_WINDOW_ROWS rows: a level to compare a trend against
+    (a single first row of a sparse log is too noisy for that; a collapse is judged against ``rows(W)`` rows)."""
+    return max(w, MIN_WINDOW_ROWS * view.interval_of(name))
 
 
 def correlation_upto(view: RunView, x_name: str, y_name: str, upto: int) -> float:
@@ -141,10 +155,10 @@ def at(view: RunView, name: str, step: int, note: str = "") -> Evidence:
 
 
 def smoothed(view: RunView, name: str, step: int, w: int = W) -> float:
-    """Median of the metric's last w finite values at or before ``step``."""
+    """Median of the metric's finite values over the last w steps at or before ``step`` (``rows(w)`` rows)."""
     steps, values = view.finite(name)
     i = int(np.searchsorted(steps, step, side="right"))
-    window = values[max(0, i - w):i]
+    window = values[max(0, i - view.rows(w, name)):i]
     return float(np.median(window)) if len(window) else math.nan
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from diagnostics import signals
+from diagnostics.frameworks import framework
 from diagnostics.rules.base import Episode, Explanation, Rule, W, at, level, median_noise, row_index, rows
 from diagnostics.rules.policy import CLIP
 from diagnostics.view import RunView
@@ -53,7 +54,7 @@ def _loss_rising(view, since):
     rising = view.roll("loss", W, "median", lo) >= view.head("loss", W) + max(3 * median_noise(view, "loss"), 1e-4)
     kl_up = view.asof_roll("kl", W, steps) >= 2 * view.head("kl", W) + 1e-6
     with np.errstate(invalid="ignore"):
-        return steps, (row_index(lo, len(steps)) >= 3 * W - 1) & rising & kl_up
+        return steps, (row_index(lo, len(steps)) >= view.rows(3 * W, "loss") - 1) & rising & kl_up
 
 
 def _loss_negative(view, since):
@@ -87,7 +88,7 @@ def _kl_small_negative(view, since):
 
 
 def _kl_spike(view, since):
-    """A single-row spike (10 MADs and 5× above the median of the W rows before it) that is back below
+    """A single-row spike (10 MADs and 5× above the median of the W logged rows before it) that is back below
     twice that median on both of the next two rows; reported at the second of them."""
     lo, steps, values = rows(view, "kl", since)
     first = max(0, lo - 2)
@@ -97,8 +98,9 @@ def _kl_spike(view, since):
     if not len(i):
         return steps, out
     spike = flags[i - 2 - first]
-    base = view.roll("kl", W, "median", max(0, i[0] - 2 - W), 1)   # median of the W rows before the spike
-    before = base[(i - 3) - max(0, i[0] - 2 - W)]
+    start = max(0, i[0] - 2 - W)
+    base = view.roll("kl", W * view.interval_of("kl"), "median", start, 1)   # median of the W rows before the spike
+    before = base[(i - 3) - start]
     back = (values[i - 1] < 2 * before + 1e-9) & (values[i] < 2 * before + 1e-9)
     out[i - lo] = spike & back
     return steps, out
@@ -144,13 +146,13 @@ def _grad_above(view, since):
 
 
 def _adv_mean(view, since):
-    if view.config.framework == "verl":
+    if framework(view.config.framework).token_weighted_advantage_mean:
         return level(view, "advantage/mean", since, lambda m: np.abs(m) >= 1e-3, min_periods=1)
     return level(view, "advantage/mean", since, lambda m: np.abs(m) < 1e-3, min_periods=1)
 
 
 def _adv_mean_why(view: RunView) -> str:
-    if view.config.framework == "verl":
+    if framework(view.config.framework).token_weighted_advantage_mean:
         return ("verl's critic/advantages/mean is not 0: it is a token-weighted mean of per-sequence advantages, "
                 "so longer completions count more.")
     return "the mean advantage ≈ 0 by construction: each group's advantages are centred on its mean reward."
@@ -160,7 +162,8 @@ def _entropy_rise(view, since):
     lo, steps, _ = rows(view, "entropy", since)
     med, start = view.roll("entropy", W, "median", lo), view.head("entropy", W)
     with np.errstate(invalid="ignore"):
-        return steps, (row_index(lo, len(steps)) >= 2 * W - 1) & (med >= 1.1 * start) & (med < 2 * start) & (med < 1)
+        judged = row_index(lo, len(steps)) >= view.rows(2 * W, "entropy") - 1
+        return steps, judged & (med >= 1.1 * start) & (med < 2 * start) & (med < 1)
 
 
 def _reward_std_falling(view, since):
@@ -169,7 +172,7 @@ def _reward_std_falling(view, since):
     if view.has("frac_reward_zero_std"):
         falling &= view.asof_roll("frac_reward_zero_std", W, steps) < view.head("frac_reward_zero_std", W) + 0.2
     with np.errstate(invalid="ignore"):
-        return steps, (row_index(lo, len(steps)) >= 2 * W - 1) & falling
+        return steps, (row_index(lo, len(steps)) >= view.rows(2 * W, "reward_std") - 1) & falling
 
 
 def _per_function_std(view, since):

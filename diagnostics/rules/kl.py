@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from diagnostics import signals
+from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, make_fix, scaled
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, fmt, level, medians, reward_fell, smoothed,
-    smoothed_evidence
+    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, fmt, medians, reward_fell, rows, smoothed,
+    smoothed_evidence, start_step
 )
 from diagnostics.view import RunView
 
@@ -25,19 +27,21 @@ def _blowup_detect(view: RunView, since):
     earlier, before = _back(view, idx, W), _back(view, idx, 2 * W)  # the median 1 and 2 windows earlier
     upper = _upper(view)
     adaptive = isinstance(view.config.get("kl_target"), (int, float))
+    # Extreme KL needs no full window: a KL of thousands at the first logged step is named there.
+    extreme = view.roll("kl", W, "median", view.first_row_after("kl", since), 1)
     with np.errstate(invalid="ignore"):
-        above = (idx >= 3 * W - 1) & (med > upper)
+        above = (idx >= view.rows(3 * W, "kl") - 1) & (med > upper)
         fast = (med >= 3 * earlier) & (med - earlier > upper)             # tripled within one window
         steady = (med >= 1.5 * earlier) & (earlier >= 1.5 * before)       # up by half, twice running
-        held = adaptive & (idx >= 2 * W - 1) & (med > upper)
-        return steps, (med >= EXTREME) | (above & (fast | steady)) | held
+        held = adaptive & (idx >= view.rows(2 * W, "kl") - 1) & (med > upper)
+        return steps, (extreme >= EXTREME) | (above & (fast | steady)) | held
 
 
-def _back(view: RunView, idx: np.ndarray, rows_back: int) -> np.ndarray:
-    """The W-row rolling median of KL ``rows_back`` rows before each row (NaN where there is none)."""
+def _back(view: RunView, idx: np.ndarray, steps_back: int) -> np.ndarray:
+    """The W-step rolling median of KL ``steps_back`` steps before each row (NaN where there is none)."""
     out = np.full(len(idx), np.nan)
-    back = idx - rows_back
-    ok = back >= W - 1
+    back = idx - view.rows(steps_back, "kl")
+    ok = back >= view.rows(W, "kl") - 1
     if ok.any():
         first = int(back[ok][0])
         out[ok] = view.roll("kl", W, "median", first)[back[ok] - first]
@@ -77,7 +81,7 @@ def _blowup_explain(view: RunView, ep: Episode) -> Explanation:
 
 
 KL_BLOWUP = Rule(
-    id="kl_blowup", title="KL to the reference is blowing up",
+    id="kl_blowup", title="KL to the reference is blowing up", follows_from=("kl_mismatch_at_start",),
     requires=("kl",), detect=_blowup_detect, explain=_blowup_explain, open_after=3, clear_after=2 * W,
     references=(REF_TABLE + " KL blow-up", "seed 000 §2.5, §4.5", PAINPOINTS + "s 9, 19, 20"),
     read="The 10-step median KL is above the target band (0.05, or 2 × kl_target) and either tripled since "
@@ -86,28 +90,95 @@ KL_BLOWUP = Rule(
 )
 
 
+# ---------------------------------------------------------------------------------------- kl_mismatch_at_start
+NEGATIVE_WARNING = 0.1  # a negative KL estimate this far below 0 is a warning; nearer 0 and steady, info
+AT_START = 0.1  # nats per token in the first W steps: the policy starts where the reference is, so KL starts at ~0
+
+
+def _start_detect(view: RunView, since):
+    """From the first logged row on, within the first W optimizer steps (a log that starts later cannot tell), KL is
+    0.1 nats per token or more (twice the top of the target band). KL that starts at 0 and then rises is a blow-up."""
+    lo, steps, values = rows(view, "kl", since)
+    all_steps = view.finite("kl")[0]
+    n = int(np.searchsorted(all_steps, W, side="right"))  # rows logged within the first W optimizer steps
+    active = np.zeros(len(steps), dtype=bool)
+    for i in range(lo, min(n, len(values))):  # high from the first logged row on: a KL that rose is no mismatch
+        active[i - lo] = float(values[:i + 1].min()) >= AT_START
+    if n and len(values) > n:  # past the first W steps the verdict stands: the two models were different
+        active[max(n - lo, 0):] = float(values[:n].min()) >= AT_START
+    return steps, active
+
+
+def _start_explain(view: RunView, ep: Episode) -> Explanation:
+    steps, values = view.finite("kl")
+    evidence = [Evidence(int(steps[0]), "kl", float(values[0]), "KL at the first logged step (0 when the policy starts "
+                                                                   "as the reference)"),
+                smoothed_evidence(view, "kl", ep.last, "median of the first steps")]
+    causes = ["the reference is not the starting policy: a different model or revision, a chat template or tokenizer "
+              "that differs between the two, an adapter active in one and not the other, or a policy started from an "
+              "SFT checkpoint while the reference is the base model",
+              "not the KL weight: β cannot be too small before a single update has been made"]
+    fixes = [advice("load the reference from the same checkpoint as the policy (with LoRA: the base with the "
+                    "adapter disabled, after any SFT adapter is merged)"),
+             advice("check that both see the same tokenizer and chat template; KL at step 1 should then be ~0")]
+    return Explanation("critical", evidence, causes, fixes)
+
+
+KL_MISMATCH_AT_START = Rule(
+    id="kl_mismatch_at_start", title="KL is far from 0 from the first steps: the reference is not the starting policy",
+    requires=("kl",), detect=_start_detect, explain=_start_explain, open_after=1,
+    references=(REF_TABLE + " KL blow-up", PAINPOINTS + " 19"),
+    read="KL is 0.1 nats per token or more from the first logged row on, within the first 10 steps. The policy "
+         "starts as the reference, so KL starts at ~0 (F4): a KL this large before the updates could move it means "
+         "the two models differ, not that β is too small.",
+)
+
+
+def _kl_metric(view: RunView) -> str:
+    """KL itself, else the loss's β·KL term (the same sign when β > 0)."""
+    return "kl" if view.has("kl") or not view.has("kl_loss") else "kl_loss"
+
+
 def _negative_detect(view: RunView, since):
-    return level(view, "kl", since, lambda m: m < -1.0)
+    """A W-step median below −1, or a sustained negative estimate: 80% of the window's values below 0 and its median
+    below 0 by more than 3 × the window's own spread over √n (a true KL's estimate scatters around a value ≥ 0)."""
+    name = _kl_metric(view)
+    lo, steps, values = rows(view, name, since)
+    med = view.roll(name, W, "median", lo, 3)
+    share, spread = signals.below_zero(values, view.rows(W, name), lo)
+    with np.errstate(invalid="ignore"):
+        sustained = (share >= 0.8) & (med < -3 * spread) & (med < -1e-3)
+        return steps, (med < -1.0) | sustained
 
 
 def _negative_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
-    evidence = [smoothed_evidence(view, "kl", ep.last, "10-step median below −1")]
+    name = _kl_metric(view)
+    note = "10-step median, below 0 in most rows"
+    if name != "kl":
+        note += " (the β·KL loss term: β > 0 keeps the sign)"
+    evidence = [Evidence(start_step(view, name), name, view.head(name, W), "start"),
+                smoothed_evidence(view, name, ep.last, note)]
     causes = ["the completions were not sampled from the policy: generation settings (suppressed EOS, "
               "min_length, top-k) change the sampling distribution",
-              "a k1 estimator reports the KL (it is unbiased but can be negative; k3 never is)"]
+              "a k1 estimator reports the KL (it is unbiased but can be negative; k3 never is): a k1 mean that stays "
+              "negative means the samples are not the policy's, and a k1 KL loss then pushes the policy away from "
+              "the reference instead of toward it"]
     fixes = [advice("sample with plain temperature/top-p from the policy itself")]
     if cfg.get("kl_estimator") != "k3":
         fixes.append(make_fix(cfg, "report and penalise KL with k3", {"kl_estimator": "k3"}))
-    return Explanation("warning", evidence, causes, fixes)
+    now = smoothed(view, name, ep.last)
+    return Explanation("warning" if now <= -NEGATIVE_WARNING else "info", evidence, causes, fixes)
 
 
 KL_NEGATIVE = Rule(
     id="kl_negative", title="KL estimate is strongly negative",
-    requires=("kl",), detect=_negative_detect, explain=_negative_explain, open_after=3,
+    requires=(("kl", "kl_loss"),), detect=_negative_detect, explain=_negative_explain, open_after=3,
     references=(PAINPOINTS + " 21",),
-    read="The 10-step median KL is below −1. A true KL is never negative; a small negative k1 value is "
-         "expected noise (see kl_small_negative), this much means the samples are not the policy's.",
+    read="The 10-step median KL (or the loss's β·KL term) is below −1, or stays negative beyond the estimator's "
+         "noise: 80% of a window's values below 0 and its median below 0 by more than 3 × its spread over √n (info; a "
+         "warning from −0.1). A true KL is never negative; a small negative k1 value now and then is expected noise "
+         "(see kl_small_negative).",
 )
 
-RULES = (KL_BLOWUP, KL_NEGATIVE)
+RULES = (KL_MISMATCH_AT_START, KL_BLOWUP, KL_NEGATIVE)

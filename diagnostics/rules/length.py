@@ -7,34 +7,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from diagnostics import signals
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer, without_component
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, correlation_upto, first_present, level, medians, smoothed,
-    smoothed_evidence, start_step
+    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, correlation_upto, first_present, level, medians,
+    row_index, rows, smoothed, smoothed_evidence, start_step
 )
-from diagnostics.rules.reward import component_behind
-from diagnostics.view import SAMPLE_EMPTY, SAMPLE_REPETITION, RunView
+from diagnostics.rules.reward import SPREAD, component_behind, uniform_metric
+from diagnostics.view import MIN_WINDOW_ROWS, SAMPLE_EMPTY, SAMPLE_REPETITION, RunView
 
 LENGTH = "completions/mean_length"
+EVAL_LENGTH = "eval/completions/mean_length"  # a hand-written loop's validation rows: the length it logs, if no other
+
+
+def length_metric(view: RunView) -> str:
+    """The completion length the run logs: the training batch's, else the validation rows'."""
+    return LENGTH if view.has(LENGTH) or not view.has(EVAL_LENGTH) else EVAL_LENGTH
 CLIPPED = "completions/clipped_ratio"
 
 
 def length_cap(view: RunView) -> tuple[float | None, str]:
-    """The completion-length cap: recorded, else the longest completion at a step with truncation
-    (kept up to date row by row in ``view.memo``)."""
+    """The completion-length cap: recorded, else read off the metrics (the longest completion at a step with
+    truncation), with how it is known."""
     cap = view.config.get("max_completion_length")
     if isinstance(cap, (int, float)) and cap > 0:
         return float(cap), view.config.describe("max_completion_length")
-    done, cap = view.memo.get("length_cap", (0, None))
-    steps, longest = view.finite("completions/max_length")
-    if len(steps) > done and view.has(CLIPPED):
-        truncated = view.asof(CLIPPED, steps[done:]) > 0
-        if truncated.any():
-            cap = max(cap or 0.0, float(longest[done:][truncated].max()))
-        view.memo["length_cap"] = (len(steps), cap)
-    if cap is not None:
-        return cap, f"max_completion_length ≈ {cap:g}, the longest completion at truncated steps"
     return None, "max_completion_length not recorded"
 
 
@@ -45,16 +43,26 @@ def reward_length_correlation(view: RunView, upto: int) -> float:
 
 # ---------------------------------------------------------------------------------------- length_shrink
 def _shrink_detect(view: RunView, since):
-    steps, idx, med = medians(view, LENGTH, since)
+    """The W-step median of the rows after the starting window (never mixing the two: a sparse log's length that
+    collapses between its first two points is named at the second) fell to 60% of the start."""
+    name = length_metric(view)
+    lo, steps, values = rows(view, name, since)
+    b = view.rows(W, name)                      # the starting window's rows
+    first = max(lo, b)
+    med = np.full(len(steps), np.nan)
+    if first < len(values):
+        window = max(view.rows(W, name), MIN_WINDOW_ROWS)
+        med[first - lo:] = signals.rolling(values[b:], window, "median", first - b, 1)
     with np.errstate(invalid="ignore"):
-        return steps, (idx >= 2 * W - 1) & (med <= 0.6 * view.head(LENGTH, W))
+        return steps, (row_index(lo, len(steps)) >= view.rows(2 * W, name) - 1) & (med <= 0.6 * view.head(name, W))
 
 
 def _shrink_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
-    start, now = view.head(LENGTH, W), smoothed(view, LENGTH, ep.last)
-    evidence = [Evidence(start_step(view, LENGTH), LENGTH, start, f"median of the first {W} steps"),
-                smoothed_evidence(view, LENGTH, ep.last, f"{now / start - 1:+.0%} from the start")]
+    name = length_metric(view)
+    start, now = view.head(name, W), smoothed(view, name, ep.last)
+    evidence = [Evidence(start_step(view, name), name, start, f"median of the first {W} steps"),
+                smoothed_evidence(view, name, ep.last, f"{now / start - 1:+.0%} from the start")]
     causes, fixes = [], []
     loss_type = cfg.get("loss_type")
     if loss_type == "grpo":
@@ -78,7 +86,8 @@ def _shrink_explain(view: RunView, ep: Episode) -> Explanation:
         behind = component_behind(view, LENGTH, ep.last, -1)
         if behind:
             evidence.append(smoothed_evidence(view, f"rewards/{behind[0]}/mean", ep.last,
-                                              f"this reward function rose as length fell (correlation −{behind[1]:.2f})"))
+                                              f"this reward function rose as length fell "
+                                              f"(correlation −{behind[1]:.2f})"))
             fixes[:0] = without_component(cfg, behind[0], f"take {behind[0]} out of the reward")
         fixes.append(advice("check the reward on short and empty completions: shaping must not pay for brevity"))
     penalty = cfg.get("length_penalty")
@@ -93,7 +102,7 @@ def _shrink_explain(view: RunView, ep: Episode) -> Explanation:
 
 LENGTH_SHRINK = Rule(
     id="length_shrink", title="Completions are getting shorter",
-    requires=(LENGTH,), detect=_shrink_detect, explain=_shrink_explain, open_after=3, clear_after=2 * W,
+    requires=((LENGTH, EVAL_LENGTH),), detect=_shrink_detect, explain=_shrink_explain, open_after=3, clear_after=2 * W,
     references=(REF_TABLE + " outputs shrink", "seed 000 §2.4", PAINPOINTS + "s 4, 5, 16, 22"),
     read="The 10-step median of completions/mean_length fell 40% or more below the median of the first 10 "
          "steps. Read clipped_ratio (truncation punished), loss_type (grpo's per-sequence normalisation) and "
@@ -103,7 +112,8 @@ LENGTH_SHRINK = Rule(
 
 # ---------------------------------------------------------------------------------------- length_explode
 def _explode_detect(view: RunView, since):
-    steps, idx, med = medians(view, LENGTH, since)
+    name = length_metric(view)
+    steps, idx, med = medians(view, name, since)
     cap, _ = length_cap(view)
     near_cap = np.zeros(len(steps), dtype=bool)
     with np.errstate(invalid="ignore"):
@@ -111,15 +121,19 @@ def _explode_detect(view: RunView, since):
             near_cap |= med >= 0.8 * cap
         if view.has(CLIPPED):
             near_cap |= (view.asof_roll(CLIPPED, W, steps) >= 0.5) & (view.head(CLIPPED, W) <= 0.25)
-        return steps, (idx >= 2 * W - 1) & (med >= 1.3 * view.head(LENGTH, W)) & near_cap
+        start = view.head(name, W)
+        grown = (med >= 1.3 * start) & near_cap
+        tripled = med >= 3 * start  # far past any length the run started with, cap or not
+        return steps, (idx >= view.rows(2 * W, name) - 1) & (grown | tripled)
 
 
 def _explode_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
     cap, cap_text = length_cap(view)
-    start = view.head(LENGTH, W)
-    evidence = [Evidence(start_step(view, LENGTH), LENGTH, start, f"median of the first {W} steps"),
-                smoothed_evidence(view, LENGTH, ep.last, f"now; cap {cap_text}")]
+    name = length_metric(view)
+    start = view.head(name, W)
+    evidence = [Evidence(start_step(view, name), name, start, f"median of the first {W} steps"),
+                smoothed_evidence(view, name, ep.last, f"now; cap {cap_text}")]
     if view.has(CLIPPED):
         evidence.append(smoothed_evidence(view, CLIPPED, ep.last, "share truncated at the cap"))
     causes, fixes = [], []
@@ -149,32 +163,51 @@ def _explode_explain(view: RunView, ep: Episode) -> Explanation:
 
 LENGTH_EXPLODE = Rule(
     id="length_explode", title="Completions grow toward the length cap",
-    requires=(LENGTH,), detect=_explode_detect, explain=_explode_explain, open_after=3, clear_after=2 * W,
+    requires=((LENGTH, EVAL_LENGTH),), detect=_explode_detect, explain=_explode_explain, open_after=3,
+    clear_after=2 * W,
     references=(REF_TABLE + " outputs explode", PAINPOINTS + " 6"),
     read="The 10-step median length rose 30% or more above its start and reached 80% of the cap (or half "
-         "the completions are now truncated where few were). A reward that pays for length, and the length "
+         "the completions are now truncated where few were), or tripled whatever the cap. A reward that pays for "
+         "length, and the length "
          "bias of per-sequence normalisation, are the usual causes.",
 )
 
 
 # ---------------------------------------------------------------------------------------- truncation
 def _truncation_detect(view: RunView, since):
-    return level(view, CLIPPED, since, lambda m: m >= 0.8, min_periods=1)
+    if view.has(CLIPPED):
+        return level(view, CLIPPED, since, lambda m: m >= 0.8, min_periods=1)
+    # No clipped_ratio (old TRL, hand-written loops): steps whose mean length is the cap cut every completion.
+    lo, steps, values = rows(view, LENGTH, since)
+    cap, _ = length_cap(view)
+    at_cap = (values >= cap - 0.5).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        return steps, signals.rolling(at_cap, view.rows(W, LENGTH), "mean", lo) >= 0.8  # a whole window of evidence
+
+
+def _truncation_gate(view: RunView) -> str | None:
+    if view.has(CLIPPED) or length_cap(view)[0] is not None:
+        return None
+    return "needs completions/clipped_ratio, or a known max_completion_length beside completions/mean_length"
 
 
 def _truncation_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
     cap, cap_text = length_cap(view)
-    evidence = [smoothed_evidence(view, CLIPPED, ep.last, "share of completions cut at the cap")]
+    if view.has(CLIPPED):
+        evidence = [smoothed_evidence(view, CLIPPED, ep.last, "share of completions cut at the cap")]
+    else:
+        evidence = [smoothed_evidence(view, LENGTH, ep.last, "the mean length is the cap: every completion cut")]
     for name, note in (("completions/mean_terminated_length", "mean length of the completions that ended"),
                        (LENGTH, "mean length")):
         if view.has(name):
             evidence.append(at(view, name, ep.last, note))
     severe = False
-    for name in ("frac_reward_zero_std",):
-        if view.has(name) and smoothed(view, name, ep.last) >= 0.9:
-            severe = True
-            evidence.append(smoothed_evidence(view, name, ep.last, "and the reward no longer separates them"))
+    spread = uniform_metric(view)
+    if view.has(spread) and (smoothed(view, spread, ep.last) >= 0.9 if spread == "frac_reward_zero_std" else
+                             spread in SPREAD and smoothed(view, spread, ep.last) <= 1e-9):
+        severe = True
+        evidence.append(smoothed_evidence(view, spread, ep.last, "and the reward no longer separates them"))
     causes = [f"the cap is too short for the task ({cap_text}): the answer never arrives, so the reward "
               "sees cut text (format checks anchored at the end fail too)"]
     if cfg.framework == "trl" and (cap in (None, 256.0)):
@@ -193,10 +226,12 @@ def _truncation_explain(view: RunView, ep: Episode) -> Explanation:
 
 TRUNCATION = Rule(
     id="truncation", title="Most completions are truncated at the length cap",
-    requires=(CLIPPED,), detect=_truncation_detect, explain=_truncation_explain,
+    requires=((CLIPPED, LENGTH),), detect=_truncation_detect, explain=_truncation_explain, gate=_truncation_gate,
     references=(PAINPOINTS + "s 3, 4", "painpoints F15"),
     read="The 10-step median of completions/clipped_ratio is 0.8 or more (0.6 is normal for distilled "
-         "reasoning models, 0.98 is not). Critical when frac_reward_zero_std is also ≥ 0.9: truncation has "
+         "reasoning models, 0.98 is not); without clipped_ratio, 80% of the last 10 steps have a mean length equal to "
+         "the cap (recorded, or the ceiling the mean hits exactly again and again). Critical when "
+         "frac_reward_zero_std is also ≥ 0.9: truncation has "
          "zeroed the reward signal.",
 )
 

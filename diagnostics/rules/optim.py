@@ -14,7 +14,7 @@ from diagnostics.rules.base import (
     PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, fmt, medians, reward_fell, row_index, rows, smoothed,
     smoothed_evidence, start_step
 )
-from diagnostics.view import RunView, decode_detail
+from diagnostics.view import ENTROPY_MEASURED, GRAD_SIGNAL, RunView, decode_detail
 
 # Never trust `loss` alone for NaN (painpoints row 13): the HF Trainer hides a NaN loss in its log.
 WATCHED = ("reward", "loss", "policy_loss", "kl_loss", "grad_norm", "kl", "entropy", "reward_std",
@@ -90,8 +90,8 @@ def _zero_grad_detect(view: RunView, since):
     lo, steps, _ = rows(view, "grad_norm", since)
     med = view.roll("grad_norm", W, "median", lo, 3)
     signal = np.ones(len(steps), dtype=bool)
-    if view.has("frac_reward_zero_std"):
-        signal &= view.asof_roll("frac_reward_zero_std", W, steps) < 0.9
+    if view.has("frac_reward_zero_std"):  # most groups differ: a step with every group uniform is then unlikely
+        signal &= view.asof_roll("frac_reward_zero_std", W, steps) < 0.5
     if view.has("reward_std"):
         signal &= view.asof_roll("reward_std", W, steps) > 1e-6
     with np.errstate(invalid="ignore"):
@@ -116,52 +116,58 @@ def _zero_grad_explain(view: RunView, ep: Episode) -> Explanation:
 
 
 ZERO_GRAD = Rule(
-    id="zero_grad", title="Gradient norm is 0 although groups differ",
+    id="zero_grad", title="Gradient norm is 0 although groups differ", follows_from=("uniform_groups",),
     requires=("grad_norm", ("frac_reward_zero_std", "reward_std")), detect=_zero_grad_detect,
     explain=_zero_grad_explain, open_after=3,
     references=(PAINPOINTS + " 14",),
-    read="The 10-step median grad_norm is 0 while fewer than 90% of groups are uniform and rewards vary: "
+    read="The 10-step median grad_norm is 0 while fewer than half the groups are uniform and rewards vary: "
          "there is signal but no gradient, which is a bug (mask, framework), not the task.",
 )
 
 
 # ---------------------------------------------------------------------------------------- grad_spikes
-SPIKE_SPAN = 10 * W
+SPIKE_SPAN = 10 * W  # steps: three spikes within this span make a finding
+SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of this many rows before it
 
 
 def _spike_detect(view: RunView, since):
-    lo, steps, values = rows(view, "grad_norm", since)
-    first = max(0, lo - SPIKE_SPAN + 1)
-    flags = signals.spikes(values, W, first)
+    """Spikes and a rising trend among the steps that had a gradient (``GRAD_SIGNAL``); the trend compares medians
+    over at least 3 rows, so two noisy rows of a sparse log are not a trend."""
+    lo, steps, values = rows(view, GRAD_SIGNAL, since)
+    span = max(SPIKE_ROWS, view.rows(SPIKE_SPAN, GRAD_SIGNAL))
+    first = max(0, lo - span + 1)
+    flags = signals.spikes(values, SPIKE_ROWS, first)
     total = np.concatenate(([0], np.cumsum(flags)))
     rel = np.arange(lo - first, len(flags))
-    recent = total[rel + 1] - total[np.maximum(rel + 1 - SPIKE_SPAN, 0)]  # spikes in the last SPIKE_SPAN rows
+    recent = total[rel + 1] - total[np.maximum(rel + 1 - span, 0)]  # spikes in the last SPIKE_SPAN steps' rows
     idx = row_index(lo, len(steps))
-    med = view.roll("grad_norm", W, "median", lo)
-    start = view.head("grad_norm", W)
+    window = max(W, 3 * view.interval_of(GRAD_SIGNAL))
+    med = view.roll(GRAD_SIGNAL, window, "median", lo)
+    start = view.head(GRAD_SIGNAL, window)
     with np.errstate(invalid="ignore"):
-        trend = (idx >= 3 * W - 1) & (med >= 5 * start) & (start > 0)
+        trend = (idx >= view.rows(3 * W, GRAD_SIGNAL) - 1) & (med >= 5 * start) & (start > 0)
         return steps, (recent >= 3) | trend
 
 
 def _spike_rows(view: RunView, n: int) -> np.ndarray:
-    """The spikes among grad_norm's first ``n`` finite rows, as row indices. A spike depends only on the rows
-    before it, so the rows examined so far are kept in ``view.memo`` and a live run examines only its new ones."""
+    """The spikes among the first ``n`` rows of grad_norm with a gradient, as row indices. A spike depends only on
+    the rows before it, so the rows examined so far are kept in ``view.memo`` and a live run examines only its new
+    ones."""
     done, rows = view.memo.get("grad_spikes", (0, np.empty(0, dtype=np.int64)))
     if n > done:
-        values = view.finite("grad_norm")[1]
-        rows = np.concatenate([rows, done + np.flatnonzero(signals.spikes(values[:n], W, done))])
+        values = view.finite(GRAD_SIGNAL)[1]
+        rows = np.concatenate([rows, done + np.flatnonzero(signals.spikes(values[:n], SPIKE_ROWS, done))])
         view.memo["grad_spikes"] = (n, rows)
     return rows[rows < n]
 
 
 def _spike_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
-    steps, values = view.finite("grad_norm")
+    steps, values = view.finite(GRAD_SIGNAL)
     found = _spike_rows(view, int(np.searchsorted(steps, ep.last, side="right")))[-5:]
-    evidence = [Evidence(int(s), "grad_norm", float(v), "spike: > 10 MADs and 5× the median of the 10 steps "
-                         "before") for s, v in zip(steps[found], values[found])]
-    start = fmt(view.head("grad_norm", W))
+    evidence = [Evidence(int(s), "grad_norm", float(v), f"spike: > 10 MADs and 5× the median of the {SPIKE_ROWS} "
+                         "logged values before") for s, v in zip(steps[found], values[found])]
+    start = fmt(view.head(GRAD_SIGNAL, max(W, 3 * view.interval_of(GRAD_SIGNAL))))
     evidence.append(smoothed_evidence(view, "grad_norm", ep.last, f"median now; start {start}"))
     causes = ["a batch too small for the reward's variance: single batches yank the policy",
               "outliers from the reward function (check rewards at the spike steps)"]
@@ -177,18 +183,28 @@ def _spike_explain(view: RunView, ep: Episode) -> Explanation:
 
 GRAD_SPIKES = Rule(
     id="grad_spikes", title="Gradient norm spikes or keeps rising",
-    requires=("grad_norm",), detect=_spike_detect, explain=_spike_explain, clear_after=SPIKE_SPAN,
+    requires=(GRAD_SIGNAL,), detect=_spike_detect, explain=_spike_explain, clear_after=SPIKE_SPAN,
     references=(PAINPOINTS + " 18", "painpoints F8"),
-    read="Three or more spikes within 100 logged steps (a spike is above the median of the 10 steps before "
-         "it by 10 MADs and 5×), or a 10-step median 5× its start. grad_norm above max_grad_norm alone is "
+    read="Among the steps that had a gradient (grad_norm above 0.001: a step whose groups were all uniform has "
+         "none), three or more spikes within 100 steps (a spike is above the median of the 10 logged values "
+         "before it by 10 MADs and 5×), or a median 5× its start. grad_norm above max_grad_norm alone is "
          "expected: it is logged before clipping.",
 )
 
 
 # ---------------------------------------------------------------------------------------- entropy
+ENTROPY = ENTROPY_MEASURED  # entropy's measured values (an exact 0.0 means no token was measured)
+
+
+def _as_entropy(evidence: Evidence) -> Evidence:
+    evidence.metric = "entropy"
+    return evidence
+
+
 def _entropy_collapse_detect(view: RunView, since):
-    steps, idx, med = medians(view, "entropy", since)
-    less_variety = np.zeros(len(steps), dtype=bool)
+    steps, idx, med = medians(view, ENTROPY, since)
+    # variety lost: more uniform groups or less reward spread; unknown (taken as lost) when neither is logged
+    less_variety = np.full(len(steps), not (view.has("frac_reward_zero_std") or view.has("reward_std")))
     with np.errstate(invalid="ignore"):
         if view.has("frac_reward_zero_std"):
             uniform = view.asof_roll("frac_reward_zero_std", W, steps)
@@ -198,23 +214,16 @@ def _entropy_collapse_detect(view: RunView, since):
         stalled = np.ones(len(steps), dtype=bool)
         if view.has("reward"):
             now = view.asof_roll("reward", W, steps)
-            before = view.asof_roll("reward", W, steps - _span(view, "reward", 3 * W))
+            before = view.asof_roll("reward", W, steps - 3 * W)
             stalled = ~(now > before + 1e-9 + 0.02 * np.abs(before))
-        return steps, (idx >= 3 * W - 1) & (med <= 0.2 * view.head("entropy", W)) & less_variety & stalled
-
-
-def _span(view: RunView, name: str, n_rows: int) -> int:
-    """About how many steps ``n_rows`` logged rows of a metric cover."""
-    steps = view.finite(name)[0]
-    if len(steps) < 2:
-        return n_rows
-    return int(round(n_rows * (steps[-1] - steps[0]) / (len(steps) - 1)))
+        low = med <= 0.2 * view.head(ENTROPY, W)
+        return steps, (idx >= view.rows(3 * W, ENTROPY) - 1) & low & less_variety & stalled
 
 
 def _entropy_collapse_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
-    evidence = [Evidence(start_step(view, "entropy"), "entropy", view.head("entropy", W), "start"),
-                smoothed_evidence(view, "entropy", ep.last, "now: below 20% of the start")]
+    evidence = [Evidence(start_step(view, ENTROPY), "entropy", view.head(ENTROPY, W), "start"),
+                _as_entropy(smoothed_evidence(view, ENTROPY, ep.last, "now: below 20% of the start"))]
     for name, note in (("frac_reward_zero_std", "more uniform groups"), ("reward_std", "less reward spread")):
         if view.has(name):
             evidence.append(smoothed_evidence(view, name, ep.last, note))
@@ -230,8 +239,8 @@ def _entropy_collapse_explain(view: RunView, ep: Episode) -> Explanation:
 
 
 ENTROPY_COLLAPSE = Rule(
-    id="entropy_collapse", title="Entropy collapsed: the policy stopped exploring",
-    requires=("entropy",), detect=_entropy_collapse_detect, explain=_entropy_collapse_explain, open_after=3,
+    id="entropy_collapse", title="Entropy collapsed: the policy stopped exploring", follows_from=("kl_blowup",),
+    requires=(ENTROPY,), detect=_entropy_collapse_detect, explain=_entropy_collapse_explain, open_after=3,
     references=(PAINPOINTS + " 7",),
     read="Entropy's 10-step median is below 20% of its start, groups are more uniform (or reward_std halved) "
          "and the reward has stopped rising over the last 30 logged steps. Falling entropy while reward "
@@ -240,15 +249,15 @@ ENTROPY_COLLAPSE = Rule(
 
 
 def _entropy_blowup_detect(view: RunView, since):
-    steps, idx, med = medians(view, "entropy", since)
+    steps, idx, med = medians(view, ENTROPY, since)
     with np.errstate(invalid="ignore"):
-        return steps, (idx >= 3 * W - 1) & (med >= 2 * view.head("entropy", W)) & (med >= 1.0)
+        return steps, (idx >= view.rows(3 * W, ENTROPY) - 1) & (med >= 2 * view.head(ENTROPY, W)) & (med >= 1.0)
 
 
 def _entropy_blowup_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
-    evidence = [Evidence(start_step(view, "entropy"), "entropy", view.head("entropy", W), "start"),
-                smoothed_evidence(view, "entropy", ep.last, "now: doubled and above 1 nat")]
+    evidence = [Evidence(start_step(view, ENTROPY), "entropy", view.head(ENTROPY, W), "start"),
+                _as_entropy(smoothed_evidence(view, ENTROPY, ep.last, "now: doubled and above 1 nat"))]
     fell = reward_fell(view, ep, "")
     evidence += [fell] if fell else []
     severe = fell is not None
@@ -268,7 +277,7 @@ def _entropy_blowup_explain(view: RunView, ep: Episode) -> Explanation:
 
 ENTROPY_BLOWUP = Rule(
     id="entropy_blowup", title="Entropy keeps rising: drifting toward gibberish",
-    requires=("entropy",), detect=_entropy_blowup_detect, explain=_entropy_blowup_explain, open_after=3,
+    requires=(ENTROPY,), detect=_entropy_blowup_detect, explain=_entropy_blowup_explain, open_after=3,
     references=(PAINPOINTS + " 8", "painpoints F12"),
     read="Entropy's 10-step median doubled from its start and passed 1 nat per token (critical when the "
          "reward falls). A slight rise below 1 is exploration and expected.",

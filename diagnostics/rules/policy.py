@@ -10,6 +10,7 @@ import numpy as np
 
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, make_fix, scaled
+from diagnostics.frameworks import framework
 from diagnostics.rules.base import (
     PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, first_present, level, rows, smoothed, smoothed_evidence
 )
@@ -18,6 +19,7 @@ from diagnostics.view import RunView
 CLIP = ("clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean")
 LOGP_DIFF = "sampling/sampling_logp_difference/mean"
 IS_RATIO = "sampling/importance_sampling_ratio/mean"
+ROLLOUT_KL = "rollout_kl"
 
 
 def _clip_metric(view: RunView) -> str:
@@ -68,16 +70,20 @@ CLIP_HIGH = Rule(
 
 # ---------------------------------------------------------------------------------------- rollout_mismatch
 def _mismatch_gate(view: RunView) -> str | None:
-    if view.has(IS_RATIO):
+    if view.has(IS_RATIO) or view.has(ROLLOUT_KL):
         return None
     if any(view.has(n) for n in CLIP) and view.config.one_update_per_rollout():
         return None
-    if not any(view.has(n) for n in (*CLIP, IS_RATIO)):
-        return "needs clip_ratio/region_mean or " + IS_RATIO
+    if not any(view.has(n) for n in CLIP):
+        return f"needs clip_ratio/region_mean, {IS_RATIO} or {ROLLOUT_KL}"
     return f"{view.config.describe('num_iterations')}: clipping is expected with several updates per rollout"
 
 
 def _mismatch_detect(view: RunView, since):
+    """The first of: the rollout-vs-trainer KL (verl's rollout_corr/kl) at 0.1 or more, the importance-sampling
+    ratio mean below 0.8, clipping with one update per rollout."""
+    if view.has(ROLLOUT_KL):  # a direct measure: no window needed to see 0.1 nats per token
+        return level(view, ROLLOUT_KL, since, lambda m: m >= 0.1, min_periods=1)
     if view.has(IS_RATIO):
         steps, active = level(view, IS_RATIO, since, lambda m: m < 0.8)
         if view.config.one_update_per_rollout() and any(view.has(n) for n in CLIP):
@@ -96,6 +102,9 @@ def _mismatch_explain(view: RunView, ep: Episode) -> Explanation:
         evidence.append(smoothed_evidence(view, name, ep.last, f"clipping although {cfg.describe('num_iterations')}"))
     if view.has(IS_RATIO):
         evidence.append(smoothed_evidence(view, IS_RATIO, ep.last, "importance-sampling ratio, ideally 1"))
+    if view.has(ROLLOUT_KL):
+        evidence.append(smoothed_evidence(view, ROLLOUT_KL, ep.last, "KL between the rollout's and the trainer's "
+                                                                     "log-probs of the same tokens, ideally ~0"))
     if view.has(LOGP_DIFF):
         diff = smoothed(view, LOGP_DIFF, ep.last)
         evidence.append(Evidence(ep.last, LOGP_DIFF, diff, "per-token |trainer − rollout| log-prob"))
@@ -109,15 +118,23 @@ def _mismatch_explain(view: RunView, ep: Episode) -> Explanation:
     fixes = [advice("TRL: vllm_importance_sampling_correction=True (token-level mode for long completions); "
                     "verl: the same log_prob and ppo micro-batch sizes"),
              advice("compare the trainer's and the rollout's log-probs at lr = 0: they should match")]
-    return Explanation("warning", evidence, causes, fixes)
+    far = (view.has(ROLLOUT_KL) and smoothed(view, ROLLOUT_KL, ep.last) >= 1.0) or (
+        view.has(IS_RATIO) and smoothed(view, IS_RATIO, ep.last) < 0.1)
+    if far:
+        causes.insert(0, "the rollout engine samples from a different model than the one being trained (weights not "
+                         "synced, a different checkpoint or dtype, a broken weight load)")
+    return Explanation("critical" if far else "warning", evidence, causes, fixes)
 
 
 ROLLOUT_MISMATCH = Rule(
     id="rollout_mismatch", title="Rollout and trainer disagree (training–inference mismatch)",
-    requires=(), detect=_mismatch_detect, explain=_mismatch_explain, gate=_mismatch_gate, open_after=3,
+    requires=(), detect=_mismatch_detect, explain=_mismatch_explain, gate=_mismatch_gate, open_after=1,
+    rests_on=lambda view: () if view.has(IS_RATIO) or view.has(ROLLOUT_KL) else ("num_iterations",),
     references=(PAINPOINTS + "s 10, 11", "painpoints note 1"),
-    read="With one update per rollout the ratio is exactly 1, so any clipping (10-step median > 0.001) means the "
-         "rollout's log-probs are not the trainer's; an importance-sampling ratio mean below 0.8 says the same.",
+    read="The KL between the rollout engine's and the trainer's log-probs of the same tokens is 0.1 nats or more; "
+         "an importance-sampling ratio mean below 0.8 says the same (critical at KL 1 or a ratio below 0.1). With "
+         "one update per rollout the ratio is exactly 1, so any clipping (10-step median > 0.001) also means the "
+         "rollout's log-probs are not the trainer's.",
 )
 
 
@@ -181,7 +198,7 @@ def _explosion_explain(view: RunView, ep: Episode) -> Explanation:
 ADVANTAGE_EXPLOSION = Rule(
     id="advantage_explosion", title="Advantages exceed the group bound (G−1)/√G",
     requires=("advantage/abs_max",), detect=_explosion_detect, explain=_explosion_explain,
-    gate=_explosion_gate,
+    gate=_explosion_gate, rests_on=lambda view: ("num_generations", "scale_rewards"),
     references=(REF_TABLE + " advantage explosion", "REFERENCE §1 known errors", PAINPOINTS + "s 15, 28",
                 "painpoints note 2"),
     read="A group z-score with the unbiased std cannot exceed (G−1)/√G (2.47 at G = 8); any |A| above it "
@@ -193,8 +210,8 @@ ADVANTAGE_EXPLOSION = Rule(
 # ---------------------------------------------------------------------------------------- advantage_not_centred
 def _centred_gate(view: RunView) -> str | None:
     cfg = view.config
-    if cfg.framework == "verl":
-        return "verl's advantage mean is token-weighted, so it is not 0 by construction (painpoints F9)"
+    if framework(cfg.framework).token_weighted_advantage_mean:
+        return f"{cfg.framework}'s advantage mean is token-weighted, so it is not 0 by construction (painpoints F9)"
     if cfg.get("advantage") not in ("grpo", "dr_grpo", "rloo") or cfg.get("advantage_clip") is not None:
         return "advantages are not group-centred in this config"
     return None
@@ -223,7 +240,7 @@ def _centred_explain(view: RunView, ep: Episode) -> Explanation:
 ADVANTAGE_NOT_CENTRED = Rule(
     id="advantage_not_centred", title="Advantages are not centred per group",
     requires=((GROUP_MEAN, "advantage/mean"),), detect=_centred_detect, explain=_centred_explain,
-    gate=_centred_gate,
+    gate=_centred_gate, rests_on=lambda view: ("advantage",),
     open_after=3,
     references=(PAINPOINTS + " 28", "painpoints F9"),
     read="Group-relative advantages sum to 0 in every group, so their batch mean is 0; a 10-step median "

@@ -12,16 +12,18 @@ from diagnostics import signals
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, drop_uniform_groups, make_fix, scaled, warmer
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, correlation_upto, fmt, level, median_noise, medians, row_index, rows,
-    smoothed, smoothed_evidence, start_step
+    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, correlation_upto, first_present, fmt, level, median_noise,
+    medians, row_index, rows, smoothed, smoothed_evidence, start_step, start_window
 )
 from diagnostics.view import SAMPLE_EMPTY, RunView
 
 MIN_STEPS = 100  # seed 000 §3.4: "run 100 steps, read reward and KL"
+MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is judged after 20 of them
 _ACCURACY = re.compile(r"correct|accura|\bacc\b|^acc|exact|match|solve|verif|pass", re.IGNORECASE)
 
 
 def components(view: RunView) -> list[str]:
+    """The per-function rewards (``rewards/<fn>/mean``) the run logged."""
     return [n for n in view.names() if n.startswith("rewards/") and n.endswith("/mean") and view.has(n)]
 
 
@@ -41,15 +43,45 @@ def accuracy_component(view: RunView) -> str | None:
     return next((n for n in components(view) if _ACCURACY.search(n.split("/")[1])), None)
 
 
+# A training metric of answer quality that is not the reward (a loop's accuracy, a recommender's NDCG or recall).
+_QUALITY = re.compile(r"ndcg|recall|precision|(?:^|_)f1(?:$|_)|bleu|rouge|pass@|exact_match|win_rate|accura|correct",
+                      re.IGNORECASE)
+
+
+def quality_metric(view: RunView) -> str | None:
+    """What measures the answers apart from the reward: an accuracy-like reward function, else the accuracy or
+    another quality metric the loop logs beside the reward (validation rows excluded). Kept for the pass."""
+    key = ("quality_metric", len(view.series))
+    if key not in view.memo:
+        view.memo[key] = _quality_metric(view)
+    return view.memo[key]
+
+
+def _quality_metric(view: RunView) -> str | None:
+    found = accuracy_component(view)
+    if found is not None and len(components(view)) >= 2:
+        return found
+    if view.has("accuracy"):
+        return "accuracy"
+    return next((n for n in view.names() if _QUALITY.search(n) and not n.startswith(("eval/", "rewards/", "reward"))
+                 and view.has(n)), None)
+
+
 def expected_uniform_share(p: float, G: int) -> float:
     """P(all G binary rewards equal) = p^G + (1 − p)^G (painpoints note 3)."""
     return p ** G + (1 - p) ** G
 
 
+def reward_rising(view: RunView, step: int) -> bool:
+    """The reward's 20-step median at ``step`` is above its start by more than the noise."""
+    return view.has("reward") and smoothed(view, "reward", step, 2 * W) - view.head(
+        "reward", start_window(view, "reward")) > _gain_tolerance(view, "reward")
+
+
 def _gain_tolerance(view: RunView, name: str) -> float:
-    """How much a 2W-row median must exceed the first W-row median to count as a real rise."""
+    """How much a 2W-step median must exceed the starting median to count as a real rise."""
     noise = median_noise(view, name)
-    start = abs(view.head(name, W))
+    start = abs(view.head(name, start_window(view, name)))
     return max(2.0 * noise * math.sqrt(1.5), 1e-9 + 1e-6 * (0.0 if math.isnan(start) else start))
 
 
@@ -58,14 +90,16 @@ def _flat_detect(view: RunView, since):
     lo, steps, _ = rows(view, "reward", since)
     best = view.running("reward", 2 * W, "median", "max", lo)  # a reward that rose and fell is not flat
     idx = row_index(lo, len(steps))
-    judged = (idx >= 2 * W - 1) & (steps - start_step(view, "reward") >= MIN_STEPS)
+    covered = steps - start_step(view, "reward") + view.interval_of("reward")  # steps 1..100 cover 100 steps
+    judged = (idx >= max(view.rows(2 * W, "reward"), MIN_ROWS) - 1) & (covered >= MIN_STEPS)
     with np.errstate(invalid="ignore"):
-        return steps, judged & (best - view.head("reward", W) < _gain_tolerance(view, "reward"))
+        gain = best - view.head("reward", start_window(view, "reward"))
+        return steps, judged & (gain < _gain_tolerance(view, "reward"))
 
 
 def _flat_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
-    start, now = view.head("reward", W), smoothed(view, "reward", ep.last, 2 * W)
+    start, now = view.head("reward", start_window(view, "reward")), smoothed(view, "reward", ep.last, 2 * W)
     evidence = [
         Evidence(start_step(view, "reward"), "reward", start, f"median of the first {W} logged steps"),
         Evidence(ep.last, "reward", now, f"median of the last {2 * W} logged steps; no {2 * W}-step median rose "
@@ -101,34 +135,48 @@ def _flat_explain(view: RunView, ep: Episode) -> Explanation:
 
 REWARD_FLAT = Rule(
     id="reward_flat", title="Reward is flat: no upward trend",
+    follows_from=("uniform_groups", "truncation", "kl_blowup", "entropy_collapse", "reward_collapse"),
     requires=("reward",), detect=_flat_detect, explain=_flat_explain, open_after=W, clear_after=2 * W,
     references=(REF_TABLE + " reward flat", "seed 000 §3.4, §4.5", PAINPOINTS + "s 1, 24, 25"),
-    read="After 100 steps, no 20-step median of the reward has risen above the median of the first 10 "
-         "steps by more than the noise. Read reward_std and frac_reward_zero_std next: "
+    read="After 100 steps (and 20 logged points), no 20-step median of the reward has risen above the median of "
+         "the first 10 steps by more than the noise. Read reward_std and frac_reward_zero_std next: "
          "0 spread means the reward cannot tell completions apart; otherwise raise lr or G.",
 )
 
 
 # ---------------------------------------------------------------------------------------- reward_collapse
+def score_metric(view: RunView) -> str:
+    """The run's score: the reward, else an accuracy a hand-written loop logs instead."""
+    return "reward" if view.has("reward") or not view.has("accuracy") else "accuracy"
+
+
 def _collapse_detect(view: RunView, since):
-    lo, steps, _ = rows(view, "reward", since)
-    peak = view.running("reward", 2 * W, "median", "max", lo)
-    gain = peak - view.head("reward", W)
+    """Fallen back by 80% of a clear gain, or, with no gain to speak of, lost three quarters of a positive level the
+    run held, by more than 6 × the noise of a median (a plateau that drops out from under the run)."""
+    name = score_metric(view)
+    lo, steps, _ = rows(view, name, since)
+    peak = view.running(name, 2 * W, "median", "max", lo)
+    now = view.roll(name, W, "median", lo)
+    noise = max(6 * median_noise(view, name), 1e-9)
+    gain = peak - view.head(name, W)
     with np.errstate(invalid="ignore"):
-        rose = gain > max(6 * median_noise(view, "reward"), 1e-9)
-        return steps, rose & (peak - view.roll("reward", W, "median", lo) >= 0.8 * gain)
+        rose = gain > noise
+        fell_back = rose & (peak - now >= 0.8 * gain)
+        fell_off = (peak > 0) & (peak - now >= np.maximum(0.75 * peak, noise))
+        return steps, fell_back | fell_off
 
 
 def _collapse_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
-    steps, values = view.finite("reward")
+    name = score_metric(view)
+    steps, values = view.finite(name)
     upto = steps <= ep.start
-    med = signals.rolling(values[upto], 2 * W, "median")
+    med = signals.rolling(values[upto], view.rows(2 * W, name), "median", min_periods=1)
     peak_i = int(np.nanargmax(med)) if np.isfinite(med).any() else 0
     evidence = [
-        Evidence(start_step(view, "reward"), "reward", view.head("reward", W), "starting level"),
-        Evidence(int(steps[upto][peak_i]), "reward", float(med[peak_i]), "peak (20-step median)"),
-        smoothed_evidence(view, "reward", ep.start, "fallen back by 80% or more of the gain"),
+        Evidence(start_step(view, name), name, view.head(name, W), "starting level"),
+        Evidence(int(steps[upto][peak_i]), name, float(med[peak_i]), "peak (20-step median)"),
+        smoothed_evidence(view, name, ep.start, "fallen back from that peak"),
     ]
     causes = []
     if view.has("kl"):
@@ -150,20 +198,65 @@ def _collapse_explain(view: RunView, ep: Episode) -> Explanation:
 
 
 REWARD_COLLAPSE = Rule(
-    id="reward_collapse", title="Reward collapsed after rising",
-    requires=("reward",), detect=_collapse_detect, explain=_collapse_explain, open_after=3,
+    id="reward_collapse", title="Reward collapsed",
+    requires=(("reward", "accuracy"),), detect=_collapse_detect, explain=_collapse_explain, open_after=3,
     references=(PAINPOINTS + " 9",),
     read="The 20-step median reward rose clearly above its start (6 × the noise of a 10-step median), then "
-         "the 10-step median fell back by 80% or more of that gain. "
+         "the 10-step median fell back by 80% or more of that gain; or it lost three quarters of a positive level "
+         "it held, by more than 6 × that noise. Without a reward, the accuracy a loop logs is read. "
          "Look at kl and entropy around the onset (a jump there means the policy left the reference).",
 )
 
 
 # ---------------------------------------------------------------------------------------- uniform_groups
+SPREAD = ("reward_std", "reward_gap")  # a batch whose rewards do not spread at all: every group is uniform
+
+
+def uniform_metric(view: RunView) -> str:
+    """What says the groups are uniform: TRL's share of uniform groups, else the advantages' std, else the spread
+    of the batch's rewards (0 only when every completion scored the same); ``reward`` when none is logged (then a
+    reward that does not move while the update is exactly 0 says it)."""
+    return first_present(view, "frac_reward_zero_std", "advantage/std", *SPREAD) or "reward"
+
+
+def no_groups(view: RunView) -> bool:
+    """A critic-based estimator (GAE) or one completion per prompt: there are no groups to be uniform."""
+    G = view.config.get("num_generations")
+    return view.config.get("advantage") == "gae" or (isinstance(G, (int, float)) and G == 1)
+
+
 def _uniform_detect(view: RunView, since):
-    if view.has("frac_reward_zero_std"):
-        return level(view, "frac_reward_zero_std", since, lambda m: m >= 0.5)
-    return level(view, "advantage/std", since, lambda m: m <= 0.02)
+    name = uniform_metric(view)
+    if no_groups(view):  # no groups: only a reward that has never varied at all says "no signal"
+        if name not in SPREAD:
+            return np.empty(0, np.int64), np.empty(0, bool)
+        lo, steps, values = rows(view, name, since)
+        ever = np.maximum.accumulate(np.abs(values))[lo:] if len(values) else values
+        return steps, (ever <= 1e-9) & (row_index(lo, len(steps)) >= view.rows(W, name) - 1)  # W steps of it
+    if name == "frac_reward_zero_std":
+        return level(view, name, since, lambda m: m >= 0.5)
+    if name == "advantage/std":
+        return level(view, name, since, lambda m: m <= 0.02)
+    if name in SPREAD:  # exactly 0 is evidence enough: no window to fill first
+        return level(view, name, since, lambda m: m <= 1e-9, min_periods=1)
+    # nothing logs the groups' spread: a reward that does not move while the update is exactly 0
+    lo, steps, _ = rows(view, "grad_norm", since)
+    with np.errstate(invalid="ignore"):
+        idle = (view.roll("grad_norm", W, "max", lo, 1) <= 1e-9) & (view.asof_roll("loss", W, steps, "max", 1) <= 1e-9)
+        still = view.asof_roll("reward", W, steps, "max", 1) - view.asof_roll("reward", W, steps, "min", 1) <= 1e-9
+        return steps, idle & still
+
+
+def no_gradient(view: RunView, step: int) -> Evidence | None:
+    """Evidence that the update itself is 0 around ``step`` (loss and grad_norm, or the policy loss, exactly 0)."""
+    if view.has("grad_norm") and view.has("loss"):
+        grad, loss = smoothed(view, "grad_norm", step), smoothed(view, "loss", step)
+        if abs(loss) < 1e-6 and grad < 1e-6:
+            return Evidence(step, "grad_norm", grad, "loss and grad_norm both 0: no learning signal")
+    if view.has("policy_loss") and abs(smoothed(view, "policy_loss", step)) < 1e-12:
+        return Evidence(step, "policy_loss", smoothed(view, "policy_loss", step),
+                        "the policy-gradient loss is exactly 0: no learning signal")
+    return None
 
 
 def _success_rate(view: RunView, step: int) -> tuple[str, float] | None:
@@ -184,21 +277,30 @@ def _success_rate(view: RunView, step: int) -> tuple[str, float] | None:
 
 def _uniform_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
-    name = "frac_reward_zero_std" if view.has("frac_reward_zero_std") else "advantage/std"
+    name = uniform_metric(view)
     observed = smoothed(view, name, ep.last)
-    evidence = [smoothed_evidence(view, name, ep.last, "10-step median"), at(view, name, ep.start, "onset")]
+    note = ("10-step median" if name in ("frac_reward_zero_std", "advantage/std") else
+            "the batch's rewards do not spread at all: every completion scored the same" if name in SPREAD else
+            "the reward does not move while the update is exactly 0")
+    evidence = [smoothed_evidence(view, name, ep.last, note), at(view, name, ep.start, "onset")]
     causes, fixes = [], []
     G = cfg.get("num_generations")
-    severe = name == "frac_reward_zero_std" and observed >= 0.9
-    if view.has("grad_norm") and view.has("loss"):
-        grad, loss = smoothed(view, "grad_norm", ep.last), smoothed(view, "loss", ep.last)
-        if abs(loss) < 1e-6 and grad < 1e-6:
-            severe = True
-            evidence.append(Evidence(ep.last, "grad_norm", grad, "loss and grad_norm both 0: no learning signal"))
+    severe = (name == "frac_reward_zero_std" and observed >= 0.9) or name in SPREAD or name == "reward"
+    stalled = no_gradient(view, ep.last)
+    if stalled is not None:
+        severe = True
+        evidence.append(stalled)
+    if no_groups(view):
+        causes.append("every completion has scored the same since the first step: with no difference between "
+                      "completions there is nothing to learn from, whatever the estimator (check the reward "
+                      "function and that the answers can be parsed at all)")
     if view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.9:
         causes.append("nearly every completion is truncated at the length cap, so every one scores alike "
                       "(see truncation)")
-    rate = _success_rate(view, ep.last) if name == "frac_reward_zero_std" and G else None
+    # chance needs the real G: an assumed default would make any share look "far above chance"
+    rate = None
+    if name == "frac_reward_zero_std" and G and not cfg.is_assumed("num_generations"):
+        rate = _success_rate(view, ep.last)
     if rate is not None:
         metric, p = rate
         expected = expected_uniform_share(p, int(G))
@@ -226,17 +328,27 @@ def _uniform_explain(view: RunView, ep: Episode) -> Explanation:
                         "partial credit"))
     if cfg.get("scale_rewards") == "batch" and not cfg.ours:
         causes.append("with scale_rewards = batch TRL's frac_reward_zero_std is 0 or 1 for the whole batch")
-    return Explanation("critical" if severe else "warning", evidence, causes, fixes)
+    if severe:
+        return Explanation("critical", evidence, causes, fixes)
+    by_chance = rate is None or observed <= expected_uniform_share(rate[1], int(G)) + 0.25
+    if by_chance and reward_rising(view, ep.last):
+        causes.insert(0, "the other groups still teach: the reward is rising, so this costs speed, not the run")
+        return Explanation("info", evidence, causes, fixes)
+    return Explanation("warning", evidence, causes, fixes)
 
 
 UNIFORM_GROUPS = Rule(
     id="uniform_groups", title="Groups score all alike: advantage ≈ 0, no learning signal",
-    requires=(("frac_reward_zero_std", "advantage/std"),), detect=_uniform_detect, explain=_uniform_explain,
+    follows_from=("truncation", "entropy_collapse", "kl_blowup"),
+    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, "grad_norm"),), detect=_uniform_detect,
+    explain=_uniform_explain,
     open_after=3,
     references=(REF_TABLE + " advantage std ≈ 0", "seed 000 §2.9, §3.5", PAINPOINTS + "s 1, 2, 3",
                 "painpoints note 3"),
     read="The 10-step median of frac_reward_zero_std is 0.5 or more (critical at 0.9, or when loss and grad_norm "
-         "are both 0). Compare with the share expected by chance, p^G + (1−p)^G for a binary reward with "
+         "are both 0); without it, the advantages' std is about 0, or the batch's rewards do not spread at all "
+         "(reward_std or max − min exactly 0: every group uniform, critical). Compare with the share expected by "
+         "chance, p^G + (1−p)^G for a binary reward with "
          "success rate p: far above it means the samples lack variety; close to it means the task is too "
          "easy or too hard for this G.",
 )
@@ -244,44 +356,57 @@ UNIFORM_GROUPS = Rule(
 
 # ---------------------------------------------------------------------------------------- reward_hacking
 def _hacking_detect(view: RunView, since):
+    """Reward hacking builds up slowly, so its windows are W logged rows however sparse the log (W steps at least)."""
     lo, steps, _ = rows(view, "reward", since)
     idx = row_index(lo, len(steps))
-    start = view.head("reward", W)
-    med = view.roll("reward", W, "median", lo)
-    rising = (idx >= 2 * W - 1) & (med - start > max(4 * median_noise(view, "reward"), 1e-9))
+    w = slow_window(view, "reward")
+    start = view.head("reward", w)
+    med = view.roll("reward", w, "median", lo)
+    rising = (idx >= view.rows(2 * w, "reward") - 1) & (med - start > max(4 * median_noise(view, "reward", w), 1e-9))
     worse = np.zeros(len(steps), dtype=bool)
-    acc = accuracy_component(view)
-    if acc is not None and len(components(view)) >= 2:
-        acc_start = view.head(acc, W)
-        acc_now = view.asof_roll(acc, W, steps)
-        worse |= acc_now < acc_start - max(4 * median_noise(view, acc), 0.1 * abs(acc_start), 1e-9)
+    acc = quality_metric(view)
+    if acc is not None:
+        wa = slow_window(view, acc)
+        acc_start = view.head(acc, wa)
+        acc_now = view.asof_roll(acc, wa, steps)
+        worse |= acc_now < acc_start - max(4 * median_noise(view, acc, wa), 0.1 * abs(acc_start), 1e-9)
     if view.has(SAMPLE_EMPTY):
         worse |= view.asof_roll(SAMPLE_EMPTY, W, steps) >= 0.5
     with np.errstate(invalid="ignore"):
         return steps, rising & worse
 
 
+def slow_window(view: RunView, name: str) -> int:
+    """Steps of a window of W logged rows (at least W steps): for symptoms that build over hundreds of steps."""
+    return W * view.interval_of(name)
+
+
 def _hacking_gate(view: RunView) -> str | None:
-    if (accuracy_component(view) and len(components(view)) >= 2) or view.has(SAMPLE_EMPTY):
+    if quality_metric(view) or view.has(SAMPLE_EMPTY):
         return None
-    return "needs an accuracy reward (rewards/<correct|acc...>/mean) beside other components, or sampled completions"
+    return ("needs a measure of answer quality beside the reward (an accuracy reward function among others, an "
+            "accuracy, NDCG or recall metric) or sampled completions")
 
 
 def _hacking_explain(view: RunView, ep: Episode) -> Explanation:
     cfg = view.config
     evidence = [Evidence(start_step(view, "reward"), "reward", view.head("reward", W), "start"),
                 smoothed_evidence(view, "reward", ep.last, "now: higher")]
-    acc = accuracy_component(view)
+    acc = quality_metric(view)
     causes = []
     if acc is not None:
-        evidence += [Evidence(start_step(view, acc), acc, view.head(acc, W), "start"),
-                     smoothed_evidence(view, acc, ep.last, "now: lower")]
+        evidence += [Evidence(start_step(view, acc), acc, view.head(acc, slow_window(view, acc)), "start"),
+                     smoothed_evidence(view, acc, ep.last, "now: lower", slow_window(view, acc))]
         others = [c for c in components(view) if c != acc]
         rising = max(others, key=lambda c: smoothed(view, c, ep.last) - view.head(c, W), default=None)
         if rising:
             evidence.append(smoothed_evidence(view, rising, ep.last, "the component that pays"))
-            causes.append(f"reward hacking: {rising.split('/')[1]} rises while {acc.split('/')[1]} falls: the "
-                          "policy found a loophole in the reward")
+            quality = acc.split("/")[1] if acc.startswith("rewards/") else acc
+            causes.append(f"reward hacking: {rising.split('/')[1]} rises while {quality} falls: the policy found a "
+                          "loophole in the reward")
+        else:
+            causes.append(f"reward hacking: the reward rises while {acc} falls: the policy is paid for something "
+                          "other than the answer")
     if view.has(SAMPLE_EMPTY) and smoothed(view, SAMPLE_EMPTY, ep.last) >= 0.5:
         evidence.append(smoothed_evidence(view, SAMPLE_EMPTY, ep.last, "share of empty sampled completions"))
         causes.append("the reward pays for empty or near-empty answers")
@@ -306,6 +431,78 @@ REWARD_HACKING = Rule(
 )
 
 
+# ---------------------------------------------------------------------------------------- reward_component_constant
+def _constant_components(view: RunView, upto: int | None = None) -> list[str]:
+    """Reward functions whose mean has had one value at every logged step since the first (and whose std, if
+    logged, is 0): they score every completion alike."""
+    out = []
+    for name in components(view):
+        steps, values = view.finite(name)
+        if upto is not None:
+            values = values[:int(np.searchsorted(steps, upto, side="right"))]
+        std = name[:-len("mean")] + "std"
+        if len(values) and np.all(values == values[0]) and (not view.has(std) or view.finite(std)[1].max() == 0):
+            out.append(name)
+    return out
+
+
+def _constant_detect(view: RunView, since):
+    """Per component, whether its mean has kept its first value so far (kept in ``view.memo``: a live update reads only
+    the new rows)."""
+    out_steps, out_active = [], []
+    for name in components(view):
+        std = name[:-len("mean")] + "std"
+        if view.has(std) and view.finite(std)[1].max() > 0:
+            continue  # it scores the completions of a batch differently, even if its mean does not move
+        lo, steps, values = rows(view, name, since)
+        done, same = view.memo.get(("constant", name), (0, True))
+        if done != lo:  # a pass that does not continue the last one: start over
+            done, same = 0, True
+        fresh = values[done:]
+        unchanged = same & (np.cumsum(fresh != values[0]) == 0) if len(values) else fresh.astype(bool)
+        view.memo[("constant", name)] = (len(values), bool(unchanged[-1]) if len(unchanged) else same)
+        enough = row_index(lo, len(steps)) >= view.rows(W, name) - 1
+        out_steps.append(steps)
+        out_active.append(unchanged[lo - done:] & enough)
+    if not out_steps:
+        return np.empty(0, np.int64), np.empty(0, bool)
+    if all(len(s_) == len(out_steps[0]) and np.array_equal(s_, out_steps[0]) for s_ in out_steps[1:]):
+        return out_steps[0], np.logical_or.reduce(out_active)  # the usual case: every component on the same rows
+    steps = np.unique(np.concatenate(out_steps))
+    active = np.zeros(len(steps), dtype=bool)
+    for s_, a_ in zip(out_steps, out_active):
+        active[np.searchsorted(steps, s_[a_])] = True
+    return steps, active
+
+
+def _constant_explain(view: RunView, ep: Episode) -> Explanation:
+    names = _constant_components(view, ep.last) or components(view)[:1]
+    evidence = [smoothed_evidence(view, "reward", ep.last, "the total reward")] if view.has("reward") else []
+    evidence += [Evidence(ep.last, n, view.value_at(n, ep.last), f"the same value at every step since step "
+                                                                 f"{start_step(view, n)}") for n in names]
+    span = ep.last - start_step(view, names[0]) + view.interval_of(names[0]) if names else 0
+    fns = ", ".join(n.split("/")[1] for n in names)
+    causes = [f"{fns} gives every completion the same score: it adds no learning signal (a parser that never "
+              "matches, a check that always fails or always passes)"]
+    fixes = [advice(f"run {fns} on a few sampled completions: does it ever return another value?"),
+             advice("fix or drop it; if it is the task's own reward, nothing is being learned about the task")]
+    rose = reward_rising(view, ep.last)
+    if rose:
+        causes.append("the other reward functions still teach: the total reward is rising")
+    return Explanation("warning" if span >= MIN_STEPS and not rose else "info", evidence, causes, fixes)
+
+
+REWARD_COMPONENT_CONSTANT = Rule(
+    id="reward_component_constant", title="A reward function gives every completion the same score",
+    requires=(), detect=_constant_detect, explain=_constant_explain, open_after=1,
+    gate=lambda view: None if components(view) else "needs per-function rewards (rewards/<fn>/mean)",
+    references=(PAINPOINTS + "s 1, 2",),
+    read="A per-function reward (rewards/<fn>/mean) has had exactly one value at every logged step since the start, "
+         "for 10 steps or more (and its std, if logged, is 0): it scores every completion alike. Info at first; a "
+         "warning once it has held for 100 steps while the total reward is not rising.",
+)
+
+
 # ---------------------------------------------------------------------------------------- kl_pull
 def _pull_detect(view: RunView, since):
     cfg = view.config
@@ -313,7 +510,7 @@ def _pull_detect(view: RunView, since):
     peak = view.running("kl", W, "median", "max", view.first_row_after("kl", since))
     uniform = view.asof_roll("frac_reward_zero_std", W, steps)
     with np.errstate(invalid="ignore"):
-        return steps, ((idx >= 3 * W - 1) & (uniform >= 0.5) & (med <= 0.5 * peak) & (peak > 0)
+        return steps, ((idx >= view.rows(3 * W, "kl") - 1) & (uniform >= 0.5) & (med <= 0.5 * peak) & (peak > 0)
                        & ((cfg.get("beta") or 0) > 0 or "beta" in cfg.inferred))
 
 
@@ -331,6 +528,7 @@ def _pull_explain(view: RunView, ep: Episode) -> Explanation:
 
 KL_PULL = Rule(
     id="kl_pull", title="Uniform groups with β > 0 pull the policy back to the reference",
+    follows_from=("uniform_groups",),
     requires=("kl", "frac_reward_zero_std"), detect=_pull_detect, explain=_pull_explain, open_after=3,
     gate=lambda view: None if (view.config.get("beta") or 0) > 0 or "beta" in view.config.inferred
     else "beta = 0: no KL term",
@@ -339,4 +537,4 @@ KL_PULL = Rule(
          "the policy, back toward the reference.",
 )
 
-RULES = (REWARD_FLAT, REWARD_COLLAPSE, UNIFORM_GROUPS, REWARD_HACKING, KL_PULL)
+RULES = (REWARD_FLAT, REWARD_COLLAPSE, UNIFORM_GROUPS, REWARD_COMPONENT_CONSTANT, REWARD_HACKING, KL_PULL)
