@@ -46,6 +46,7 @@ def run_inprocess(tmp_path, *args, max_steps=3):
     (["--advantage", "gae", "--ppo_warmup_steps", "5"], "ppo_warmup_steps: only with a group advantage"),
     (["--advantage", "gae", "--lam", "1.5"], "lam: must be in [0, 1]"),
     (["--ppo_warmup_steps", "-1"], "ppo_warmup_steps: must be >= 0"),
+    (["--kl_estimator", "k1"], "kl_estimator=k1 with the KL in the loss: the gradient of k1"),
 ])
 def test_bad_config_gets_one_clear_message(argv, message):
     with pytest.raises(ConfigError) as err:
@@ -105,7 +106,7 @@ def test_every_step_streams_every_metric_and_a_group(tmp_path):
     ["--advantage", "dr_grpo"], ["--advantage", "rloo"], ["--advantage", "reinforce", "--reinforce_baseline_every", "1"],
     ["--scale_rewards", "batch"], ["--scale_rewards", "none"], ["--group_by", "length_quantile"],
     ["--group_by", "reward_bucket"], ["--loss_type", "grpo"], ["--loss_type", "bnpo"], ["--loss_type", "dr_grpo"],
-    ["--kl_estimator", "k1"], ["--kl_estimator", "k2"], ["--kl_in", "reward"], ["--kl_target", "0.02"],
+    ["--kl_estimator", "k1", "--kl_in", "reward"], ["--kl_estimator", "k2"], ["--kl_in", "reward"], ["--kl_target", "0.02"],
     ["--beta", "0"], ["--dynamic_sampling"], ["--advantage_clip", "tanh"], ["--advantage_clip", "1.0"],
     ["--length_penalty", "0.001", "--reward_clip", "1.0"], ["--mask_truncated_completions", "--max_completion_length", "2"],
     ["--epsilon_schedule", "linear"], ["--epsilon_high", "0.28"], ["--warmup_steps", "2", "--warmup_lr", "5e-7"],

@@ -192,6 +192,9 @@ def validate(c: GRPOConfig) -> list[str]:
             m.append(f"kl_horizon: must be >= 1 (got {c.kl_horizon})")
     if c.kl_in == "reward" and c.beta == 0:
         m.append("kl_in=reward needs beta > 0")
+    if c.kl_estimator == "k1" and c.kl_in == "loss" and c.beta > 0:
+        m.append("kl_estimator=k1 with the KL in the loss: the gradient of k1 = log π − log π_ref is 0 in expectation "
+                 "over the policy's own samples, so beta would hold nothing back; use k3 (or k2), or kl_in=reward")
     if not 0 <= c.reinforce_baseline_decay < 1:
         m.append(f"reinforce_baseline_decay: must be in [0, 1) (got {c.reinforce_baseline_decay})")
     if c.reinforce_baseline_every < 1:

@@ -77,7 +77,16 @@ def _blowup_explain(view: RunView, ep: Episode) -> Explanation:
         fixes.append(make_fix(cfg, "let an adaptive controller hold KL near a target", {"kl_target": TARGET_HIGH}))
     if cfg.get("kl_estimator") in ("k1", "k2"):
         fixes.append(make_fix(cfg, "use the k3 estimator", {"kl_estimator": "k3"}))
+    if k1_in_loss(cfg):  # β does nothing with this estimator: no other fix can work until it changes
+        causes.insert(0, "the k1 estimator in the loss: its gradient is 0 in expectation over the policy's own "
+                         "samples, so β holds nothing back")
+        fixes.insert(0, fixes.pop())
     return Explanation("critical" if severe else "warning", evidence, causes, fixes)
+
+
+def k1_in_loss(cfg) -> bool:
+    """KL estimated with k1 and added to the loss (not to the reward): a penalty with no expected gradient."""
+    return cfg.get("kl_estimator") == "k1" and cfg.get("kl_in", "loss") == "loss" and not cfg.get("kl_in_reward")
 
 
 KL_BLOWUP = Rule(
