@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from diagnostics import signals
-from diagnostics.findings import SEVERITIES, Finding
+from diagnostics.findings import SEVERITIES, Finding, Fix
 from diagnostics.health import MetricHealth, health_summary
 from diagnostics.rules import RULES, Rule
 from diagnostics.rules.base import Episode
@@ -170,8 +170,9 @@ class Diagnoser:
                 track.finding, track.key = self._finding(rule, track), key
             found.append(track.finding)
         found = link_consequences(found, {rule.id: rule for rule in self.rules})
-        return sorted(found, key=lambda f: (-RANK[f.severity], f.onset_step if f.onset_step is not None else 0,
-                                            f.rule))
+        found = sorted(found, key=lambda f: (-RANK[f.severity], f.onset_step if f.onset_step is not None else 0,
+                                             f.rule))
+        return reconcile_fixes(found)
 
     def _finding(self, rule: Rule, track: Track) -> Finding:
         explained = rule.explain(self.view, Episode(track.onset, track.start, track.last))
@@ -211,6 +212,32 @@ def link_consequences(found: list[Finding], rules: dict[str, Rule]) -> list[Find
                         causes=[f"a consequence of {cause.rule} (from step {cause.onset_step}): fix that first",
                                 *f.causes])
         out.append(f)
+    return out
+
+
+def reconcile_fixes(found: list[Finding]) -> list[Finding]:
+    """One report never raises a key that another of its fixes lowers: going down the findings in the order they are
+    listed (most severe, then earliest), the first fix to move a key sets its direction, and a later fix that would
+    move it the other way is replaced by a note saying which fix it gave way to."""
+    chosen: dict[str, tuple[str, str]] = {}  # key -> (direction, rule)
+    out = []
+    for f in found:
+        if f.severity == "expected":
+            out.append(f)
+            continue
+        fixes = []
+        for fix in f.fixes:
+            moves = {k: w for k, w in (fix.directions or {}).items() if w in ("up", "down")}
+            clash = next((k for k, w in moves.items() if k in chosen and chosen[k][0] != w), None)
+            if clash is None:
+                fixes.append(fix)
+                for key, way in moves.items():
+                    chosen.setdefault(key, (way, f.rule))
+            else:
+                other = chosen[clash][1]
+                fixes.append(Fix(f"not now: {fix.description}: {clash} goes the other way in the fix for {other}, "
+                                 "which comes first"))
+        out.append(replace(f, fixes=fixes) if fixes != f.fixes else f)
     return out
 
 

@@ -259,3 +259,20 @@ def test_a_consequence_is_listed_under_an_earlier_cause():
     assert link_consequences([later, flat], BY_ID)[1].severity == "warning"
     mild = Finding("uniform_groups", "", "info", 3, 150)
     assert link_consequences([mild, flat], BY_ID)[1].severity == "warning"
+
+
+def test_a_report_never_moves_a_key_both_ways():
+    """The first finding listed sets a key's direction; a later fix that goes the other way gives way, with a note."""
+    from diagnostics.engine import reconcile_fixes
+    from diagnostics.findings import Finding, Fix
+
+    down = Fix("lower the lr", {"learning_rate": 5e-7}, directions={"learning_rate": "down"})
+    up = Fix("raise the lr", {"learning_rate": 2e-6}, directions={"learning_rate": "up"})
+    more = Fix("more G", {"num_generations": 16}, directions={"num_generations": "up"})
+    spikes = Finding("grad_spikes", "", "warning", 60, 150, fixes=[down])
+    flat = Finding("reward_flat", "", "warning", 101, 150, fixes=[up, more])
+    first, second = reconcile_fixes([spikes, flat])
+    assert first.fixes == [down] and second.fixes[1] == more
+    assert second.fixes[0].changes == {} and second.fixes[0].description.startswith("not now: raise the lr")
+    assert "fix for grad_spikes" in second.fixes[0].description
+    assert reconcile_fixes([flat])[0].fixes == [up, more]  # alone, nothing to give way to

@@ -270,7 +270,7 @@ def _repetition_explain(view: RunView, ep: Episode) -> Explanation:
     else:
         causes.append("the reward favours templated or padded text; late-stage overfitting")
     fixes += warmer(cfg)
-    if cfg.ours and cfg.get("epsilon_schedule") != "linear":
+    if cfg.ours and cfg.get("epsilon_schedule") != "linear" and not cfg.one_update_per_rollout():
         fixes.append(make_fix(cfg, "decay ε from 0.3 to 0.1 (seed 001 §3.1)", {"epsilon_schedule": "linear"}))
     fixes.append(advice("stop early and pick the checkpoint by validation; check whether repetitive outputs "
                         "score high"))

@@ -11,7 +11,8 @@ from diagnostics import signals
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, drop_uniform_groups, make_fix, scaled, warmer
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, fmt, medians, reward_fell, row_index, rows, smoothed,
+    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, first_present, fmt, medians, reward_fell, row_index,
+    rows, smoothed,
     smoothed_evidence, start_step
 )
 from diagnostics.view import ENTROPY_MEASURED, GRAD_SIGNAL, RunView, decode_detail
@@ -94,12 +95,31 @@ def _zero_grad_detect(view: RunView, since):
         signal &= view.asof_roll("frac_reward_zero_std", W, steps) < 0.5
     if view.has("reward_std"):
         signal &= view.asof_roll("reward_std", W, steps) > 1e-6
+    share = _unexplained_zero_share(view, steps, lo)
     with np.errstate(invalid="ignore"):
-        return steps, (med <= 1e-8) & signal
+        return steps, ((med <= 1e-8) & signal) | (share >= 0.2)
+
+
+def _unexplained_zero_share(view: RunView, steps: np.ndarray, lo: int) -> np.ndarray:
+    """Per row, the share of the last W steps whose grad_norm is exactly 0 while most groups of that very step differed
+    (its frac_reward_zero_std below 0.5). Judged only on a log of every step: a logged grad_norm is its step's own,
+    while frac_reward_zero_std averages the steps since the last log."""
+    if view.interval_of("grad_norm") != 1 or not view.has("frac_reward_zero_std"):
+        return np.zeros(len(steps))
+    gsteps, grads = view.finite("grad_norm")
+    with np.errstate(invalid="ignore"):
+        unexplained = ((grads == 0) & (view.asof("frac_reward_zero_std", gsteps) < 0.5)).astype(np.float64)
+    return signals.rolling(unexplained, W, "mean", lo, W)
 
 
 def _zero_grad_explain(view: RunView, ep: Episode) -> Explanation:
     evidence = [smoothed_evidence(view, "grad_norm", ep.last, "10-step median")]
+    gsteps, grads = view.finite("grad_norm")
+    recent = (gsteps > ep.last - 10 * W) & (gsteps <= ep.last)
+    zeros = int((grads[recent] == 0).sum())
+    if zeros:
+        evidence.append(Evidence(ep.last, "grad_norm", 0.0, f"exactly 0 at {zeros} of the last {int(recent.sum())} "
+                                                            "logged steps, though most groups of the step differed"))
     for name, note in (("frac_reward_zero_std", "yet groups do differ"), ("reward_std", "and rewards vary")):
         if view.has(name):
             evidence.append(smoothed_evidence(view, name, ep.last, note))
@@ -120,14 +140,97 @@ ZERO_GRAD = Rule(
     requires=("grad_norm", ("frac_reward_zero_std", "reward_std")), detect=_zero_grad_detect,
     explain=_zero_grad_explain, open_after=3,
     references=(PAINPOINTS + " 14",),
-    read="The 10-step median grad_norm is 0 while fewer than half the groups are uniform and rewards vary: "
+    read="The 10-step median grad_norm is 0 while fewer than half the groups are uniform and rewards vary, or (in "
+         "a log of every step) grad_norm is exactly 0 at 20% of the last 10 steps although most groups of the step "
+         "differed: "
          "there is signal but no gradient, which is a bug (mask, framework), not the task.",
 )
 
 
-# ---------------------------------------------------------------------------------------- grad_spikes
-SPIKE_SPAN = 10 * W  # steps: three spikes within this span make a finding
+SPIKE_SPAN = 10 * W  # steps: three gradient spikes within this span make a finding; a spike clears after it
 SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of this many rows before it
+
+
+# ---------------------------------------------------------------------------------------- loss_spike
+LOSS_FLOOR = 1.0  # |loss| of a GRPO step sits near 0 (F1); one of 1 or more is already far out
+
+
+def _loss_spike_detect(view: RunView, since):
+    """|loss| above 10 × the median |loss| of the 10 logged rows before it (and 10 MADs), and at least 1."""
+    lo, steps, values = rows(view, "loss", since)
+    size = np.abs(values)
+    spike = signals.spikes(size, SPIKE_ROWS, lo, k=10.0, ratio=10.0)
+    return steps, spike & (size[lo:] >= LOSS_FLOOR)
+
+
+def _loss_spike_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    steps, values = view.finite("loss")
+    keep = (steps >= ep.start) & (steps <= ep.last)
+    worst = int(np.argmax(np.where(keep, np.abs(values), -np.inf)))
+    before = smoothed(view, "loss", int(steps[max(worst - 1, 0)]))
+    evidence = [Evidence(int(steps[worst]), "loss", float(values[worst]), f"the median before it was {fmt(before)}")]
+    for name, note in (("advantage/abs_max", "largest |advantage| at that step"), ("grad_norm", "gradient norm then")):
+        if view.has(name):
+            evidence.append(at(view, name, int(steps[worst]), note))
+    causes = ["an advantage blown up by a near-zero group std (non-dyadic rewards in a nearly uniform group)",
+              "a reward outlier in one batch", f"an update too large ({cfg.describe('learning_rate')})"]
+    fixes = [advice("floor the group std (1e-3) or skip normalising near-constant groups; check the rewards at "
+                    "that step"),
+             make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
+    return Explanation("warning", evidence, causes, fixes)
+
+
+LOSS_SPIKE = Rule(
+    id="loss_spike", title="The loss explodes at a step",
+    follows_from=("nonfinite", "advantage_explosion", "grad_spikes", "reward_collapse"),
+    requires=("loss",), detect=_loss_spike_detect, explain=_loss_spike_explain, clear_after=SPIKE_SPAN,
+    references=(PAINPOINTS + " 15", "painpoints F1, F3"),
+    read="|loss| at a logged step is 10 times the median |loss| of the 10 logged steps before it (and 10 MADs above "
+         "it) and at least 1. A GRPO loss sits near 0 (F1) and can be negative (F3); a jump of this size is an "
+         "advantage or a reward blown up in one batch.",
+)
+
+
+# ---------------------------------------------------------------------------------------- single_generation
+def _single_gate(view: RunView) -> str | None:
+    cfg = view.config
+    G = cfg.get("num_generations")
+    if not cfg.recorded("num_generations") or not isinstance(G, (int, float)):
+        return "needs num_generations in the run's config"
+    if cfg.get("advantage") not in ("grpo", "dr_grpo", "rloo", None):
+        return f"advantage = {cfg.get('advantage')}: no group baseline is used"
+    return None
+
+
+def _single_detect(view: RunView, since):
+    name = first_present(view, "reward", "loss") or "reward"
+    lo, steps, _ = rows(view, name, since)
+    return steps, np.full(len(steps), view.config.get("num_generations") == 1)
+
+
+def _single_explain(view: RunView, ep: Episode) -> Explanation:
+    cfg = view.config
+    name = first_present(view, "reward", "loss") or "reward"
+    evidence = [at(view, name, ep.onset, f"num_generations = 1 with a group advantage ({cfg.describe('advantage')})")]
+    causes = ["one completion per prompt: a group of one has no baseline, so every group-relative advantage is 0 "
+              "(or the reward itself, with no variance to scale it): nothing is learnt"]
+    fixes = [make_fix(cfg, "sample several completions per prompt", {"num_generations": 8}),
+             advice("or use an estimator with a baseline of its own (a critic: PPO with GAE; REINFORCE with a "
+                    "moving average)")]
+    return Explanation("critical", evidence, causes, fixes)
+
+
+SINGLE_GENERATION = Rule(
+    id="single_generation", title="GRPO with one completion per prompt: no group baseline",
+    requires=(), detect=_single_detect, explain=_single_explain, gate=_single_gate, open_after=1,
+    references=(REF_TABLE + " advantage std ≈ 0", "seed 000 §1.2"),
+    read="num_generations is 1 while the advantage is group-relative (GRPO, Dr.GRPO, RLOO): each prompt's group is "
+         "one completion, whose advantage against its own mean is 0.",
+)
+
+
+# ---------------------------------------------------------------------------------------- grad_spikes
 
 
 def _spike_detect(view: RunView, since):
@@ -174,10 +277,13 @@ def _spike_explain(view: RunView, ep: Episode) -> Explanation:
     mu = cfg.get("num_iterations")
     if isinstance(mu, int) and mu > 1:
         causes.insert(0, f"several updates per rollout (num_iterations = {mu}) on a stale batch")
-    fixes = [make_fix(cfg, "clip gradients harder", {"max_grad_norm": scaled(cfg, "max_grad_norm", 0.2)}),
-             make_fix(cfg, "use larger batches", {"per_device_train_batch_size":
+    fixes = [make_fix(cfg, "use larger batches", {"per_device_train_batch_size":
                                                    scaled(cfg, "per_device_train_batch_size", 2)}),
              make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
+    clip = scaled(cfg, "max_grad_norm", 0.2)
+    lowest = float(np.min(values)) if len(values) else 0.0
+    if not isinstance(clip, (int, float)) or clip > lowest:  # below every norm it would only scale the lr down
+        fixes.insert(0, make_fix(cfg, "clip gradients harder", {"max_grad_norm": clip}))
     return Explanation("warning", evidence, causes, fixes)
 
 
@@ -227,11 +333,13 @@ def _entropy_collapse_explain(view: RunView, ep: Episode) -> Explanation:
     for name, note in (("frac_reward_zero_std", "more uniform groups"), ("reward_std", "less reward spread")):
         if view.has(name):
             evidence.append(smoothed_evidence(view, name, ep.last, note))
-    causes = ["symmetric clipping favours exploitation: probable tokens grow, rare ones cannot",
-              "no entropy bonus, low temperature, or an over-trained starting checkpoint"]
+    can_clip = not cfg.one_update_per_rollout()  # with one update per rollout the ratio is 1: ε changes nothing
+    causes = ["no entropy bonus, low temperature, or an over-trained starting checkpoint"]
+    if can_clip:
+        causes.insert(0, "symmetric clipping favours exploitation: probable tokens grow, rare ones cannot")
     fixes = []
     epsilon, high = cfg.get("epsilon"), cfg.get("epsilon_high")
-    if high is None or (isinstance(epsilon, (int, float)) and high <= epsilon):
+    if can_clip and (high is None or (isinstance(epsilon, (int, float)) and high <= epsilon)):
         fixes.append(make_fix(cfg, "clip-higher (DAPO)", {"epsilon_high": 0.28}))
     fixes += warmer(cfg) + drop_uniform_groups(cfg, "drop uniform groups (dynamic sampling)")
     fixes.append(advice("an entropy bonus (TRL entropy_coef, verl entropy_coeff)"))
@@ -263,7 +371,8 @@ def _entropy_blowup_explain(view: RunView, ep: Episode) -> Explanation:
     severe = fell is not None
     causes, fixes = [], []
     epsilon, high = cfg.get("epsilon"), cfg.get("epsilon_high")
-    if isinstance(high, (int, float)) and isinstance(epsilon, (int, float)) and high > epsilon:
+    if isinstance(high, (int, float)) and isinstance(epsilon, (int, float)) and high > epsilon \
+            and not cfg.one_update_per_rollout():
         causes.append(f"clip-higher is too permissive (epsilon_high = {high:g})")
         fixes.append(make_fix(cfg, "narrow clip-higher", {"epsilon_high": float(epsilon)}))
     if view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.3:
@@ -333,5 +442,5 @@ OOM = Rule(
          "checkpointing, then LoRA.",
 )
 
-RULES = (NONFINITE, ZERO_GRAD, GRAD_SPIKES, ENTROPY_COLLAPSE, ENTROPY_BLOWUP, OOM)
+RULES = (NONFINITE, SINGLE_GENERATION, ZERO_GRAD, LOSS_SPIKE, GRAD_SPIKES, ENTROPY_COLLAPSE, ENTROPY_BLOWUP, OOM)
 

@@ -316,6 +316,11 @@ def _uniform_explain(view: RunView, ep: Episode) -> Explanation:
     else:
         causes.append("every completion of a group gets the same reward: the task is too easy or too hard "
                       "for the model, or the samples lack variety")
+    truncated = view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.9
+    if truncated:  # every completion cut alike: no G or temperature separates them, the cap must move
+        return Explanation("critical" if severe else "warning", evidence, causes,
+                           [advice("raise the length cap first (see truncation): the groups are uniform because "
+                                   "every completion is cut")])
     causes.append("temperature too low, or too few completions per group")
     fixes += warmer(cfg)
     if G:
