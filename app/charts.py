@@ -35,6 +35,8 @@ def band_label(health: HealthRange) -> str:
     """The legend entry of a health band: the range and the document it comes from."""
     if health.kind == "exact":
         return f"{range_text(health)} ({health.source})"
+    if health.kind == "document":
+        return f"the documents' {range_text(health).removesuffix(' (documents)')} ({health.source})"
     word = "target" if health.kind == "target" else "healthy"
     return f"{word} {range_text(health).removeprefix('target ')} ({health.source})"
 

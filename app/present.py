@@ -74,6 +74,8 @@ def range_text(health: HealthRange | None) -> str:
         text = f"≥ {number(low)}"
     else:
         return "finite"
+    if health.kind == "document":
+        return f"{text} (documents)"
     return f"target {text}" if health.kind == "target" else text
 
 
@@ -86,6 +88,8 @@ def status_text(value: float, health: HealthRange | None) -> str:
     if health is None:
         return "–"
     state = health.status(value)
+    if health.kind == "document" and state in ("below", "above"):
+        return state  # outside the documents' band, which alone does not make it unhealthy
     if state == "below":
         return "ok" if health.kind == "target" else "LOW"
     if state == "above":

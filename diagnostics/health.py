@@ -23,8 +23,11 @@ class MetricHealth:
 
 
 def outside(band: HealthRange, values: np.ndarray) -> np.ndarray:
-    """Which values are unhealthy: non-finite, or outside the band (below a ``target`` band is fine)."""
+    """Which values are unhealthy: non-finite, or outside the band (below a ``target`` band is fine; outside a
+    ``document`` band alone is not unhealthy)."""
     bad = ~np.isfinite(values)
+    if band.kind == "document":
+        return bad
     with np.errstate(invalid="ignore"):
         if band.low is not None and band.kind != "target":
             bad |= values < band.low - 1e-12

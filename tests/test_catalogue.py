@@ -124,3 +124,22 @@ def test_catalogue_covers_reference_section_2():
                  "policy_loss", "kl_loss", "learning_rate", "beta", "epsilon", "frac_reward_zero_std",
                  "repetition", "step_time", "tokens_per_second", "memory/peak_gb"]:
         assert name in BY_NAME
+
+
+def test_the_documents_entropy_band_is_shown_but_never_marks_a_run_unhealthy():
+    """REFERENCE §2: real LLM runs sit above seed 001's 0.01–0.1; the band is the documents', for reference."""
+    import numpy as np
+    import pandas as pd
+
+    from app.charts import band_label, metric_spec
+    from app.present import status_text
+    from diagnostics.health import outside
+
+    band = health("entropy")
+    assert band.kind == "document" and (band.low, band.high) == (0.01, 0.1)
+    values = np.array([0.9, 0.7, 0.5, math.nan])
+    assert outside(band, values).tolist() == [False, False, False, True]  # only NaN is unhealthy
+    assert status_text(0.6, band) == "above" and status_text(0.05, band) == "ok"
+    traces, _ = metric_spec(pd.Series(values[:3], index=[1, 2, 3]), band, "entropy")
+    assert [t["name"] for t in traces] == ["entropy"]  # no "out of range" markers
+    assert band_label(band).startswith("the documents' 0.01 – 0.1")

@@ -139,7 +139,7 @@ def test_show_statuses_ranges_and_order(capsys, db):
                               "policy_loss", "alpha_custom", "zeta_custom"]
     assert rows["advantage/abs_max"][3:5] == ["≤ 2.47", "ok"]  # (G−1)/√G with G = 8
     assert rows["clip_ratio/region_mean"][3:5] == ["= 0 (exact)", "ok"]  # num_iterations = 1
-    assert rows["entropy"][3:5] == ["0.01 – 0.1", "LOW"]
+    assert rows["entropy"][3:5] == ["0.01 – 0.1 (documents)", "below"]  # outside the documents' band: not LOW
     assert rows["loss"][2:5] == ["NaN", "finite", "NaN"]
     assert rows["policy_loss"][2:5] == ["inf", "–", "inf"]
     assert rows["zeta_custom"][3:5] == ["–", "–"]
