@@ -62,6 +62,8 @@ class Fixture:
     cause: str = ""                            # text the first cause must contain
     fix: dict = field(default_factory=dict)    # a change the fixes must include
     first_fix: dict | None = None              # the changes of the first problem's first config fix ({}: none)
+    open_at_end: bool = False                  # the first problem is still open at the last step
+    never: tuple[str, ...] = ()                # config keys no fix may change
 
 
 def ramp(n: int, start: float, end: float, begin: int = 0) -> np.ndarray:
@@ -92,15 +94,23 @@ FIXTURES = [
     Fixture("outputs shrink paid for by one reward function", {"length_shrink": "warning"},
             metrics={"completions/mean_length": ramp(N, 200, 80, 30) + noise(N, 3, 20),
                      "reward": ramp(N, 1.0, 1.6, 30) + noise(N, 0.02, 21),
-                     "rewards/brevity/mean": ramp(N, 0.2, 0.8, 30) + noise(N, 0.02, 22)},
+                     "rewards/brevity/mean": ramp(N, 0.2, 0.8, 30) + noise(N, 0.02, 22),
+                     "rewards/correctness/mean": 0.3 + noise(N, 0.03, 3)},
             config={"reward_funcs": ["correctness", "my_rewards:brevity"], "reward_weights": [1.0, 2.0],
                     "loss_type": "grpo"},
             cause="pays for shortness", first_fix={"reward_weights": [1.0, 0.0]}),
     Fixture("repetition paid for by one reward function", {"repetition": "warning"},
             metrics={"repetition": ramp(N, 0.02, 0.5, 40) + np.abs(noise(N, 0.01, 23)),
-                     "rewards/templated/mean": ramp(N, 0.1, 0.9, 40) + noise(N, 0.02, 24)},
+                     "rewards/templated/mean": ramp(N, 0.1, 0.9, 40) + noise(N, 0.02, 24),
+                     "rewards/correctness/mean": 0.3 + noise(N, 0.03, 3)},
             config={"reward_funcs": ["correctness", "templated"]},
             cause="pays for repetition", first_fix={"reward_weights": [1.0, 0.0]}),
+    Fixture("repetition while accuracy still rises: no reward function blamed", {"repetition": "warning"},
+            metrics={"repetition": ramp(N, 0.02, 0.5, 40) + np.abs(noise(N, 0.01, 23)),
+                     "rewards/templated/mean": ramp(N, 0.1, 0.9, 40) + noise(N, 0.02, 24)},
+            config={"reward_funcs": ["correctness", "templated"]}, never=("reward_weights",)),
+    Fixture("kl rose fast, then stays ten times the target: still open", {"kl_blowup": "warning"},
+            metrics={"kl": np.concatenate([H["kl"][:40], ramp(10, 0.02, 0.5), np.full(100, 0.5)])}, open_at_end=True),
     Fixture("kl rising with k1 in the loss: the estimator first", {"kl_blowup": "warning"},
             metrics={"kl": np.concatenate([H["kl"][:80], 0.02 * np.exp(np.arange(70) / 20)])},
             config={"kl_estimator": "k1"}, cause="k1 estimator in the loss", first_fix={"kl_estimator": "k3"}),
@@ -157,7 +167,7 @@ FIXTURES = [
             metrics={"completions/clipped_ratio": np.full(N, 0.99), "frac_reward_zero_std": np.full(N, 0.98),
                      "completions/mean_terminated_length": np.zeros(N), "reward": np.zeros(N),
                      "reward_std": np.zeros(N), "rewards/correctness/mean": np.zeros(N)},
-            fix={"max_completion_length": 1024}),
+            fix={"max_completion_length": 1024}, never=("num_generations", "temperature")),
     Fixture("moderate truncation is expected", {}, metrics={"completions/clipped_ratio": np.full(N, 0.6)},
             notes=("truncation_moderate",)),
     Fixture("repetition at low temperature", {"repetition": "warning"},
@@ -314,6 +324,10 @@ def test_fixture_findings(fixture):
     if fixture.first_fix is not None:
         config_fixes = [fix.changes for fix in first.fixes if fix.changes]
         assert (config_fixes[0] if config_fixes else {}) == fixture.first_fix, config_fixes
+    changed = {k for f in findings for fix in f.fixes for k in fix.changes}
+    assert not changed & set(fixture.never), changed & set(fixture.never)
+    if fixture.open_at_end:
+        assert first.status == "open" and first.last_step == fixture.n, (first.status, first.last_step)
     for f in findings:  # every finding carries its evidence and references; problems their causes and fixes
         assert f.evidence and f.references and f.onset_step is not None
         if f.severity != "expected":

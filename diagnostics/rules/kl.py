@@ -15,6 +15,7 @@ from diagnostics.view import RunView
 
 TARGET_HIGH = 0.05   # seed 000 §2.5: the adaptive controller's target band is 0.01–0.05
 EXTREME = 1.0        # nats per token: the policy's tokens are e-fold likelier or rarer than the reference's
+HOLD = 4             # a blow-up lasts while KL stays above this many times the target's top
 
 
 def _upper(view: RunView) -> float:
@@ -34,7 +35,24 @@ def _blowup_detect(view: RunView, since):
         fast = (med >= 3 * earlier) & (med - earlier > upper)             # tripled within one window
         steady = (med >= 1.5 * earlier) & (earlier >= 1.5 * before)       # up by half, twice running
         held = adaptive & (idx >= view.rows(2 * W, "kl") - 1) & (med > upper)
-        return steps, (extreme >= EXTREME) | (above & (fast | steady)) | held
+        opening = (extreme >= EXTREME) | (above & (fast | steady)) | held
+        return steps, _while_high(view, opening, med > HOLD * upper, idx[0] if len(idx) else 0)
+
+
+def _while_high(view: RunView, opening: np.ndarray, high: np.ndarray, lo: int) -> np.ndarray:
+    """A blow-up, once seen, lasts while KL stays above HOLD × the target: a KL that stopped rising at ten times the
+    target has not recovered. ``in[i] = opening[i] or (high[i] and in[i-1])``, vectorised over the rows, with the
+    state at the end of the last pass kept in ``view.memo``."""
+    done, carry = view.memo.get("kl_blowup_episode", (0, False))
+    carry = carry and done == lo
+    segment = np.cumsum(~high)                     # rows after a row that is not high share its segment
+    opened = np.cumsum(opening)
+    starts = np.flatnonzero(np.diff(np.concatenate(([-1], segment))))  # each segment's first row
+    before = np.concatenate(([0], opened))[starts]                     # openings before each segment
+    since_start = opened - before[np.searchsorted(starts, np.arange(len(high)), side="right") - 1]
+    active = opening | (high & ((since_start > 0) | (carry & (segment == 0))))
+    view.memo["kl_blowup_episode"] = (lo + len(active), bool(active[-1]) if len(active) else carry)
+    return active
 
 
 def _back(view: RunView, idx: np.ndarray, steps_back: int) -> np.ndarray:
@@ -95,7 +113,8 @@ KL_BLOWUP = Rule(
     references=(REF_TABLE + " KL blow-up", "seed 000 §2.5, §4.5", PAINPOINTS + "s 9, 19, 20"),
     read="The 10-step median KL is above the target band (0.05, or 2 × kl_target) and either tripled since "
          "10 logged steps before or rose by half twice running; or it exceeds 1 nat per token at all (critical, "
-         "as when the reward falls after it). KL 0 at the first step and single spikes are expected.",
+         "as when the reward falls after it). It lasts while KL stays above 4 × the target's top: a KL that stopped "
+         "rising far above the target has not recovered. KL 0 at the first step and single spikes are expected.",
 )
 
 

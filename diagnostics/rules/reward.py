@@ -29,9 +29,19 @@ def components(view: RunView) -> list[str]:
 
 def component_behind(view: RunView, metric: str, upto: int, sign: int) -> tuple[str, float] | None:
     """The reward function whose mean moved with ``metric`` (``sign`` +1: rose with it, −1: rose as it fell)
-    most closely up to step ``upto``, as (function name, correlation), when that correlation is 0.5 or more."""
+    most closely up to step ``upto``, as (function name, correlation), when that correlation is 0.5 or more. Never the
+    accuracy reward itself, and no one while the accuracy is still rising: a symptom bought with real progress is not
+    a reward paying for the symptom."""
+    accuracy = accuracy_component(view)
+    if accuracy is not None:
+        w = slow_window(view, accuracy)
+        gain = smoothed(view, accuracy, upto, w) - view.head(accuracy, w)
+        if gain > max(4 * median_noise(view, accuracy, w), 1e-9):
+            return None
     best = None
     for name in components(view):
+        if name == accuracy:
+            continue
         r = sign * correlation_upto(view, metric, name, upto)
         if r >= 0.5 and (best is None or r > best[1]):
             best = (name.split("/")[1], r)
