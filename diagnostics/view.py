@@ -13,7 +13,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -29,8 +29,13 @@ GRAD_SIGNAL = "grad_norm/with_signal"
 NO_SIGNAL_GRAD = 1e-3
 # entropy where it was measured: a loop that logs 0.0 for a step with no token in its loss measured nothing.
 ENTROPY_MEASURED = "entropy/measured"
-DERIVED_FROM = {GRAD_SIGNAL: "grad_norm", ENTROPY_MEASURED: "entropy"}  # the view's own series -> what they read
-DERIVED = frozenset(DERIVED_FROM)
+# The view's own series: name -> (the logged metric it keeps rows of, which of its values it keeps).
+_DERIVED: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
+    GRAD_SIGNAL: ("grad_norm", lambda values: values > NO_SIGNAL_GRAD),
+    ENTROPY_MEASURED: ("entropy", lambda values: values != 0.0),
+}
+DERIVED_FROM = {name: source for name, (source, _keep) in _DERIVED.items()}
+DERIVED = frozenset(_DERIVED)
 SAMPLE_EMPTY = "samples/empty_share"
 SAMPLE_REPETITION = "samples/repetition"
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -121,8 +126,7 @@ class RunView:
         fresh = dict(fresh)
         if samples is not None and len(samples):
             fresh.update(sample_statistics(samples))
-        for name, derived, keep in ((("grad_norm", GRAD_SIGNAL, lambda v: v > NO_SIGNAL_GRAD)),
-                                    ("entropy", ENTROPY_MEASURED, lambda v: v != 0.0)):
+        for derived, (name, keep) in _DERIVED.items():
             if name in fresh:
                 steps, values = fresh[name]
                 values = np.asarray(values, dtype=np.float64)
