@@ -83,6 +83,21 @@ def _advantage_abs_max_range(config: Mapping) -> HealthRange | None:
                        "with group z-scoring the bound is (G−1)/√G")
 
 
+GROUP_MEAN_TOLERANCE = 1e-3  # float32 sums leave ~1e-7; broken groups leave 0.1 and more
+
+
+def _group_mean_range(config: Mapping) -> HealthRange | None:
+    """max_g |mean A| over prompt groups: 0 (up to float noise) when the advantage is centred on the prompt's group;
+    no band when groups are formed otherwise (group_by length_quantile or reward_bucket) or there is no group."""
+    if config.get("advantage", "grpo") not in ("grpo", "dr_grpo", "rloo") or config.get("advantage_clip") is not None:
+        return None
+    if config.get("group_by", "prompt") != "prompt":
+        return None
+    return HealthRange(0.0, GROUP_MEAN_TOLERANCE, "REFERENCE §1 (multi-process: gather before group statistics)",
+                       note="0 by construction for prompt-group-centred advantages (float noise ~1e-7 is fine); "
+                            "above 0.001 = groups split across processes without the gather (painpoints row 28)")
+
+
 def _clip_ratio_range(config: Mapping) -> HealthRange:
     """> 0.3 = too aggressive (000 §3.5), but exactly 0 with one update per rollout (REFERENCE §1)."""
     mu = _num(config, "num_iterations", None)
@@ -114,10 +129,17 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("reward_min", "min total reward in the batch", group="reward", aliases=("critic/score/min",)),
     Metric("reward_gap", "max − min of the batch rewards", group="reward",
            ranges=_fixed(0.5, 2.0, SEED_001 + " §3.2", note="the seed checks it every 100 steps")),
-    Metric("frac_reward_zero_std", "share of groups whose rewards are all identical (no learning signal)",
+    Metric("frac_reward_zero_std", "share of prompt groups whose rewards are all identical (no learning signal)",
            group="reward",
            note="expected ≈ p^G + (1−p)^G for a binary reward with success rate p; dynamic sampling "
                 "would skip these groups (000 §2.9 counts 30%)"),
+    Metric("dynamic_sampling/draws", "rollouts drawn this step to fill the batch with groups that differ (DAPO)",
+           group="reward",
+           note="1 = the first draw was enough; at dynamic_sampling_max_draws the batch keeps some uniform groups"),
+    Metric("dynamic_sampling/frac_uniform_drawn", "share of the drawn prompt groups whose rewards were all equal",
+           group="reward"),
+    Metric("dynamic_sampling/frac_dropped", "share of the trained batch left out of the loss as uniform groups",
+           group="reward", note="0 when dynamic sampling refilled the batch"),
     # ---- KL
     Metric("kl", "mean per-token KL to the reference (estimator per config; TRL uses k3)", group="kl",
            ranges=_fixed(0.01, 0.05, SEED_000 + " §2.5", kind="target",
@@ -173,9 +195,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("advantage/abs_max", "largest |advantage| in the batch", group="advantage",
            ranges=_advantage_abs_max_range),
     Metric("advantage/group_mean_abs_max", "largest |mean advantage| of any prompt group", group="advantage",
-           ranges=_fixed(0.0, 0.0, "REFERENCE §1 (multi-process: gather before group statistics)", kind="exact",
-                         note="0 by construction for group-centred advantages; above 0 = groups split "
-                              "across processes without the gather (painpoints row 28)")),
+           ranges=_group_mean_range),
     Metric("advantage/max", "largest advantage", group="advantage",
            aliases=("critic/advantages/max", "val/advantages_max", "advantages/max")),
     Metric("advantage/min", "smallest advantage", group="advantage",

@@ -90,7 +90,7 @@ def warmer(cfg: RunConfig) -> list[Fix]:
 
 def drop_uniform_groups(cfg: RunConfig, why: str) -> list[Fix]:
     """Turn on the embedded trainer's dynamic sampling (DAPO), where it is off."""
-    if cfg.ours and not cfg.get("dynamic_sampling"):
+    if cfg.ours and not cfg.get("dynamic_sampling") and cfg.get("group_by", "prompt") == "prompt":
         return [make_fix(cfg, why, {"dynamic_sampling": True})]
     return []
 

@@ -143,3 +143,13 @@ def test_the_documents_entropy_band_is_shown_but_never_marks_a_run_unhealthy():
     traces, _ = metric_spec(pd.Series(values[:3], index=[1, 2, 3]), band, "entropy")
     assert [t["name"] for t in traces] == ["entropy"]  # no "out of range" markers
     assert band_label(band).startswith("the documents' 0.01 – 0.1")
+
+
+def test_group_mean_band_allows_float_noise_and_applies_only_to_prompt_groups():
+    """advantage/group_mean_abs_max is 0 up to float32 noise for prompt groups; under length_quantile or
+    reward_bucket grouping it is not 0 by construction, so it has no band at all."""
+    band = health("advantage/group_mean_abs_max", {"advantage": "grpo", "group_by": "prompt"})
+    assert band.status(2e-7) == "in range" and band.status(0.05) == "above"
+    for group_by in ("length_quantile", "reward_bucket"):
+        assert health("advantage/group_mean_abs_max", {"advantage": "grpo", "group_by": group_by}) is None
+    assert health("advantage/group_mean_abs_max", {"advantage": "reinforce"}) is None

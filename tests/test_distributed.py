@@ -66,9 +66,11 @@ def metrics_and_weights(folder: Path):
 
 @pytest.mark.parametrize("extra", [
     [],                                                                    # grpo, dapo token mean, k3 in the loss
-    ["--scale_rewards", "batch", "--group_by", "length_quantile", "--loss_type", "dr_grpo", "--dynamic_sampling"],
+    ["--scale_rewards", "batch", "--group_by", "length_quantile", "--loss_type", "dr_grpo"],
+    # several updates per rollout: clip ratios are token sums and counts over processes, not per-process means
+    ["--num_iterations", "2", "--epsilon", "0.001", "--dynamic_sampling"],
     ["--advantage", "gae", "--kl_in", "reward"],                           # PPO: whitening and EV over processes
-], ids=["grpo", "batch-statistics", "gae"])
+], ids=["grpo", "batch-statistics", "iterations", "gae"])
 def test_two_processes_equal_one_process_on_the_same_batch(tmp_path, monkeypatch, extra):
     """Same prompts, same completions: rewards gathered before the group statistics give the same advantages,
     metrics and update (DDP-averaged gradients with global loss normalisers) as one process on both halves."""
@@ -84,6 +86,8 @@ def test_two_processes_equal_one_process_on_the_same_batch(tmp_path, monkeypatch
     m2, w2, v2 = metrics_and_weights(tmp_path / "two")
     assert list(m1.columns) == list(m2.columns) and list(m1.index) == [1, 2]
     assert (m1["advantage/std"] > 0).all()  # a batch with signal, or the comparison proves little
+    if "--num_iterations" in extra:  # clipping happened, unevenly between the two halves of the batch
+        assert m1["clip_ratio/region_mean"].iloc[-1] > 0
     for name in m1.columns:
         assert m2[name].tolist() == pytest.approx(m1[name].tolist(), rel=1e-4, abs=1e-6, nan_ok=True), name
     with RunStore(tmp_path / "two" / "runs.db") as store:  # process 1 wrote nothing: one run, two steps

@@ -207,21 +207,40 @@ def test_length_quantile_fixes_seed_digitize_extra_bin():
 
 @pytest.mark.parametrize("seed", range(5))
 def test_reward_bucket_group_ids_matches_loop(seed):
-    rewards, _ = random_batch(seed)
-    vals = [r for r in rewards if not math.isnan(r)]
-    mean = sum(vals) / len(vals)
-    std = ref_batch_std(rewards)
+    rewards, ids = random_batch(seed)
+    means = {}
+    for g in dict.fromkeys(ids):
+        vals = [r for r, i in zip(rewards, ids) if i == g and not math.isnan(r)]
+        means[g] = sum(vals) / len(vals) if vals else NAN
+    finite = [m for m in means.values() if not math.isnan(m)]
+    mu = sum(finite) / len(finite)
+    sd = math.sqrt(sum((m - mu) ** 2 for m in finite) / (len(finite) - 1)) if len(finite) > 1 else NAN
     expected = []
-    for r in rewards:
-        z = 0.0 if math.isnan(r) or std == 0 else (r - mean) / std
+    for i in ids:
+        z = (means[i] - mu) / sd if sd > 0 and not math.isnan(means[i]) else 0.0
         z = min(max(z, -2.0), 2.0)
         expected.append(min(int(math.floor((z + 2) / 4 * 4)), 3))
-    assert gm.reward_bucket_group_ids(T64(rewards)).tolist() == expected
+    assert gm.reward_bucket_group_ids(T64(rewards), torch.tensor(ids)).tolist() == expected
 
 
 def test_reward_bucket_constant_rewards_one_bucket():
-    assert gm.reward_bucket_group_ids(torch.ones(5)).tolist() == [2] * 5  # z = 0 → middle bucket
-    assert gm.reward_bucket_group_ids(T64([-100.0, 0, 0, 0, 0, 100.0])).tolist() == [0, 2, 2, 2, 2, 3]
+    assert gm.reward_bucket_group_ids(torch.ones(6), gm.prompt_group_ids(3, 2)).tolist() == [2] * 6  # z = 0
+    far = T64([-100.0, -100.0, 0, 0, 0, 0, 0, 0, 100.0, 100.0])
+    assert gm.reward_bucket_group_ids(far, gm.prompt_group_ids(5, 2)).tolist() == [0, 0, 2, 2, 2, 2, 2, 2, 3, 3]
+
+
+def test_reward_bucket_groups_keep_the_signal_of_a_binary_reward():
+    """Under a 0/1 reward, bucketing each completion by its own reward made every bucket uniform (all
+    advantages 0 for 25 steps); bucketing prompts by their success rate keeps whole groups whose completions
+    still differ, so the advantages are those of prompts of like difficulty."""
+    torch.manual_seed(0)
+    G, P = 8, 16
+    rates = torch.rand(P)
+    rewards = torch.bernoulli(rates.repeat_interleave(G))
+    ids = gm.reward_bucket_group_ids(rewards, gm.prompt_group_ids(P, G))
+    assert (ids.view(P, G) == ids.view(P, G)[:, :1]).all()  # a prompt's completions share a bucket
+    adv = gm.grpo_advantages(rewards, ids)
+    assert adv.abs().max() > 0.5 and (adv != 0).float().mean() > 0.5
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ class Fixture:
     first_fix: dict | None = None              # the changes of the first problem's first config fix ({}: none)
     open_at_end: bool = False                  # the first problem is still open at the last step
     never: tuple[str, ...] = ()                # config keys no fix may change
+    not_cause: str = ""                        # text no cause of the first problem may contain
 
 
 def ramp(n: int, start: float, end: float, begin: int = 0) -> np.ndarray:
@@ -162,6 +163,18 @@ FIXTURES = [
                      "completions/clipped_ratio": ramp(N, 0.0, 0.95, 20),
                      "reward": ramp(N, 0.2, 0.8, 20) + noise(N, 0.01)},
             cause="prefers long", fix={"length_penalty": 0.001}),
+    Fixture("outputs explode under dapo: not per-sequence normalisation, not std scaling",
+            {"length_explode": "warning", "truncation": "warning"},
+            metrics={"completions/mean_length": ramp(N, 150, 505, 20),
+                     "completions/clipped_ratio": ramp(N, 0.0, 0.95, 20)},
+            config={"loss_type": "dapo", "scale_rewards": "group"}, not_cause="normalisation",
+            never=("scale_rewards", "loss_type")),
+    Fixture("outputs explode under grpo: the per-sequence length bias", {"length_explode": "warning",
+                                                                         "truncation": "warning"},
+            metrics={"completions/mean_length": ramp(N, 150, 505, 20),
+                     "completions/clipped_ratio": ramp(N, 0.0, 0.95, 20)},
+            config={"loss_type": "grpo", "scale_rewards": "group"}, cause="per-sequence",
+            fix={"loss_type": "dr_grpo"}, never=("scale_rewards",)),
     Fixture("truncation zeroes the reward", {"truncation": "critical", "uniform_groups": "info",
                                              "reward_flat": "info", "reward_component_constant": "warning"},
             metrics={"completions/clipped_ratio": np.full(N, 0.99), "frac_reward_zero_std": np.full(N, 0.98),
@@ -231,6 +244,8 @@ FIXTURES = [
             metrics={"advantage/group_mean_abs_max": ramp(N, 0.0, 0.4, 60)}),
     Fixture("per-group means at float32 noise", {},
             metrics={"advantage/group_mean_abs_max": np.abs(noise(N, 1e-7, 14))}),
+    Fixture("length-quantile groups: prompt groups are not centred by construction", {},
+            metrics={"advantage/group_mean_abs_max": np.full(N, 0.4)}, config={"group_by": "length_quantile"}),
     Fixture("out of memory", {"oom": "critical"},
             events=({"kind": "crash", "step": 90, "detail": {"error": "OutOfMemoryError: CUDA out of memory"}},),
             fix={"per_device_train_batch_size": 32, "num_generations": 4, "lora_r": 16}),
@@ -292,6 +307,12 @@ FIXTURES = [
     Fixture("per-function std with uniform groups", {"uniform_groups": "critical"},
             metrics={"frac_reward_zero_std": np.ones(N), "rewards/correctness/std": np.full(N, 0.4)},
             notes=("per_function_std",)),
+    # healthy-runs corpus (tests/test_healthy_runs.py): with one update per rollout the policy loss reads 0 by
+    # construction while grad_norm shows the update; that is no evidence of "no learning signal" (not critical)
+    Fixture("uniform groups while the policy loss is 0 by construction", {"uniform_groups": "warning"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.7), "rewards/correctness/mean": np.full(N, 0.5),
+                     "rewards/correctness/std": np.full(N, 0.5), "policy_loss": np.zeros(N)},
+            config={"temperature": 0.3, "loss_type": "grpo"}),
 ]
 
 
@@ -321,6 +342,8 @@ def test_fixture_findings(fixture):
         changes = {k: v for f in findings for fix in f.fixes for k, v in fix.changes.items()}
         for key, value in fixture.fix.items():
             assert changes.get(key) == (pytest.approx(value) if isinstance(value, float) else value), (key, changes)
+    if fixture.not_cause:
+        assert not any(fixture.not_cause in c for c in first.causes), first.causes
     if fixture.first_fix is not None:
         config_fixes = [fix.changes for fix in first.fixes if fix.changes]
         assert (config_fixes[0] if config_fixes else {}) == fixture.first_fix, config_fixes

@@ -47,6 +47,8 @@ def run_inprocess(tmp_path, *args, max_steps=3):
     (["--advantage", "gae", "--lam", "1.5"], "lam: must be in [0, 1]"),
     (["--ppo_warmup_steps", "-1"], "ppo_warmup_steps: must be >= 0"),
     (["--kl_estimator", "k1"], "kl_estimator=k1 with the KL in the loss: the gradient of k1"),
+    (["--dynamic_sampling", "--group_by", "length_quantile"], "dynamic_sampling needs group_by=prompt"),
+    (["--dynamic_sampling_max_draws", "0"], "dynamic_sampling_max_draws: must be >= 1"),
 ])
 def test_bad_config_gets_one_clear_message(argv, message):
     with pytest.raises(ConfigError) as err:
@@ -149,6 +151,55 @@ def test_ppo_warmup_then_grpo(tmp_path):
     saved = torch.load(Path(store.events(run, "checkpoint")["detail"].iloc[-1]["path"]) / "trainer_state.pt",
                        weights_only=False)
     assert saved["value_head"]["linear.weight"].abs().max() > 0  # the critic trained during the warm-up
+
+
+def scripted_completions(uniform):
+    """Stands in for sampling.generate: for a prompt "a+b=" where ``uniform(a, b)``, G copies of one answer
+    (right when a is even, so groups differ from each other, each uniform inside); otherwise G different answers."""
+    from trainer import tiny
+
+    def generate(lm, prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p, eos_token_ids, pad_token_id):
+        tok = tiny.build_tokenizer()
+        rows = []
+        for text in tok.batch_decode(prompt_ids, skip_special_tokens=True):
+            a, b = (int(x) for x in text.rstrip("=").split("+"))
+            same = str(a + b) if a % 2 == 0 else str(a + b + 1)
+            answers = [same] * G if uniform(a, b) else [str(a + b + k % 2) for k in range(G)]
+            rows += [tok(x).input_ids + [eos_token_ids[0]] for x in answers]
+        T = max(map(len, rows))
+        return torch.tensor([r + [pad_token_id] * (T - len(r)) for r in rows])
+    return generate
+
+
+def test_dynamic_sampling_refills_the_batch(tmp_path, monkeypatch):
+    """DAPO: prompts whose G rewards are equal are set aside and new prompts drawn until the batch is full;
+    dropping them alone (the old behaviour) left a third of the batch without signal and rescaled the gradient."""
+    from trainer import sampling
+
+    monkeypatch.setattr(sampling, "generate", scripted_completions(lambda a, b: (a + b) % 3 == 0))
+    plain = run_inprocess(tmp_path / "plain", max_steps=3)
+    wide = plain[0].metrics(plain[1])
+    assert wide["frac_reward_zero_std"].max() > 0  # the script does leave uniform groups
+    store, run, status = run_inprocess(tmp_path / "ds", "--dynamic_sampling", max_steps=3)
+    wide = store.metrics(run)
+    assert status == "finished"
+    assert (wide["dynamic_sampling/draws"] >= 2).any() and (wide["dynamic_sampling/frac_uniform_drawn"] > 0).any()
+    assert (wide["dynamic_sampling/frac_dropped"] == 0).all() and (wide["frac_reward_zero_std"] == 0).all()
+    store, run, _ = run_inprocess(tmp_path / "cap", "--dynamic_sampling", "--dynamic_sampling_max_draws", "1",
+                                  max_steps=3)
+    assert (store.metrics(run)["dynamic_sampling/frac_dropped"] > 0).any()  # at the cap: dropped, not refilled
+
+
+def test_uniform_groups_are_counted_per_prompt_whatever_the_grouping(tmp_path, monkeypatch):
+    """frac_reward_zero_std is TRL's: the share of PROMPT groups with identical rewards, also under
+    group_by length_quantile; group_mean_abs_max (0 only for prompt-centred advantages) is then not logged."""
+    from trainer import sampling
+
+    monkeypatch.setattr(sampling, "generate", scripted_completions(lambda a, b: True))
+    store, run, _ = run_inprocess(tmp_path, "--group_by", "length_quantile", "--num_generations", "4", max_steps=2)
+    wide = store.metrics(run)
+    assert (wide["frac_reward_zero_std"] == 1.0).all()
+    assert "advantage/group_mean_abs_max" not in wide.columns
 
 
 def test_nonfinite_rewards_masked_or_skipped(tmp_path):

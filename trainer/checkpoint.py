@@ -26,6 +26,7 @@ class TrainState:
     baseline: float | None = None  # reinforce EMA baseline
     num_tokens: int = 0
     wandb_id: str | None = None  # the wandb mirror's run, continued on resume
+    extra_draws: int = 0  # dynamic sampling's rollouts beyond one a step: the prompts they used are not reused
 
 
 class CheckpointError(RuntimeError):

@@ -81,7 +81,8 @@ class GRPOConfig:
     reinforce_baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the reinforce baseline"})
     reinforce_baseline_every: int = field(default=5, metadata={"help": "update the reinforce baseline every k steps (seed 001 §3.1: 5)"})
     advantage_clip: str | None = field(default=None, metadata={"help": "None | tanh | a number c (clamp to ±c)"})
-    dynamic_sampling: bool = field(default=False, metadata={"help": "drop groups whose rewards are all equal from the loss (DAPO)"})
+    dynamic_sampling: bool = field(default=False, metadata={"help": "DAPO: drop prompt groups whose rewards are all equal and draw new prompts until the batch is full (or dynamic_sampling_max_draws)"})
+    dynamic_sampling_max_draws: int = field(default=4, metadata={"help": "with dynamic_sampling: at most this many rollouts a step (verl: max_num_gen_batches); then the remaining slots keep uniform groups, out of the loss"})
     length_penalty: float = field(default=0.0, metadata={"help": "r ← r − c·length (seed 000 §4.2: 0.001)"})
     reward_clip: float | None = field(default=None, metadata={"help": "clamp rewards to ±c (seed 000 §4.6: 1.0)"})
     mask_truncated_completions: bool = field(default=False, metadata={"help": "no loss on completions that hit max_completion_length"})
@@ -226,6 +227,11 @@ def validate(c: GRPOConfig) -> list[str]:
             m.append(f"cliprange_value: must be > 0 (got {c.cliprange_value})")
         if c.dynamic_sampling:
             m.append("dynamic_sampling needs a group advantage: GAE has no groups to drop")
+    if c.dynamic_sampling and c.group_by != "prompt":
+        m.append(f"dynamic_sampling needs group_by=prompt: it drops prompts whose completions all score the same, "
+                 f"while group_by={c.group_by} takes the baseline from other groups")
+    if c.dynamic_sampling_max_draws < 1:
+        m.append(f"dynamic_sampling_max_draws: must be >= 1 (got {c.dynamic_sampling_max_draws})")
     if c.lora_r < 0:
         m.append(f"lora_r: must be >= 0 (got {c.lora_r})")
     elif c.lora_r == 0 and (c.lora_alpha is not None or c.lora_target_modules):

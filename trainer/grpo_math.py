@@ -37,18 +37,25 @@ def length_quantile_group_ids(lengths: torch.Tensor, n_bins: int = 4) -> torch.T
     return torch.bucketize(x, edges, right=False)  # (N,) number of edges strictly below len_i
 
 
-def reward_bucket_group_ids(rewards: torch.Tensor, n_buckets: int = 4) -> torch.Tensor:
-    """id_i = min(⌊(z_i + 2)/4 · n_buckets⌋, n_buckets−1), z = clip((r − nanmean r)/nanstd r, −2, 2).
+def reward_bucket_group_ids(rewards: torch.Tensor, prompt_ids: torch.Tensor, n_buckets: int = 4) -> torch.Tensor:
+    """id_i = min(⌊(z_p + 2)/4 · n_buckets⌋, n_buckets−1) for i's prompt p, z = clip((m_p − mean m)/std m, −2, 2).
 
-    Seed 001 §2.1 "group by initial score": its clipped z-score is a float, not a group id, so it is cut here
-    into n_buckets equal-width buckets over [−2, 2]. std has ddof=1; a NaN reward (or a zero std) gets z = 0.
+    Seed 001 §2.1 "mixed-ability grouping by initial score": m_p is the prompt's mean reward (its difficulty for
+    the policy now), z-scored over the batch's prompts (ddof=1; a prompt with no finite reward, or a zero std,
+    gets z = 0) and cut into n_buckets equal-width buckets over [−2, 2]. A bucket holds whole prompt groups of
+    similar difficulty whose completions still differ in reward; bucketing each completion by its own reward
+    (the seed's literal code) would put equal rewards together and leave every advantage 0 under a 0/1 reward.
     """
     r = _as_float(rewards)  # (N,)
-    all_ids = torch.zeros_like(r, dtype=torch.long)  # (N,) one group: the whole batch
-    std = group_std(r, all_ids)  # (N,)
-    z = (r - group_mean(r, all_ids)) / std
-    z = torch.where(torch.isfinite(z), z, 0.0).clamp(-2.0, 2.0)  # (N,)
-    return torch.floor((z + 2.0) / 4.0 * n_buckets).long().clamp(max=n_buckets - 1)  # (N,)
+    inv, k = _dense(prompt_ids)
+    valid = ~torch.isnan(r)
+    sums = _group_sum(torch.where(valid, r, 0.0), inv, k)  # (K,)
+    means = sums / _group_sum(valid.to(r.dtype), inv, k)  # (K,) NaN for a prompt with no finite reward
+    finite = means[~torch.isnan(means)]
+    std = finite.std() if finite.numel() > 1 else torch.tensor(math.nan, dtype=r.dtype)
+    z = (means - finite.mean()) / std  # (K,)
+    z = torch.where(torch.isfinite(z), z, 0.0).clamp(-2.0, 2.0)
+    return torch.floor((z + 2.0) / 4.0 * n_buckets).long().clamp(max=n_buckets - 1)[inv]  # (N,)
 
 
 # ---------------------------------------------------------------------------------------------------------

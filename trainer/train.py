@@ -68,10 +68,48 @@ class Rollout:
 
 
 @dataclass
+class Draw:
+    """One rollout of this process's prompts, scored: what dynamic sampling draws again."""
+    ro: Rollout
+    per_func: torch.Tensor     # (N_local, K) each reward function's score
+    rewards: torch.Tensor      # (N_local,) weighted sum
+    informative: list[bool]    # (n_p,) the prompt's G rewards differ (after shaping): its group carries a gradient
+
+
+def _pad_cat(tensors: list[torch.Tensor], value, left: bool = False) -> torch.Tensor:
+    """Stack (n_k, L_k) tensors along dim 0, each padded to the longest L (on the left: prompts are left-padded)."""
+    L = max(t.shape[1] for t in tensors)
+    return torch.cat([torch.nn.functional.pad(t, (L - t.shape[1], 0) if left else (0, L - t.shape[1]), value=value)
+                      for t in tensors])
+
+
+def refill(draws: list[Draw], n_prompts: int, pad_id: int) -> Draw:
+    """DAPO's dynamic-sampling batch: the first n_prompts informative prompt groups of the draws, in the order
+    drawn, topped up with uniform groups (kept out of the loss) when the draws ran out. One draw stays as is."""
+    if len(draws) == 1:
+        return draws[0]
+    G = draws[0].ro.G
+    order = sorted(((not d.informative[p], k, p) for k, d in enumerate(draws) for p in range(len(d.informative))))
+    chosen = [(draws[k], p) for _, k, p in order[:n_prompts]]
+    rows = [slice(p * G, (p + 1) * G) for _, p in chosen]
+    ro = Rollout(
+        prompt_ids=_pad_cat([d.ro.prompt_ids[p:p + 1] for d, p in chosen], pad_id, left=True),
+        prompt_mask=_pad_cat([d.ro.prompt_mask[p:p + 1] for d, p in chosen], 0, left=True),
+        completion_ids=_pad_cat([d.ro.completion_ids[r] for (d, _), r in zip(chosen, rows)], pad_id),
+        completion_mask=_pad_cat([d.ro.completion_mask[r] for (d, _), r in zip(chosen, rows)], 0.0),
+        truncated=torch.cat([d.ro.truncated[r] for (d, _), r in zip(chosen, rows)]),
+        prompt_tokens=sum(int(d.ro.prompt_mask[p].sum()) * G for d, p in chosen),
+        prompts=[x for (d, _), r in zip(chosen, rows) for x in d.ro.prompts[r]],
+        completions=[x for (d, _), r in zip(chosen, rows) for x in d.ro.completions[r]], G=G,
+    )
+    return Draw(ro, torch.cat([d.per_func[r] for (d, _), r in zip(chosen, rows)]),
+                torch.cat([d.rewards[r] for (d, _), r in zip(chosen, rows)]), [d.informative[p] for d, p in chosen])
+
+
+@dataclass
 class Advantages:
     local: torch.Tensor                # (N_local,) per sequence, or (N_local, T) per token (GAE)
     loss_mask: torch.Tensor            # (N_local, T) the tokens that carry the policy loss
-    group_ids: torch.Tensor            # (N,) the groups of the whole batch (frac_reward_zero_std)
     metrics: dict[str, torch.Tensor]   # advantage/* over the whole batch, the same on every process
     returns: torch.Tensor | None = None     # (N_local, T) GAE value targets
     value_mask: torch.Tensor | None = None  # (N_local, T) the tokens that carry the value loss
@@ -189,16 +227,44 @@ def epsilons_at(config: GRPOConfig, step: int) -> tuple[float, float]:
     return eps, eps if config.epsilon_high is None else max(config.epsilon_high, eps)
 
 
+def shaped_rewards(config: GRPOConfig, rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """NaN for "no score" (inf too, under nonfinite_rewards=mask), then the length penalty and the reward clip."""
+    if config.nonfinite_rewards == "mask":
+        rewards = torch.where(torch.isfinite(rewards), rewards, torch.full_like(rewards, math.nan))
+    return gm.shape_rewards(rewards, lengths, config.length_penalty, config.reward_clip)
+
+
+def draw(config: GRPOConfig, policy, tokenizer, dataset, round_: int, funcs, weights, reward_errors, max_new_tokens,
+         device, autocast, clock, timings: dict, dist: Dist) -> Draw:
+    """The prompts of this round for this process (round r takes the dataset's r-th slice of num_prompts × W),
+    their G completions each, and their scores; which groups are informative, for dynamic sampling."""
+    G, n_global = config.num_generations, config.num_prompts * dist.world_size
+    start = round_ * n_global % len(dataset) + dist.rank * config.num_prompts
+    rows = [dataset[(start + i) % len(dataset)] for i in range(config.num_prompts)]
+    t = clock()
+    policy.eval()
+    with autocast():
+        ro = rollout(policy.lm, tokenizer, rows, config, max_new_tokens, device)
+    policy.train()
+    t_rewards = clock()
+    columns = {k: [r[k] for r in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
+    per_func, rewards = score(funcs, weights, ro.prompts, ro.completions, columns, reward_errors)
+    shaped = shaped_rewards(config, rewards, ro.completion_mask.sum(1).cpu())
+    informative = gm.dynamic_sampling_mask(shaped, gm.prompt_group_ids(len(rows), G)).view(-1, G)[:, 0].tolist()
+    timings["time/generation"] += t_rewards - t
+    timings["time/rewards"] += clock() - t_rewards
+    return Draw(ro, per_func, rewards, informative)
+
+
 def group_advantages(config: GRPOConfig, state: TrainState, step: int, rewards: torch.Tensor,
-                     lengths: torch.Tensor, n_prompts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(advantages, keep, group_ids), all (N,), for the WHOLE batch (every process's completions, gathered)."""
-    G = config.num_generations
+                     lengths: torch.Tensor, prompt_ids: torch.Tensor) -> torch.Tensor:
+    """The advantages (N,) of the WHOLE batch (every process's completions, gathered)."""
     if config.group_by == "prompt":
-        group_ids = gm.prompt_group_ids(n_prompts, G)
+        group_ids = prompt_ids
     elif config.group_by == "length_quantile":
         group_ids = gm.length_quantile_group_ids(lengths)
     else:
-        group_ids = gm.reward_bucket_group_ids(rewards)
+        group_ids = gm.reward_bucket_group_ids(rewards, prompt_ids)
     if config.advantage == "reinforce":
         if state.baseline is None:
             state.baseline = gm.ema_baseline(None, torch.nanmean(rewards).item(), 0.0)
@@ -210,10 +276,7 @@ def group_advantages(config: GRPOConfig, state: TrainState, step: int, rewards: 
         advantages = gm.grpo_advantages(rewards, group_ids, config.scale_rewards)
     else:
         advantages = ADVANTAGE_FUNCS[config.advantage](rewards, group_ids)
-    advantages = clip_advantages(config, torch.nan_to_num(advantages, nan=0.0))
-    keep = (gm.dynamic_sampling_mask(rewards, group_ids) if config.dynamic_sampling
-            else torch.ones_like(advantages, dtype=torch.bool))
-    return advantages, keep, group_ids
+    return clip_advantages(config, torch.nan_to_num(advantages, nan=0.0))
 
 
 def clip_advantages(config: GRPOConfig, advantages: torch.Tensor) -> torch.Tensor:
@@ -309,32 +372,34 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
             eps_low, eps_high = epsilons_at(config, step)
             ppo = config.advantage == "gae" or step <= config.ppo_warmup_steps  # this step is PPO with GAE
 
-            # 1. rollout: G completions for each of this process's prompts (whole groups per process)
-            n_global = config.num_prompts * W
-            start = (step - 1) * n_global % len(dataset) + dist.rank * config.num_prompts
-            rows = [dataset[(start + i) % len(dataset)] for i in range(config.num_prompts)]
-            policy.eval()
-            with autocast():
-                ro = rollout(policy.lm, tokenizer, rows, config, max_new_tokens, device)
-            policy.train()
+            # 1–2. rollout and rewards: G completions for each of this process's prompts (whole groups per
+            # process), scored here (fp32, on CPU). Dynamic sampling (DAPO) sets aside prompts whose G rewards are
+            # all equal and draws new prompts until every process has a full batch or the draws run out.
+            reward_errors: list[str] | None = None if config.reward_errors == "raise" else []
+            draws, need = [], config.num_prompts
+            timings["time/generation"] = timings["time/rewards"] = 0.0
+            while True:
+                if need > 0:
+                    draws.append(draw(config, policy, tokenizer, dataset, step - 1 + state.extra_draws + len(draws),
+                                      funcs, weights, reward_errors, max_new_tokens, device, autocast, clock,
+                                      timings, dist))
+                    need -= sum(draws[-1].informative)
+                if not config.dynamic_sampling or len(draws) >= config.dynamic_sampling_max_draws \
+                        or not dist.any(need > 0):
+                    break
+            state.extra_draws += len(draws) - 1
+            batch = refill(draws, config.num_prompts, tokenizer.pad_token_id)
+            ro = batch.ro
             t = clock()
-            timings["time/generation"] = t - t0
             N_local = len(ro.completions)
             local = slice(dist.rank * N_local, (dist.rank + 1) * N_local)  # this process's rows of the batch
-
-            # 2. rewards (fp32, on CPU): scored here, then gathered from every process BEFORE any statistic
-            columns = {k: [r[k] for r in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
-            reward_errors: list[str] | None = None if config.reward_errors == "raise" else []
-            per_func, rewards = score(funcs, weights, ro.prompts, ro.completions, columns, reward_errors)
-            per_func, rewards = dist.gather(per_func), dist.gather(rewards)     # (N, K), (N,)
+            per_func, rewards = dist.gather(batch.per_func), dist.gather(batch.rewards)  # (N, K), (N,)
             lengths = dist.gather(ro.completion_mask.sum(1).cpu())              # (N,) EOS included, as TRL
             truncated = dist.gather(ro.truncated.cpu().float()).bool()          # (N,)
             skip_update = ((config.nonfinite_rewards == "skip" and not torch.isfinite(rewards).all())
                            or dist.any(config.reward_errors == "skip" and bool(reward_errors)))
-            if config.nonfinite_rewards == "mask":                             # inf counts as "no score" too
-                rewards = torch.where(torch.isfinite(rewards), rewards, torch.full_like(rewards, math.nan))
-            rewards = gm.shape_rewards(rewards, lengths, config.length_penalty, config.reward_clip)
-            timings["time/rewards"] = clock() - t
+            rewards = shaped_rewards(config, rewards, lengths)
+            timings["time/rewards"] += clock() - t
 
             # 3. reference log-probs (no grad)
             t = clock()
@@ -346,7 +411,7 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
 
             # 4. num_iterations clipped policy-gradient updates on this rollout
             t_policy = t_opt = 0.0
-            clip_sums = torch.zeros(3, device=device)                           # low, high, region token shares
+            clip_counts = torch.zeros(4, device=device)        # clipped tokens low, high, region; loss tokens
             skipped = []
             for it in range(config.num_iterations):
                 t = clock()
@@ -394,7 +459,8 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
                     skipped.append({"iteration": it, "reason": "non-finite loss or gradient",
                                     "loss": loss_sum.item() / W, "grad_norm": grad_norm.item()})
                 t_opt += clock() - t
-                clip_sums += torch.stack([gm.masked_mean(f.float(), adv.loss_mask) for f in (low, high, low | high)])
+                tokens = adv.loss_mask.bool()
+                clip_counts += torch.stack([(f & tokens).sum() for f in (low, high, low | high, tokens)]).float()
                 if it == 0:
                     parts = dist.sum(torch.stack([policy_loss, kl_loss, vf_loss]).detach()) / W
                     losses = {"loss": loss_sum / W, "policy_loss": parts[0], "kl_loss": parts[1]}
@@ -406,12 +472,18 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
             state.step = step
             tensors = step_metrics(config, rewards, per_func, names, lengths, truncated, adv, first_pass, old_logp,
                                    ref_logp, ro, dist)
-            clip = dist.sum(clip_sums) / W / config.num_iterations
+            clip = dist.sum(clip_counts)                               # token sums and counts over processes
+            clip = clip[:3] / clip[3].clamp(min=1)
             tensors.update(losses, grad_norm=grad_norm, **{"clip_ratio/low_mean": clip[0],
                            "clip_ratio/high_mean": clip[1], "clip_ratio/region_mean": clip[2]})
             values = torch.stack([v.detach().to(device, torch.float32) for v in tensors.values()]).tolist()
             metrics = dict(zip(tensors, values))
             metrics.update(learning_rate=lr, epsilon=eps_low, epsilon_high=eps_high)
+            if config.dynamic_sampling:
+                drawn = dist.sum(torch.tensor([sum(not i for d in draws for i in d.informative),
+                                               sum(len(d.informative) for d in draws)], dtype=torch.float64))
+                metrics.update({"dynamic_sampling/draws": float(len(draws)),
+                                "dynamic_sampling/frac_uniform_drawn": (drawn[0] / drawn[1]).item()})
 
             # 6. controllers
             if ref_logp is not None:
@@ -509,21 +581,24 @@ def advantages_for(config: GRPOConfig, state: TrainState, step: int, ppo: bool, 
         std = torch.sqrt(dist.sum((((adv_tok - mean) * m) ** 2).sum()) / (n - 1).clamp(min=1))
         metrics = {"advantage/mean": mean, "advantage/std": std,
                    "advantage/abs_max": dist.max((adv_tok.abs() * m).max())}
-        return Advantages(adv_tok, loss_mask, prompt_ids, metrics, returns=returns, value_mask=m)
+        return Advantages(adv_tok, loss_mask, metrics, returns=returns, value_mask=m)
+    keep = (gm.dynamic_sampling_mask(rewards, prompt_ids) if config.dynamic_sampling  # before the KL term
+            else torch.ones_like(rewards, dtype=torch.bool))
     if ref_logp is not None and config.kl_in == "reward":  # PPO-style KL in the reward: r − β·Σ_t k1
         seq_kl = dist.gather((gm.kl_k1(old_logp, ref_logp) * ro.completion_mask).sum(1).float().cpu())
         rewards = rewards - state.beta * seq_kl
-    advantages, keep, group_ids = group_advantages(config, state, step, rewards, lengths,
-                                                   config.num_prompts * dist.world_size)
+    advantages = group_advantages(config, state, step, rewards, lengths, prompt_ids)
     loss_mask = ro.completion_mask * keep[local].to(device).unsqueeze(1)             # (N_local, T)
     if config.mask_truncated_completions:
         loss_mask = loss_mask * (~ro.truncated).unsqueeze(1)
     metrics = {"advantage/mean": advantages.mean(), "advantage/std": advantages.std(),
-               "advantage/abs_max": advantages.abs().max(),
-               "advantage/group_mean_abs_max": gm.group_mean_abs_max(advantages, prompt_ids)}
+               "advantage/abs_max": advantages.abs().max()}
+    if (config.group_by == "prompt" and config.advantage in ADVANTAGE_FUNCS
+            and config.advantage_clip is None):  # 0 by construction only then: a check on the grouping
+        metrics["advantage/group_mean_abs_max"] = gm.group_mean_abs_max(advantages, prompt_ids)
     if config.dynamic_sampling:
         metrics["dynamic_sampling/frac_dropped"] = 1.0 - keep.float().mean()
-    return Advantages(advantages[local].to(device), loss_mask, group_ids, metrics)
+    return Advantages(advantages[local].to(device), loss_mask, metrics)
 
 
 def step_metrics(config: GRPOConfig, rewards, per_func, names, lengths, truncated, adv: Advantages, first_pass,
@@ -536,7 +611,7 @@ def step_metrics(config: GRPOConfig, rewards, per_func, names, lengths, truncate
         return dist.sum((torch.where(m.bool(), x.detach(), 0.0)).sum()) / dist.sum(m.sum()).clamp(min=1)
 
     finite = rewards[~torch.isnan(rewards)]
-    std_g = gm.group_std(rewards, adv.group_ids)
+    std_g = gm.group_std(rewards, gm.prompt_group_ids(len(rewards) // ro.G, ro.G))  # per PROMPT, whatever group_by
     terminated = lengths[~truncated]
     out = {
         "reward": torch.nanmean(rewards) if config.nonfinite_rewards == "mask" else rewards.mean(),

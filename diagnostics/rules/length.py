@@ -140,10 +140,12 @@ def _explode_explain(view: RunView, ep: Episode) -> Explanation:
     correlation = reward_length_correlation(view, ep.last)
     if correlation >= 0.5:
         causes.append(f"the reward prefers long outputs (reward–length correlation {correlation:.2f})")
-    loss_type, scale = cfg.get("loss_type"), cfg.get("scale_rewards")
-    if loss_type == "grpo" or scale == "group":
-        causes.append("length bias: long wrong answers are penalised less per token under 1/|o| "
-                      "normalisation, and std scaling adds to it (Dr.GRPO)")
+    loss_type = cfg.get("loss_type")
+    if loss_type == "grpo":  # dapo, bnpo and dr_grpo divide by a token count or a constant: no per-sequence bias
+        causes.append("length bias of per-sequence normalisation (loss_type = grpo"
+                      + (", assumed: check it" if cfg.is_assumed("loss_type") else "")
+                      + "): a long wrong answer's penalty is spread over more tokens, so each is pushed down "
+                        "less (Dr.GRPO)")
     if view.has("entropy") and smoothed(view, "entropy", ep.last) > 1.5 * view.head("entropy", W):
         causes.append("the policy rambles: entropy is rising with length (gibberish that fills the context)")
     if not causes:
@@ -153,10 +155,8 @@ def _explode_explain(view: RunView, ep: Episode) -> Explanation:
         fixes.append(make_fix(cfg, "penalise length (seed 000 §4.2)", {"length_penalty": 0.001}))
     if not cfg.get("mask_truncated_completions"):
         fixes.append(make_fix(cfg, "take truncated completions out of the loss", {"mask_truncated_completions": True}))
-    if loss_type == "grpo":
+    if loss_type == "grpo":  # not scale_rewards = none: std scaling weighs prompts by difficulty, not by length
         fixes.append(make_fix(cfg, "remove the per-sequence length bias", {"loss_type": "dr_grpo"}))
-    if scale == "group":
-        fixes.append(make_fix(cfg, "drop the std scaling (Dr.GRPO)", {"scale_rewards": "none"}))
     fixes.append(make_fix(cfg, "a larger KL penalty", {"beta": doubled_beta(cfg)}))
     return Explanation("warning", evidence, causes, fixes)
 

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from diagnostics.catalogue import GROUP_MEAN_TOLERANCE
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, make_fix, scaled
 from diagnostics.frameworks import framework
@@ -214,6 +215,8 @@ def _centred_gate(view: RunView) -> str | None:
         return f"{cfg.framework}'s advantage mean is token-weighted, so it is not 0 by construction (painpoints F9)"
     if cfg.get("advantage") not in ("grpo", "dr_grpo", "rloo") or cfg.get("advantage_clip") is not None:
         return "advantages are not group-centred in this config"
+    if cfg.get("group_by", "prompt") != "prompt":
+        return f"advantages are centred on {cfg.get('group_by')} groups, not on each prompt's group"
     return None
 
 
@@ -222,7 +225,7 @@ GROUP_MEAN = "advantage/group_mean_abs_max"  # the embedded trainer's per-group 
 
 def _centred_detect(view: RunView, since):
     if view.has(GROUP_MEAN):
-        return level(view, GROUP_MEAN, since, lambda m: m > 1e-3)
+        return level(view, GROUP_MEAN, since, lambda m: m > GROUP_MEAN_TOLERANCE)
     return level(view, "advantage/mean", since, lambda m: np.abs(m) > 0.05)
 
 

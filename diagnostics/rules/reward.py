@@ -263,7 +263,10 @@ def no_gradient(view: RunView, step: int) -> Evidence | None:
         grad, loss = smoothed(view, "grad_norm", step), smoothed(view, "loss", step)
         if abs(loss) < 1e-6 and grad < 1e-6:
             return Evidence(step, "grad_norm", grad, "loss and grad_norm both 0: no learning signal")
-    if view.has("policy_loss") and abs(smoothed(view, "policy_loss", step)) < 1e-12:
+    # the policy loss's value is ~0 by construction with one update per rollout (ratio 1, centred advantages), so
+    # it says "no signal" only where no gradient norm says otherwise
+    moving = view.has("grad_norm") and smoothed(view, "grad_norm", step) >= 1e-6
+    if view.has("policy_loss") and not moving and abs(smoothed(view, "policy_loss", step)) < 1e-12:
         return Evidence(step, "policy_loss", smoothed(view, "policy_loss", step),
                         "the policy-gradient loss is exactly 0: no learning signal")
     return None
