@@ -99,9 +99,17 @@ CREATE TABLE metric_blocks (
 CREATE INDEX metric_blocks_by_last ON metric_blocks (run_id, last_step);
 """
 
+# The run's writer holds a lease: ``pid`` and ``host`` (already there) and ``attached``, when it took the run
+# (diagnostics/store.py, ``acquire_lease``); ``heartbeat`` renews it.
+LEASE = """
+ALTER TABLE runs ADD COLUMN attached REAL;
+UPDATE runs SET attached = COALESCE(heartbeat, created) WHERE pid IS NOT NULL
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", INITIAL),
     ("002_metric_blocks", BLOCKS),
+    ("003_run_lease", LEASE),
 ]
 
 

@@ -17,15 +17,16 @@ import operator
 import os
 import socket
 import sqlite3
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from diagnostics import blocks
+from diagnostics import blocks, fs
 from diagnostics.findings import Finding
 from diagnostics.schema import migrate
 
@@ -45,6 +46,32 @@ class RunNotFound(StoreError):
     pass
 
 
+class LeaseHeld(StoreError):
+    """Another live process writes the run (the message names it)."""
+
+
+class LeaseLost(StoreError):
+    """This process's lease on a run was taken over: it must stop writing the run."""
+
+
+#: A lease from another host whose heartbeat is older than this (seconds) is taken over. On this host the
+#: writer's process is checked instead. The trainer beats every 10 s.
+LEASE_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The right to write one run: held by ``pid`` on ``host`` since ``attached`` (the token a write checks).
+    ``took_over`` says whose stale lease it replaced, if any."""
+
+    run_id: int
+    run: str
+    pid: int
+    host: str
+    attached: float
+    took_over: str | None = None
+
+
 def default_db_path(cli_value: str | None = None) -> str:
     """``--db``, else ``$GRPO_DOCTOR_DB``, else ``./grpo_runs.db``."""
     return cli_value or os.environ.get("GRPO_DOCTOR_DB") or DEFAULT_DB
@@ -62,12 +89,15 @@ def _as_float(key: str, value) -> float:
 class RunStore:
     """A connection to one run-store file (or ``:memory:``); use as a context manager."""
 
-    def __init__(self, path: str | os.PathLike = ":memory:", *, timeout: float = 30.0):
+    def __init__(self, path: str | os.PathLike = ":memory:", *, timeout: float = 30.0, unsafe_fs: bool | None = None):
+        """``unsafe_fs``: open a file on a network filesystem anyway (None: as ``--unsafe-fs`` / ``$GRPO_DOCTOR_UNSAFE_FS``
+        says); without it such a file is refused (``diagnostics.fs``)."""
         self.path = str(path)
         if self.path != ":memory:":
             folder = Path(self.path).resolve().parent
             if not folder.is_dir():
                 raise StoreError(f"{self.path}: folder {folder} does not exist")
+            _check_filesystem(self.path, folder, fs.unsafe_allowed() if unsafe_fs is None else unsafe_fs)
         try:
             self.conn = sqlite3.connect(
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -82,6 +112,7 @@ class RunStore:
             raise StoreError(f"{self.path}: not a usable GRPO Doctor store ({e})") from None
         self._key_ids: dict[str, int] = {}
         self._bulk: dict[int, _BulkWrite] = {}  # write_steps in progress, by run
+        self.leases: dict[int, Lease] = {}  # the runs this connection writes under a lease: each write is checked
 
     # ------------------------------------------------------------------ plumbing
     def close(self) -> None:
@@ -136,16 +167,18 @@ class RunStore:
                 name = self.unique_name(f"{source}-{time.strftime('%Y%m%d-%H%M%S')}")
             elif self._run_id_by_name(name) is not None:
                 raise StoreError(f"a run named {name!r} already exists in {self.path}")
-            now = time.time()
+            now, host = time.time(), socket.gethostname()
             cur = self.conn.execute(
                 "INSERT INTO runs (name, created, status, config, source, source_path, parent_id,"
-                " parent_step, restart_reason, pid, host, heartbeat) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " parent_step, restart_reason, pid, host, heartbeat, attached) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     name, now, status, json.dumps(dict(config or {}), default=str), source,
                     source_path, parent_id, parent_step, restart_reason, pid,
-                    socket.gethostname() if pid else None, now if pid else None,
+                    host if pid else None, now if pid else None, now if pid else None,
                 ),
             )
+            if pid == os.getpid():  # a new run is this process's to write
+                self.leases[cur.lastrowid] = Lease(cur.lastrowid, name, pid, host, now)
             return cur.lastrowid
 
     def unique_name(self, base: str) -> str:
@@ -194,10 +227,12 @@ class RunStore:
             raise StoreError(f"unknown run status {status!r}")
         ended = None if status == "running" else time.time()
         with self.atomic():
+            self._fence(run_id)
             self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run_id))
 
     def update_config(self, run_id: int, config: Mapping) -> None:
         with self.atomic():
+            self._fence(run_id)
             self.conn.execute(
                 "UPDATE runs SET config = ? WHERE id = ?", (json.dumps(dict(config), default=str), run_id)
             )
@@ -206,14 +241,66 @@ class RunStore:
         with self.atomic():
             self.conn.execute("UPDATE runs SET heartbeat = ? WHERE id = ?", (time.time(), run_id))
 
-    def attach_process(self, run_id: int, pid: int) -> None:
-        """Record the process that now writes this run (a resume reuses the run)."""
+    def attach_process(self, run_id: int, pid: int) -> Lease:
+        """Record the process that now writes this run (a resume reuses the run): ``acquire_lease``."""
+        return self.acquire_lease(run_id, pid)
+
+    # ------------------------------------------------------------------ the writer's lease
+    def acquire_lease(self, run_id: int, pid: int | None = None, *, timeout: float = LEASE_TIMEOUT) -> Lease:
+        """Make ``pid`` (default: this process) the run's one writer, in one write transaction, so of many
+        processes racing for it exactly one wins. A live writer's lease is refused (``LeaseHeld``, naming it);
+        a stale one (its process gone, or from another host with a heartbeat older than ``timeout``) is taken
+        over and ``took_over`` says whose it was. Re-acquiring a lease this process holds keeps it as is."""
+        pid = os.getpid() if pid is None else pid
+        host = socket.gethostname()
         with self.atomic():
+            row = self._lease_row(run_id)
+            name, _, old_pid, old_host, old_attached, _ = row
+            live, why = _lease_live(row, timeout)
+            if live and (old_pid, old_host) != (pid, host):
+                raise LeaseHeld(_held_message(row, timeout))
+            took_over = None
+            if old_pid is not None and (old_pid, old_host) != (pid, host) and row[1] == "running":
+                took_over = f"pid {old_pid} on host {old_host} ({why})"
+            attached = old_attached if live else time.time()
             self.conn.execute(
-                "UPDATE runs SET pid = ?, host = ?, heartbeat = ?, status = 'running', ended = NULL"
-                " WHERE id = ?",
-                (pid, socket.gethostname(), time.time(), run_id),
-            )
+                "UPDATE runs SET pid = ?, host = ?, attached = ?, heartbeat = ?, status = 'running', ended = NULL"
+                " WHERE id = ?", (pid, host, attached, time.time(), run_id))
+        lease = Lease(run_id, name, pid, host, attached, took_over)
+        if pid == os.getpid():
+            self.leases[run_id] = lease
+        return lease
+
+    def writer(self, ref: int | str, *, timeout: float = LEASE_TIMEOUT) -> str | None:
+        """The one line naming the run's live writer (``run 'k' is being written by pid ...``), or None (none,
+        or this very process)."""
+        row = self._lease_row(self.resolve_run(ref))
+        if (row[2], row[3]) == (os.getpid(), socket.gethostname()) or not _lease_live(row, timeout)[0]:
+            return None
+        return _held_message(row, timeout)
+
+    def renew_lease(self, lease: Lease) -> None:
+        """The holder's heartbeat; ``LeaseLost`` when another process has taken the run over."""
+        with self.atomic():
+            self._fence(lease.run_id, lease)
+            self.conn.execute("UPDATE runs SET heartbeat = ? WHERE id = ?", (time.time(), lease.run_id))
+
+    def _lease_row(self, run_id: int) -> tuple:
+        row = self.conn.execute("SELECT name, status, pid, host, attached, heartbeat FROM runs WHERE id = ?",
+                                (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(f"no run with id {run_id!r} in {self.path}")
+        return row
+
+    def _fence(self, run_id: int, lease: Lease | None = None) -> None:
+        """Inside a write transaction: refuse a write to a run whose lease this connection held but lost."""
+        lease = lease or self.leases.get(run_id)
+        if lease is None:
+            return
+        name, _, pid, host, attached, _ = self._lease_row(run_id)
+        if (pid, host, attached) != (lease.pid, lease.host, lease.attached):
+            raise LeaseLost(f"run {name!r} was taken over by pid {pid} on host {host}; "
+                            f"this process (pid {lease.pid}) no longer writes it")
 
     def reap_dead_runs(self, stale_after: float = 60.0) -> list[int]:
         """Mark ``running`` runs crashed when their process on this host is gone, or their
@@ -268,9 +355,11 @@ class RunStore:
         """Write one training step (metrics, sampled completions, events) in one transaction.
 
         Writing a step again replaces its metrics (a resumed run redoes the steps after its
-        checkpoint); the heartbeat and ``last_step`` move with it.
+        checkpoint); the heartbeat and ``last_step`` move with it. A run whose lease this connection lost
+        is refused (``LeaseLost``): every step comes from the run's one writer.
         """
         with self.atomic():
+            self._fence(run_id)
             self.conn.executemany(
                 "INSERT OR REPLACE INTO metrics (run_id, key_id, step, value) VALUES (?,?,?,?)",
                 self._metric_rows(run_id, step, metrics),
@@ -297,6 +386,7 @@ class RunStore:
         folds such rows in. One transaction: call inside ``atomic()`` to join a larger one (an import).
         """
         with self.atomic():
+            self._fence(run_id)
             bulk = _BulkWrite(self, run_id)
             self._bulk[run_id] = bulk
             try:
@@ -367,6 +457,7 @@ class RunStore:
 
     def add_event(self, run_id: int, step: int | None, kind: str, detail: Mapping | None = None) -> None:
         with self.atomic():
+            self._fence(run_id)
             self.conn.execute(
                 "INSERT INTO events (run_id, step, time, kind, detail) VALUES (?,?,?,?,?)",
                 (run_id, step, time.time(), kind, json.dumps(dict(detail or {}), default=str)),
@@ -414,6 +505,7 @@ class RunStore:
         """Drop every metric, sample and timeline event (checkpoint, skipped update) after ``step``:
         a resume redoes those steps."""
         with self.atomic():
+            self._fence(run_id)
             self.conn.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", (run_id, step))
             straddling = self.conn.execute(
                 "SELECT key_id, first_step, steps, vals FROM metric_blocks WHERE run_id = ? AND last_step > ?",
@@ -725,6 +817,68 @@ class _BulkWrite:
         if wanted is None and not self.fresh:
             return None, out  # metrics this call has not seen may be stored: look everything up
         return rest, out
+
+
+def _lease_live(row: tuple, timeout: float) -> tuple[bool, str]:
+    """Whether a run's lease (a ``_lease_row``) is held by a live writer; else why not."""
+    _, status, pid, host, attached, beat = row
+    if status != "running" or pid is None:
+        return False, f"the run is {status}"
+    if host == socket.gethostname():
+        if pid == os.getpid():
+            return True, ""
+        if not _pid_alive(pid) or _started_after(pid, attached):
+            return False, "its process is gone"
+        return True, ""
+    age = time.time() - (beat or attached or 0.0)
+    if age > timeout:
+        return False, f"its heartbeat is {age:.0f} s old, over the {timeout:.0f} s allowed another host"
+    return True, ""
+
+
+def _held_message(row: tuple, timeout: float) -> str:
+    name, _, pid, host, attached, beat = row
+    since = "an unknown time"
+    if attached:
+        local = time.localtime(attached)
+        since = time.strftime("%H:%M" if local[:3] == time.localtime()[:3] else "%Y-%m-%d %H:%M", local)
+    text = f"run {name!r} is being written by pid {pid} on host {host} since {since}; stop it first"
+    if host != socket.gethostname():
+        age = time.time() - (beat or attached or 0.0)
+        text += (f" (its last heartbeat was {max(age, 0):.0f} s ago; a lease from another host is taken over once "
+                 f"its heartbeat is {timeout:.0f} s old)")
+    return text
+
+
+def _started_after(pid: int, when: float | None) -> bool:
+    """The process ``pid`` started after ``when``: a recycled pid, not the writer that took the lease (Linux;
+    elsewhere False)."""
+    if when is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(") ", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return boot + ticks / os.sysconf("SC_CLK_TCK") > when + 2.0  # btime is whole seconds
+
+
+_WARNED: set[str] = set()
+
+
+def _check_filesystem(path: str, folder: Path, unsafe: bool) -> None:
+    """Refuse a store on a network filesystem (one line saying why and what to do), or warn once when allowed."""
+    found = fs.network_fs(folder)
+    if found is None:
+        return
+    message = fs.refusal(path, *found)
+    if not unsafe:
+        raise StoreError(message)
+    if path not in _WARNED:
+        _WARNED.add(path)
+        print(f"grpo-doctor: warning: {message.split(', or pass')[0]}; opened anyway (--unsafe-fs)", file=sys.stderr)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -438,3 +438,87 @@ def test_bulk_write_failure_leaves_nothing(store, monkeypatch):
         store.write_steps(run, [(1.5, {"a": 1.0})])
     store.write_steps(run, [(2.0, {"a": 1.0}), (True, {"a": 2.0})])  # integral steps, as SQLite took them
     assert store.steps(run).tolist() == [1, 2]
+
+
+# --------------------------------------------------------------------------------------------- filesystems
+def _fake_mounts(tmp_path, monkeypatch, fstype="nfs4"):
+    """A mount table where tmp_path/shared is a network mount (and tmp_path/shared/local a local one over it)."""
+    from diagnostics import fs
+
+    shared = tmp_path / "shared"
+    (shared / "local").mkdir(parents=True)
+    root = os.path.realpath(shared)
+    table = tmp_path / "mountinfo"
+    table.write_text(
+        "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+        f"40 27 0:50 / {root} rw,relatime shared:7 - {fstype} server:/export rw,vers=4.2\n"
+        f"41 40 254:1 / {root}/local rw,relatime - ext4 /dev/vdb rw\n"
+        "garbage line\n")
+    monkeypatch.setattr(fs, "MOUNTINFO", str(table))
+    monkeypatch.delenv(fs.UNSAFE_ENV, raising=False)
+    return shared
+
+
+def test_mount_table_parsing_and_the_longest_mount_point_wins():
+    from diagnostics.fs import mount_of, parse_mountinfo
+
+    mounts = parse_mountinfo("1 0 0:1 / / rw - ext4 /dev/a rw\n"
+                             "2 1 0:2 / /mnt/my\\040data rw - nfs s:/x rw\n"
+                             "3 1 0:3 / /mnt/my rw master:1 - lustre s@tcp:/fs rw\n")
+    assert mounts == [("/", "ext4"), ("/mnt/my data", "nfs"), ("/mnt/my", "lustre")]
+    assert mount_of("/mnt/my data/runs", mounts) == ("/mnt/my data", "nfs")
+    assert mount_of("/mnt/my/runs", mounts) == ("/mnt/my", "lustre")
+    assert mount_of("/mnt/mydata", mounts) == ("/", "ext4")  # a prefix of the name is not a parent folder
+
+
+@pytest.mark.parametrize("fstype,name", [("nfs4", "NFS"), ("lustre", "Lustre"), ("gpfs", "GPFS"),
+                                         ("wekafs", "WekaFS"), ("cifs", "CIFS/SMB")])
+def test_a_store_on_a_network_filesystem_is_refused_in_one_line(tmp_path, monkeypatch, fstype, name):
+    shared = _fake_mounts(tmp_path, monkeypatch, fstype)
+    with pytest.raises(StoreError) as refused:
+        RunStore(shared / "runs.db")
+    message = str(refused.value)
+    assert "\n" not in message and f"is on {name} (mounted at " in message
+    assert "keep the run store on a local disk" in message and "--unsafe-fs" in message
+    assert not (shared / "runs.db").exists()
+    RunStore(shared / "local" / "runs.db").close()  # a local disk mounted inside it is fine
+    RunStore(tmp_path / "runs.db").close()
+
+
+def test_unsafe_fs_opens_it_anyway_with_one_warning(tmp_path, monkeypatch, capsys):
+    from diagnostics import fs
+
+    shared = _fake_mounts(tmp_path, monkeypatch)
+    with RunStore(shared / "runs.db", unsafe_fs=True) as store:
+        store.create_run("r")
+    monkeypatch.setenv(fs.UNSAFE_ENV, "1")  # what --unsafe-fs sets, for this process and the trainers it starts
+    RunStore(shared / "runs.db").close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("grpo-doctor: warning: ") and "opened anyway (--unsafe-fs)" in err
+
+
+def test_the_command_line_refuses_a_network_store_unless_unsafe_fs(tmp_path, monkeypatch, capsys):
+    from app import cli
+    from diagnostics import fs
+
+    shared = _fake_mounts(tmp_path, monkeypatch)
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "reward": 0.5}\n')
+    db = str(shared / "runs.db")
+    assert cli.main(["--db", db, "import", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"grpo-doctor: error: {db} is on NFS")
+    assert cli.main(["--db", db, "import", str(log), "--unsafe-fs"]) == 0
+    assert os.environ[fs.UNSAFE_ENV] == "1"  # inherited by the processes it starts
+    assert "warning" in capsys.readouterr().err
+
+
+def test_the_trainer_takes_unsafe_fs_too(tmp_path, monkeypatch):
+    from trainer.run import prepare
+
+    shared = _fake_mounts(tmp_path, monkeypatch)
+    argv = ["--db", str(shared / "runs.db"), "--output_dir", str(tmp_path / "ckpt"), "--run_name", "t"]
+    with pytest.raises(StoreError, match="is on NFS"):
+        prepare(argv)
+    _, session = prepare([*argv, "--unsafe-fs"])
+    assert session.store.get_run("t")["status"] == "running"

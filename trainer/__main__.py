@@ -2,6 +2,10 @@
 
 import sys
 
-from trainer.run import main
+from trainer.lifeline import watch_parent
+
+watch_parent()  # first, before the slow imports: a launcher killed meanwhile ends this trainer
+
+from trainer.run import main  # noqa: E402
 
 sys.exit(main(sys.argv[1:]))

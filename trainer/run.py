@@ -5,6 +5,9 @@
     python -m trainer --resume_from RUN [--max_steps N]
     python -m trainer --restart_from RUN@STEP --set beta=0.08 loss_type=dr_grpo
 
+A run has one writer: a resume is refused while another live process writes the run (the store's lease).
+A store on a network filesystem is refused unless --unsafe-fs is given (diagnostics/fs.py).
+
 Several processes: the same command under ``accelerate launch`` or ``torchrun`` (trainer.distributed).
 Process 0 parses the options and creates or attaches the run; the others receive its config.
 """
@@ -12,12 +15,15 @@ Process 0 parses the options and creates or attaches the run; the others receive
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
-from diagnostics.store import RunStore, StoreError, default_db_path
+from diagnostics.fs import UNSAFE_ENV
+from diagnostics.store import Lease, LeaseHeld, LeaseLost, RunStore, StoreError, default_db_path
 from trainer.checkpoint import CheckpointError, load_state
 from trainer.config import FIELDS, ConfigError, GRPOConfig, overrides_to_argv, parse_config
 from trainer.distributed import LaunchError, setup
@@ -30,6 +36,7 @@ def launch_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume_from", metavar="RUN[@STEP]")
     parser.add_argument("--restart_from", metavar="RUN@STEP")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--unsafe-fs", dest="unsafe_fs", action="store_true")
     parser.add_argument("-h", "--help", action="store_true")
     return parser
 
@@ -91,14 +98,21 @@ def prepare(argv: list[str]):
         raise ConfigError(["--resume_from and --restart_from exclude each other"])
     if launch.set and not launch.restart_from:
         raise ConfigError(["--set only applies with --restart_from RUN@STEP"])
+    if launch.unsafe_fs:  # a store on a network filesystem, anyway: for every connection of this process
+        os.environ[UNSAFE_ENV] = "1"
     store = RunStore(_db_from(rest))
     if launch.resume_from:
         ref, step = split_ref(launch.resume_from)
         run = store.get_run(ref)
+        writer = store.writer(run["id"])
+        if writer:  # said first, before any other check; acquire_lease below is the check that counts
+            raise LeaseHeld(writer)
         ckpt_step, path = checkpoint_at(store, run["id"], step)
         config = parse_config(rest, base={**run["config"], "run_name": run["name"]})
+        lease = store.acquire_lease(run["id"])  # refused while another process writes the run: nothing written
+        if lease.took_over:
+            print(f"grpo-doctor train: taking over run {run['name']!r} from {lease.took_over}", file=sys.stderr)
         store.truncate_after(run["id"], ckpt_step)
-        store.attach_process(run["id"], os.getpid())
         store.add_event(run["id"], ckpt_step, "resume", {"checkpoint": str(path)})
         return config, Session(store, run["id"], run["name"], init_checkpoint=path)
     if launch.restart_from:
@@ -165,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     shared = dist.broadcast(shared)
     if shared is None:
         return 2
+    renewing = keep_lease(session.store, session.run_id) if dist.is_main else threading.Event()
     if dist.is_main:
         where = f" on {dist.world_size} processes" if dist.world_size > 1 else ""
         print(f"run {session.run_name!r} (id {session.run_id}) → {session.store.path}{where}", file=sys.stderr)
@@ -176,16 +191,52 @@ def main(argv: list[str] | None = None) -> int:
         if dist.is_main:
             _abandon(session)
         return _report(e)
+    finally:
+        renewing.set()
     return {"finished": 0, "stopped": 0, "store_failed": 3}.get(status, 1)
 
 
 def _abandon(session) -> None:
     """After a user error at start-up: a run with no step yet is removed (nothing half-written); one with
-    steps (a resume) keeps them and is marked crashed."""
-    if session.store.get_run(session.run_id)["last_step"] is None:
-        session.store.delete_run(session.run_id)
-    else:
-        session.store.set_status(session.run_id, "crashed")
+    steps (a resume) keeps them and is marked crashed. A run another process has taken over is left alone."""
+    if session.run_id not in session.store.leases:
+        return
+    with contextlib.suppress(LeaseLost):
+        if session.store.get_run(session.run_id)["last_step"] is None:
+            session.store.delete_run(session.run_id)
+        else:
+            session.store.set_status(session.run_id, "crashed")
+
+
+#: How often the writer renews its lease on the run (the store's heartbeat), from the start (loading a big
+#: model can take longer than the lease's timeout) to the end.
+LEASE_EVERY = 10.0
+
+
+def keep_lease(store: RunStore, run_id: int, every: float = LEASE_EVERY) -> threading.Event:
+    """Renew this process's lease on the run every ``every`` seconds, on a connection of its own, until the
+    returned event is set. Should the lease be taken over (this process stalled longer than the lease's
+    timeout, and a resume on another host took the run), the process ends at once: one line, exit code 4,
+    nothing more written."""
+    done = threading.Event()
+    lease: Lease | None = store.leases.get(run_id)
+    if lease is None or store.path == ":memory:":
+        return done
+
+    def renew() -> None:
+        try:
+            with RunStore(store.path, unsafe_fs=True) as own:  # the filesystem was checked when the run started
+                while not done.wait(every):
+                    own.renew_lease(lease)
+        except LeaseLost as e:
+            if not done.is_set():
+                print(f"grpo-doctor train: error: {e}; stopping", file=sys.stderr, flush=True)
+                os._exit(4)
+        except Exception:  # noqa: BLE001 - a failing store is reported where the steps are written
+            return
+
+    threading.Thread(target=renew, daemon=True, name="lease").start()
+    return done
 
 
 __all__ = ["main", "prepare", "GRPOConfig"]

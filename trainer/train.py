@@ -343,10 +343,8 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
 
     def save_checkpoint(step: int) -> Path:
         head = policy.value_head.state_dict() if policy.value_head is not None else None
-        path = checkpoint.save(run_dir / f"checkpoint-{step}", policy.lm, tokenizer, optimizer, state,
+        return checkpoint.save(run_dir / f"checkpoint-{step}", policy.lm, tokenizer, optimizer, state,
                                config.to_dict(), value_head=head)
-        checkpoint.prune(run_dir, config.save_total_limit)
-        return path
 
     stop_flag, beats = StopFlag(), threading.Event()
     if store is not None and store.path != ":memory:":
@@ -526,6 +524,8 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
                 if mirror is not None:
                     mirror.log(step, metrics)
                 store_seconds = time.perf_counter() - t
+            if (save_now or stop_now) and dist.is_main:  # only once the new checkpoint is recorded: a kill between
+                checkpoint.prune(run_dir, config.save_total_limit)  # the two never leaves no checkpoint to resume
             if dist.any(store_failed and config.on_store_error == "stop"):
                 if dist.is_main and not save_now:
                     save_checkpoint(step)
