@@ -14,8 +14,9 @@ import plotly.graph_objects as go
 
 from app.present import range_text, value_text
 from app.transforms import downsample, ema
-from diagnostics.health import outside as unhealthy
 from diagnostics.catalogue import HealthRange
+from diagnostics.health import outside as unhealthy
+from diagnostics.status import Baseline, baseline
 
 BAND_COLOR = "rgba(46, 160, 67, 0.15)"
 BAND_LINE = "rgba(46, 160, 67, 0.8)"
@@ -24,11 +25,19 @@ NONFINITE_NAME = "NaN / inf"
 OUT_OF_RANGE_COLOR = "#e8590c"
 OUT_OF_RANGE_NAME = "out of range"
 MARK_COLOR = "#7048e8"
+BASELINE_LINE = "rgba(90, 90, 90, 0.7)"
+#: A mark's label on the chart is at most this long (the whole text is in its hover); marks closer than this share
+#: of the chart's width to a labelled one get no label of their own.
+MARK_LABEL_CHARS = 16
+MARK_CROWDED = 0.04
+MARKS_NAME = "marks"
 LINE_COLOR = "#1f77b4"
 #: Colours of overlaid runs (plotly's default cycle without the band's green and the NaN red).
 RUN_COLORS = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 #: Points per line at most; a longer series keeps each bucket's min and max (see ``transforms.downsample``).
 MAX_POINTS = 1000
+#: Out-of-range points drawn as markers at most; more are drawn as the line's outside stretches, in orange.
+MAX_OUTSIDE_MARKERS = 100
 
 
 def band_label(health: HealthRange) -> str:
@@ -69,11 +78,51 @@ def _band_shape(health: HealthRange, finite: np.ndarray) -> dict | None:
                 line=dict(width=0), layer="below", name=label, showlegend=True)
 
 
-def _mark_shape(step: int, label: str) -> dict:
-    """A vertical dotted line at ``step`` (a finding's onset, a restart's fork), labelled at the top."""
-    return dict(type="line", xref="x", yref="paper", x0=step, x1=step, y0=0, y1=1,
-                line=dict(color=MARK_COLOR, dash="dot", width=1.5),
-                label=dict(text=label, textposition="end", font=dict(size=10, color=MARK_COLOR)))
+def _baseline_shape(base: Baseline) -> dict:
+    """The run's own early baseline: two dotted lines (one when it has no spread) across the chart."""
+    line = dict(color=BASELINE_LINE, dash="dot", width=1.2)
+    if base.low == base.high:
+        return dict(type="line", xref="paper", x0=0, x1=1, y0=base.low, y1=base.low, layer="below", line=line,
+                    name=base.label(), showlegend=True)
+    return dict(type="rect", xref="paper", x0=0, x1=1, y0=base.low, y1=base.high, fillcolor="rgba(0,0,0,0)",
+                line=line, layer="below", name=base.label(), showlegend=True)
+
+
+def short_label(text: str) -> str:
+    """A mark's label on the chart: its text before any ``:``, cut to ``MARK_LABEL_CHARS``."""
+    label = text.split(":", 1)[0].strip()
+    return label if len(label) <= MARK_LABEL_CHARS else label[:MARK_LABEL_CHARS - 1] + "…"
+
+
+def _mark_parts(marks: Sequence[tuple], span: tuple[float, float] | None) -> tuple[list[dict], dict | None]:
+    """Vertical dotted lines at the marks' steps (a finding's onset, a restart's fork), each labelled briefly at the
+    top unless it crowds a labelled one, and a hover point at the top of each with the marks' whole text.
+
+    A mark is ``(step, text)`` or ``(step, label, hover text)``."""
+    by_step: dict[int, list[tuple[str, str]]] = {}
+    for mark in marks:
+        step, label = int(mark[0]), str(mark[1])
+        by_step.setdefault(step, []).append((label, str(mark[2]) if len(mark) > 2 else label))
+    width = (span[1] - span[0]) if span and span[1] > span[0] else 0.0
+    shapes, labelled = [], []
+    for step in sorted(by_step):
+        texts = by_step[step]
+        label = short_label(texts[0][0]) + (f" +{len(texts) - 1}" if len(texts) > 1 else "")
+        crowded = any(abs(step - other) < MARK_CROWDED * width for other in labelled)
+        shape = dict(type="line", xref="x", yref="paper", x0=step, x1=step, y0=0, y1=1,
+                     line=dict(color=MARK_COLOR, dash="dot", width=1.5))
+        if not crowded:
+            shape["label"] = dict(text=label, textposition="end", font=dict(size=10, color=MARK_COLOR))
+            labelled.append(step)
+        shapes.append(shape)
+    if not by_step:
+        return shapes, None
+    steps = sorted(by_step)
+    hover = [f"step {s}: " + "<br>".join(h for _, h in by_step[s]) for s in steps]
+    trace = dict(type="scatter", x=np.array(steps), y=np.ones(len(steps)), yaxis="y2", mode="markers",
+                 name=MARKS_NAME, showlegend=False, text=hover, hovertemplate="%{text}<extra></extra>",
+                 marker=dict(symbol="triangle-down", size=9, color=MARK_COLOR))
+    return shapes, trace
 
 
 def _as_arrays(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -110,6 +159,27 @@ def _line(steps, values, name: str, color: str, *, smoothing: float, max_points:
     return [raw, smooth]
 
 
+def _outside_trace(x: np.ndarray, y: np.ndarray, outside: np.ndarray) -> dict:
+    """The points outside the range, in orange: a marker each when there are few, else the line drawn over in
+    orange where it is outside (one SVG path: a thousand markers cost the browser most of a chart's drawing)."""
+    hover = "step %{x}<br>%{y:.4g} (out of range)<extra></extra>"
+    if outside.sum() <= MAX_OUTSIDE_MARKERS:
+        return dict(type="scatter", x=x[outside], y=y[outside], name=OUT_OF_RANGE_NAME, mode="markers",
+                    marker=dict(size=5, color=OUT_OF_RANGE_COLOR), hovertemplate=hover)
+    # a point outside between two inside ones would draw nothing as a line: its neighbours join it on the path
+    shown = outside | _isolated_neighbours(outside)
+    return dict(type="scatter", x=x, y=np.where(shown, y, np.nan), name=OUT_OF_RANGE_NAME, mode="lines",
+                connectgaps=False, line=dict(color=OUT_OF_RANGE_COLOR, width=2.5), hovertemplate=hover)
+
+
+def _isolated_neighbours(outside: np.ndarray) -> np.ndarray:
+    """The inside points next to an outside point that has no outside neighbour (so its segment is drawn)."""
+    before = np.r_[False, outside[:-1]]
+    after = np.r_[outside[1:], False]
+    alone = outside & ~before & ~after
+    return np.r_[alone[1:], False] | np.r_[False, alone[:-1]]
+
+
 def _nonfinite(steps, values, name: str, color: str, group: str, bad: np.ndarray | None = None) -> dict | None:
     bad = ~np.isfinite(values) if bad is None else bad
     if not bad.any():
@@ -119,42 +189,49 @@ def _nonfinite(steps, values, name: str, color: str, group: str, bad: np.ndarray
                 text=[value_text(v) for v in values[bad]], hovertemplate="step %{x}: %{text}<extra></extra>")
 
 
-def _layout(title: str, height: int, shapes: list[dict], nonfinite: bool) -> dict:
+def _layout(title: str, height: int, shapes: list[dict], top_axis: bool) -> dict:
     layout = dict(
         template="none",  # Streamlit's theme styles the chart in the browser; plotly's own would be sent in vain
         title=dict(text=title), height=height, margin=dict(l=10, r=10, t=40, b=10), xaxis=dict(title="step"),
         showlegend=True, shapes=shapes, legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0),
     )
-    if nonfinite:  # NaN/inf marks sit at the top of the chart whatever the scale: a hidden 0-1 axis
+    if top_axis:  # NaN/inf marks and the marks' hover points sit at the top whatever the scale: a hidden 0-1 axis
         layout["yaxis2"] = dict(overlaying="y", range=[0, 1.05], visible=False, fixedrange=True)
     return layout
 
 
+def _span(steps: np.ndarray) -> tuple[float, float] | None:
+    return (float(steps[0]), float(steps[-1])) if len(steps) else None
+
+
 def metric_spec(series: pd.Series, health: HealthRange | None, title: str, *, height: int = 300,
-                smoothing: float = 0.0, marks: Sequence[tuple[int, str]] = (),
+                smoothing: float = 0.0, marks: Sequence[tuple] = (),
                 max_points: int = MAX_POINTS) -> tuple[list[dict], dict]:
     """``(traces, layout)`` of ``metric_figure``, as plain dicts."""
     steps, values = _as_arrays(series)
     finite = np.isfinite(values)
     shapes = [s for s in [_band_shape(health, _extent(values, finite)) if health else None] if s is not None]
-    shapes += [_mark_shape(step, label) for step, label in marks]
+    base = baseline(steps, values)
+    shapes += [_baseline_shape(base)] if base is not None else []
+    mark_shapes, mark_trace = _mark_parts(marks, _span(steps))
+    shapes += mark_shapes
     data = _line(steps, values, title, LINE_COLOR, smoothing=smoothing, max_points=max_points, group=title)
     x, y = data[0]["x"], data[0]["y"]  # the line's points: a bucket with a value out of range keeps one
     outside = unhealthy(health, y) & np.isfinite(y) if health else np.zeros(len(y), bool)  # (its min or max)
     if outside.any():
-        x, y = x[outside], y[outside]
-        data.append(dict(type="scatter", x=x, y=y, name=OUT_OF_RANGE_NAME, mode="markers",
-                         marker=dict(size=5, color=OUT_OF_RANGE_COLOR),
-                         hovertemplate="step %{x}<br>%{y:.4g} (out of range)<extra></extra>"))
+        data.append(_outside_trace(x, y, outside))
     marks_trace = _nonfinite(steps, values, NONFINITE_NAME, NONFINITE_COLOR, "nonfinite", ~finite)
     if marks_trace:
         data.append(marks_trace)
-    return data, _layout(title, height, shapes, marks_trace is not None)
+    if mark_trace:
+        data.append(mark_trace)
+    return data, _layout(title, height, shapes, marks_trace is not None or mark_trace is not None)
 
 
 def metric_figure(series: pd.Series, health: HealthRange | None, title: str, **options) -> go.Figure:
     """One metric over steps: a line of its finite values, its health range as a band (an exact value as a
-    line), the points outside the range marked in orange, and each NaN/inf step as a red x at the top.
+    line), the run's own early baseline as dotted lines (``diagnostics.status.baseline``), the points outside the
+    range marked in orange, and each NaN/inf step as a red x at the top.
 
     ``series`` is indexed by step; a NaN in it is a logged NaN (steps not logged are simply absent).
     Options: ``smoothing`` is the EMA weight (0 = off), ``marks`` are ``(step, label)`` vertical lines (a
@@ -203,14 +280,21 @@ def _same(old, new) -> bool:
 
 
 def overlay_figure(runs: Mapping[str, pd.Series], health: HealthRange | None, title: str, *, height: int = 320,
-                   smoothing: float = 0.0, marks: Sequence[tuple[int, str]] = (),
+                   smoothing: float = 0.0, marks: Sequence[tuple] = (),
                    max_points: int = MAX_POINTS) -> go.Figure:
-    """One metric of several runs on one chart (a colour per run, keyed by its label): the health band,
-    each run's line (smoothed alike), each run's NaN/inf steps as x marks in its colour."""
+    """One metric of several runs on one chart (a colour per run, keyed by its label): the health band, the
+    first run's early baseline, each run's line (smoothed alike), each run's NaN/inf steps as x marks in its
+    colour."""
     arrays = {label: _as_arrays(s) for label, s in runs.items()}
     finite = np.concatenate([v[np.isfinite(v)] for _, v in arrays.values()] or [np.empty(0)])
     shapes = [s for s in [_band_shape(health, finite) if health else None] if s is not None]
-    shapes += [_mark_shape(step, label) for step, label in marks]
+    first = next(iter(arrays.values()), None)
+    base = baseline(*first) if first is not None else None
+    shapes += [_baseline_shape(base)] if base is not None else []
+    all_steps = np.concatenate([s for s, _ in arrays.values()] or [np.empty(0)])
+    mark_shapes, mark_trace = _mark_parts(marks, (float(all_steps.min()), float(all_steps.max()))
+                                          if len(all_steps) else None)
+    shapes += mark_shapes
     data, nonfinite = [], False
     for i, (label, (steps, values)) in enumerate(arrays.items()):
         color = RUN_COLORS[i % len(RUN_COLORS)]
@@ -219,4 +303,23 @@ def overlay_figure(runs: Mapping[str, pd.Series], health: HealthRange | None, ti
         if bad:
             data.append(bad)
             nonfinite = True
-    return go.Figure(data=data, layout=_layout(title, height, shapes, nonfinite))
+    if mark_trace:
+        data.append(mark_trace)
+    return go.Figure(data=data, layout=_layout(title, height, shapes, nonfinite or mark_trace is not None))
+
+
+def blank_reason(name: str, series: pd.Series, health: HealthRange | None, config: Mapping) -> str | None:
+    """Why a chart cannot show anything for this run's config (None: it can): a metric fixed by construction that
+    sits at that value (clip ratios with one update per rollout: the ratio is 1, nothing can be clipped), or the KL
+    part of the loss with beta = 0."""
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype="float64")
+    finite = values[np.isfinite(values)]
+    if not len(finite) or len(finite) < len(values):
+        return None  # nothing logged, or a NaN/inf worth seeing
+    if health is not None and health.kind == "exact" and health.low is not None \
+            and np.all(np.abs(finite - health.low) <= 1e-12):
+        return health.note or f"{name} is {value_text(health.low)} by construction"
+    beta = config.get("beta")
+    if name == "kl_loss" and isinstance(beta, (int, float)) and beta == 0 and not finite.any():
+        return "beta = 0: the loss has no KL term, so its KL part is 0 at every step"
+    return None

@@ -24,6 +24,13 @@ def family(runs: pd.DataFrame, run_id: int) -> list[int]:
     return parent + [run_id] + children
 
 
+def start_run(names: dict[int, str], wanted: str | None, selected: int | None) -> int:
+    """The run the page starts on: the URL's (``?run=ID``), else the one chosen on another page, else the newest."""
+    if wanted is not None and wanted.strip().isdigit() and int(wanted) in names:
+        return int(wanted)
+    return selected if selected in names else next(iter(names))
+
+
 def default_metrics(available: list[str]) -> list[str]:
     chosen = [m for m in HEADLINE if m in available]
     return chosen or ordered(available)[:4]

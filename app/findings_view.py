@@ -1,5 +1,5 @@
 """The findings panel: each finding's symptom, evidence (its onset is marked on the charts), causes and fixes,
-with "Restart with this fix" for our own runs (or the fix in the source framework's terms, ready to copy,
+with one primary action per finding (the other fixes below it, secondary): "Restart with this fix" for our own runs (or the fix in the source framework's terms, ready to copy,
 for an imported one), and, for a run restarted with a fix, whether the symptom cleared."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from app.session import open_store, run_label, store_path
 from diagnostics.catalogue import health
 from diagnostics.engine import RANK
 from diagnostics.findings import Finding
+from diagnostics.judge import symptom_metric
 
 ICONS = {"critical": ":material/error:", "warning": ":material/warning:", "info": ":material/info:",
          "expected": ":material/check_circle:"}
@@ -40,7 +41,9 @@ class Family:
     def find_restart_points(self, store, run: dict) -> None:
         """Where each fix of each open problem would restart from (or why it cannot)."""
         saved = launch.checkpoints(store, run["id"]) if run["source"] == "grpo-doctor" else []
-        self.points = {(f.rule, n): restart_point(run, saved, f, fix)
+        metrics = {f.rule: symptom_metric(f) for f in problems(self.findings)}
+        series = {m: store.metric(run["id"], m) for m in set(metrics.values()) if m}  # where each build-up began
+        self.points = {(f.rule, n): restart_point(run, saved, f, fix, series.get(metrics[f.rule]))
                        for f in problems(self.findings) for n, fix in enumerate(f.fixes)}
 
 
@@ -56,14 +59,16 @@ def worst(findings: Sequence[Finding]) -> str:
     return f"{found[0].severity}: {found[0].title}" if found else ""
 
 
-def onset_marks(findings: Sequence[Finding]) -> dict[str, list[tuple[int, str]]]:
-    """``{metric: [(onset step, label)]}`` for every open problem's evidence metrics (the charts draw them)."""
-    marks: dict[str, list[tuple[int, str]]] = {}
+def onset_marks(findings: Sequence[Finding]) -> dict[str, list[tuple[int, str, str]]]:
+    """``{metric: [(onset step, short label, hover text)]}`` for every open problem's evidence metrics (the charts
+    draw them)."""
+    marks: dict[str, list[tuple[int, str, str]]] = {}
     for finding in problems(findings):
         if finding.onset_step is None:
             continue
         for metric in dict.fromkeys(e.metric for e in finding.evidence):
-            marks.setdefault(metric, []).append((finding.onset_step, f"onset: {finding.rule}"))
+            marks.setdefault(metric, []).append((finding.onset_step, "onset",
+                                                 f"onset of {finding.rule}: {finding.title}"))
     return marks
 
 
@@ -107,9 +112,14 @@ def _finding_body(run: dict, finding: Finding, family: Family, series: Callable[
         st.markdown(evidence_table(finding))
     if finding.causes:
         st.markdown("**Likely causes**\n" + "\n".join(f"{n}. {c}" for n, c in enumerate(finding.causes, 1)))
-    for n, fix in enumerate(finding.fixes):
-        st.markdown(f"**Fix {n + 1}:** {fix.description}")
-        _fix_action(run, fix, family.points.get((finding.rule, n), ""), key=f"{key}.fix.{n}")
+    primary = primary_fix(finding, family)
+    if primary is not None:
+        _fix(run, finding, family, primary, key, primary=True)
+    others = [n for n in range(len(finding.fixes)) if n != primary]
+    if others and primary is not None:
+        st.markdown("**Other fixes**")
+    for n in others:
+        _fix(run, finding, family, n, key, primary=False)
     for child in family.children:
         fork = child.get("parent_step")
         if fork is not None and (finding.onset_step is None or fork < finding.onset_step):
@@ -117,16 +127,33 @@ def _finding_body(run: dict, finding: Finding, family: Family, series: Callable[
                      key=f"{key}.{child['id']}")
 
 
-def _fix_action(run: dict, fix, point: RestartPoint | str, key: str) -> None:
-    """The restart button (our run, a checkpoint before the onset), else the fix ready to copy."""
+def primary_fix(finding: Finding, family: Family) -> int | None:
+    """The fix whose action leads (one per finding): the first that can restart this run, else the first with a
+    change to copy; None when every fix is advice."""
+    acting = [n for n, fix in enumerate(finding.fixes) if fix.changes or fix.framework_changes]
+    restarts = [n for n in acting if isinstance(family.points.get((finding.rule, n)), RestartPoint)]
+    return (restarts or acting or [None])[0]
+
+
+def _fix(run: dict, finding: Finding, family: Family, n: int, key: str, *, primary: bool) -> None:
+    fix = finding.fixes[n]
+    st.markdown(f"**Fix {n + 1}:** {fix.description}")
+    _fix_action(run, fix, family.points.get((finding.rule, n), ""), key=f"{key}.fix.{n}", primary=primary,
+                number=n + 1)
+
+
+def _fix_action(run: dict, fix, point: RestartPoint | str, key: str, *, primary: bool = True, number: int = 1) -> None:
+    """The restart button (our run, a checkpoint before the onset), else the fix ready to copy. Only the finding's
+    primary fix gets a primary button."""
     if isinstance(point, RestartPoint):
-        label = f"Restart with this fix (from step {point.step}: {changes_text(fix.changes)})"
-        if st.button(label, key=key, type="primary"):
+        what = "this fix" if primary else f"fix {number} instead"
+        label = f"Restart with {what} (from step {point.step}: {changes_text(fix.changes)})"
+        if st.button(label, key=key, type="primary" if primary else "secondary", help=point.why or None):
             try:
                 with open_store() as store:
                     child = launch.start(launch.restart(run, point.step, fix.changes, store_path(), store))
             except launch.LaunchError as e:
-                st.error("Not restarted:\n" + "\n".join(f"- {m}" for m in e.messages))
+                st.error("Not restarted: " + "; ".join(e.messages))
             else:
                 where = f"the checkpoint at step {point.step}" if point.path else "the start (the base model)"
                 st.session_state[FLASH_KEY] = (f"Started **{child.run_name}** from {where} "
@@ -148,7 +175,7 @@ def _fix_action(run: dict, fix, point: RestartPoint | str, key: str) -> None:
 def _verdict(finding: Finding, parent: dict, child: dict, child_findings: list[Finding],
              series: Callable[[str], pd.Series], key: str) -> None:
     """Whether ``finding`` (the parent's) cleared in ``child``, with the symptom's metric overlaid."""
-    metric = finding.evidence[0].metric if finding.evidence else None
+    metric = symptom_metric(finding)
     with open_store() as store:
         child_series = store.metric(child["id"], metric) if metric else pd.Series(dtype="float64")
     parent_series = series(metric) if metric else pd.Series(dtype="float64")
@@ -162,7 +189,7 @@ def _verdict(finding: Finding, parent: dict, child: dict, child_findings: list[F
 def _overlay(finding: Finding, parent: dict, child: dict, parent_series: pd.Series, child_series: pd.Series,
              band, key: str) -> None:
     """The symptom's metric, parent and child on one chart, the fork and the parent's onset marked."""
-    metric = finding.evidence[0].metric if finding.evidence else None
+    metric = symptom_metric(finding)
     if not metric or not len(child_series):
         return
     marks = [(int(child["parent_step"]), "fork")]
@@ -185,11 +212,11 @@ def fix_outcomes(run: dict, family: Family, series: Callable[[str], pd.Series]) 
     if not targeted:
         return
     with open_store() as store:
-        parent_series = {f.evidence[0].metric: store.metric(family.parent["id"], f.evidence[0].metric)
-                         for f in targeted if f.evidence}
+        parent_series = {symptom_metric(f): store.metric(family.parent["id"], symptom_metric(f))
+                         for f in targeted if symptom_metric(f)}
     st.markdown(f"**Did the restart fix {family.parent['name']}'s problems?**")
     for n, finding in enumerate(targeted):
-        metric = finding.evidence[0].metric if finding.evidence else None
+        metric = symptom_metric(finding)
         mine = series(metric) if metric else pd.Series(dtype="float64")
         band = health(metric, run["config"]) if metric else None
         theirs = parent_series.get(metric, pd.Series(dtype="float64"))

@@ -1,6 +1,6 @@
 """How metrics are ordered, grouped and written for people: shared by the CLI and the dashboard.
 
-Pure functions over the catalogue; no Streamlit, no plotly, no pandas (the CLI imports this at start-up).
+Pure functions over the catalogue; no Streamlit, no plotly, no pandas (the CLI imports this in its commands).
 """
 
 from __future__ import annotations
@@ -9,13 +9,15 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 
-from diagnostics.catalogue import BY_NAME, CATALOGUE, HealthRange
+from diagnostics import status
+from diagnostics.catalogue import CATALOGUE, HealthRange
 
 #: Config keys shown beside a run's name (when its config has them).
 CONFIG_ESSENTIALS = ("num_generations", "beta", "loss_type", "num_iterations")
 
-#: Catalogue groups in catalogue order, then ``other`` for metrics the catalogue does not know.
-GROUPS: tuple[str, ...] = tuple(dict.fromkeys(m.group for m in CATALOGUE)) + ("other",)
+#: Catalogue groups in catalogue order, then ``other`` (diagnostics.status: the status lines use the same groups).
+GROUPS = status.GROUPS
+group_of = status.group_of
 _CATALOGUE_RANK = {m.name: i for i, m in enumerate(CATALOGUE)}
 
 
@@ -24,15 +26,6 @@ def ordered(names: Iterable[str]) -> list[str]:
     names = set(names)
     known = sorted((n for n in names if n in _CATALOGUE_RANK), key=_CATALOGUE_RANK.__getitem__)
     return known + sorted(names - set(known))
-
-
-def group_of(name: str) -> str:
-    """The catalogue group of a metric; per-reward-function keys (``rewards/<fn>/...``) join ``reward``."""
-    if name in BY_NAME:
-        return BY_NAME[name].group
-    if name.startswith("rewards/"):
-        return "reward"
-    return "other"
 
 
 def grouped(names: Iterable[str]) -> list[tuple[str, list[str]]]:

@@ -2,8 +2,12 @@
 
 - ``framework_snippet``: a fix in the source framework's own terms (TRL ``GRPOConfig`` arguments, ms-swift
   flags, verl Hydra overrides), ready to copy, for a run we cannot restart (an imported log);
-- ``restart_point``: the last checkpoint before a finding's onset, or why a restart is not possible;
-- ``verdict``: once a child restarted with a fix has run past the parent's onset, did the symptom clear?
+- ``restart_point``: the last checkpoint before the symptom's build-up (where the finding's metric left the
+  run's own early baseline), or why a restart is not possible;
+- ``verdict``: once a child restarted with a fix has run past the parent's onset, is the symptom fixed? Judged
+  by the finding's own metric (``diagnostics.judge.generic_margins``: back half way toward the parent's
+  pre-onset baseline; no NaN/inf for a non-finite finding) over the same steps, and no critical finding left
+  open in the child, not by the same rule going quiet (that is reported as well, as information).
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import pandas as pd
 
 from app import launch
 from app.present import number
+from diagnostics.buildup import departure, describe, early
 from diagnostics.catalogue import HealthRange
-from diagnostics.health import outside
 from diagnostics.findings import Finding, Fix
+from diagnostics.health import outside
+from diagnostics.judge import critical_open, generic_margins, judge, symptom_metric
 from trainer.config import FIELDS
 
-#: Steps the child must run past the parent's onset before the page says whether the symptom cleared.
+#: Steps the child must run past the parent's onset before the page says whether the symptom is fixed.
 VERDICT_STEPS = 10
 
 
@@ -56,12 +62,35 @@ def changes_text(changes: Mapping[str, object]) -> str:
 class RestartPoint:
     step: int
     path: Path | None  # None: step 0, the start (the base model, before any update)
+    why: str = ""      # why this step: where the symptom's build-up began, and the checkpoint before it
 
 
-def restart_point(run: Mapping, saved: list[tuple[int, Path]], finding: Finding, fix: Fix) -> RestartPoint | str:
+def buildup_start(finding: Finding, series: pd.Series | None) -> tuple[int, str]:
+    """``(step, why)``: the last step before the symptom's build-up, a fork there can still act. The build-up
+    starts where the finding's metric (``series``) left the run's own early baseline (its rows before the onset)
+    on its way to the onset; when no departure is seen, the step before the onset."""
+    onset = finding.onset_step
+    if onset is None:
+        return 0, "the finding spans the whole run"
+    metric = symptom_metric(finding)
+    if metric is None or series is None or not len(series):
+        return onset - 1, (f"no {'`' + metric + '` ' if metric else ''}series to find the symptom's build-up in: "
+                           f"the last step before the onset at {onset}")
+    base = early(series, before=onset)
+    if base is None:
+        return 0, f"the symptom began at step {onset}, within the run's first steps (no baseline before it)"
+    left = departure(series, base, onset)
+    if left is None or left >= onset:
+        return onset - 1, f"{describe(base, metric)} held until the onset at step {onset}"
+    return left - 1, f"{describe(base, metric)} was left at step {left} (5-step median), before the onset at {onset}"
+
+
+def restart_point(run: Mapping, saved: list[tuple[int, Path]], finding: Finding, fix: Fix,
+                  series: pd.Series | None = None) -> RestartPoint | str:
     """Where "Restart with this fix" would fork: the last of the run's checkpoints on disk (``saved``, from
-    ``launch.checkpoints``) strictly before the onset, else the start (step 0: the base model, a fresh
-    optimizer). A string says why the button cannot be offered."""
+    ``launch.checkpoints``) at or before the step the symptom's build-up began (``buildup_start`` on the
+    finding's metric, ``series``), else the start (step 0: the base model, a fresh optimizer). A string says
+    why the button cannot be offered."""
     if run["source"] != "grpo-doctor":
         return f"imported from {run['source']}: there is no checkpoint of ours to restart from"
     if not fix.changes:
@@ -69,14 +98,17 @@ def restart_point(run: Mapping, saved: list[tuple[int, Path]], finding: Finding,
     unknown = [k for k in fix.changes if k not in FIELDS or k in launch.APP_MANAGED]
     if unknown:
         return f"the embedded trainer has no option {', '.join(map(repr, unknown))}"
-    found = launch.checkpoint_before(saved, finding.onset_step)
-    return RestartPoint(*found) if found else RestartPoint(0, None)
+    step, why = buildup_start(finding, series)
+    found = launch.checkpoint_before(saved, step + 1)
+    if found:
+        return RestartPoint(*found, why=f"{why}; the last checkpoint at or before step {step} is step {found[0]}")
+    return RestartPoint(0, None, why=f"{why}; no checkpoint at or before step {step}: from the start (the base model)")
 
 
 # --------------------------------------------------------------------------------------------- verdicts
 @dataclass(frozen=True)
 class Verdict:
-    state: str      # waiting | cleared | persists
+    state: str      # waiting | cleared (fixed) | persists (not fixed)
     text: str
     metric: str | None
     steps: tuple[int, int] | None  # the steps compared (first, last)
@@ -97,29 +129,36 @@ def _summary(series: pd.Series, health: HealthRange | None) -> str:
 def verdict(finding: Finding, child_findings: Sequence[Finding], fork_step: int, child_last: int | None,
             parent_series: pd.Series, child_series: pd.Series, health: HealthRange | None,
             min_steps: int = VERDICT_STEPS) -> Verdict:
-    """Whether the parent's ``finding`` cleared in a child forked at ``fork_step``: the diagnoser's own rule
-    on the child decides (still open there = persists), once the child is ``min_steps`` past the parent's
-    onset; the symptom's metric is compared over the steps both runs have after the fork."""
-    metric = finding.evidence[0].metric if finding.evidence else None
+    """Whether the parent's ``finding`` is fixed in a child forked at ``fork_step``, once the child is
+    ``min_steps`` past the parent's onset: the finding's own metric (``parent_series``/``child_series``, of
+    ``symptom_metric(finding)``) meets ``generic_margins`` over the steps both runs logged from the onset on
+    (after the fork), and the child has no critical finding left open. Whether the same rule still fires on
+    the child is said too, as information."""
+    metric = symptom_metric(finding)
     onset = finding.onset_step if finding.onset_step is not None else fork_step
     due = max(onset, fork_step) + min_steps
     if child_last is None or child_last < due:
         at = "has no step yet" if child_last is None else f"is at step {child_last}"
         return Verdict("waiting", f"The child {at}; the verdict comes at step {due} ({min_steps} steps past the "
                                   f"parent's onset at {onset}).", metric, None)
-    same = [f for f in child_findings if f.rule == finding.rule and f.status == "open" and f.severity != "expected"]
-    window = None
+    since = max(onset, fork_step + 1)
+    margins = generic_margins(finding, parent_series, onset) if metric else ()
+    result = judge(margins, {metric: parent_series} if metric else {}, {metric: child_series} if metric else {},
+                   since, critical_left=critical_open(child_findings), baseline_before=onset)
+    window = result.steps
     numbers = ""
-    if metric is not None:
-        common = parent_series.index.intersection(child_series.index)
-        common = common[common > fork_step]
-        if len(common):
-            window = (int(common.min()), int(common.max()))
-            parent_text = _summary(parent_series.loc[common], health)
-            child_text = _summary(child_series.loc[common], health)
-            numbers = f" {metric} over steps {window[0]}–{window[1]}: parent {parent_text}; child {child_text}."
-    if same:
-        return Verdict("persists", f"Not cleared: the child shows '{same[0].title}' too, from step "
-                                   f"{same[0].onset_step}.{numbers}", metric, window)
-    return Verdict("cleared", f"Cleared: the diagnoser finds no '{finding.title}' in the child by step "
-                              f"{child_last}.{numbers}", metric, window)
+    if window is not None:
+        steps = parent_series.index.intersection(child_series.index)
+        steps = steps[(steps >= window[0]) & (steps <= window[1])]
+        numbers = (f" {metric} over steps {window[0]}–{window[1]}: parent "
+                   f"{_summary(parent_series.loc[steps], health)}; child {_summary(child_series.loc[steps], health)}.")
+    same = [f for f in child_findings if f.rule == finding.rule and f.status == "open" and f.severity != "expected"]
+    rule = (f" (For information: the child shows '{same[0].title}' too, from step {same[0].onset_step}.)" if same
+            else f" (For information: the diagnoser finds no open '{finding.title}' in the child by step "
+                 f"{child_last}.)")
+    if not margins:
+        return Verdict("persists", "Not judged: the finding names no metric to measure a fix by." + rule, metric, None)
+    body = "; ".join(result.lines())
+    if result.fixed:
+        return Verdict("cleared", f"Fixed: {body}.{numbers}{rule}", metric, window)
+    return Verdict("persists", f"Not fixed: {body}.{numbers}{rule}", metric, window)

@@ -1,10 +1,12 @@
 """The Runs page's "Start a new run" form: widgets for the key hyperparameters (TRL's names, the trainer's
-defaults and choices), plus free ``key=value`` options; what it returns goes to ``launch.new_run``, which
-validates it with the trainer's own parser before anything starts."""
+defaults and choices), plus free ``key=value`` options; an option set in the form and differently in the free
+options is refused, and what it returns goes to ``launch.new_run``, which validates it with the trainer's own parser
+(no torch) before anything starts."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import streamlit as st
 
@@ -66,4 +68,35 @@ def new_run_form(key: str = "runs.new") -> dict | None:
         if not st.form_submit_button("Start run", type="primary"):
             return None
     values["reward_funcs"] = values["reward_funcs"] or None  # none chosen: the task's default
-    return {**values, **launch.parse_extra(extra)}
+    more = launch.parse_extra(extra)
+    clashes = contradictions(values, more)
+    if clashes:
+        raise launch.LaunchError(clashes)
+    return {**values, **more}
+
+
+def contradictions(form: dict, more: dict) -> list[str]:
+    """One message per option set in the form and differently in "More options" (a field left empty in the form,
+    such as run_name, can be given there)."""
+    return [f"{key} is {_shown(form[key])} in the form and {_shown(value)} in More options: set it in one place"
+            for key, value in more.items() if key in form and not _same(form[key], value)]
+
+
+def _same(form_value, text) -> bool:
+    if form_value is None or form_value == "":
+        return True  # left to its default in the form
+    if isinstance(form_value, bool):
+        return str(text).strip().lower() in (("true", "1", "yes") if form_value else ("false", "0", "no"))
+    if isinstance(form_value, (int, float)):
+        try:
+            return math.isclose(float(text), float(form_value), rel_tol=1e-9, abs_tol=0.0)
+        except (TypeError, ValueError):
+            return False
+    if isinstance(form_value, (list, tuple)):
+        return list(form_value) == (list(text) if isinstance(text, (list, tuple)) else [text])
+    return str(form_value) == str(text)
+
+
+def _shown(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else f"{value:g}" \
+        if isinstance(value, float) else str(value)

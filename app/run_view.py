@@ -6,16 +6,18 @@ Reading the store happens once per tick, in ``load``; the sections only draw.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
 import streamlit as st
 
 from app import diagnosis, findings_view, launch
-from app.charts import MAX_POINTS, LiveFigures, metric_spec
+from app.charts import MAX_POINTS, LiveFigures, blank_reason, metric_spec
 from app.present import config_text, grouped
 from app.session import RUN_PAGE, RUN_PARAM, open_store
 from diagnostics.catalogue import health
+from diagnostics.status import GROUP_TITLES, GroupStatus, group_statuses, health_config
 from diagnostics.store import RunNotFound
 from diagnostics.view import RunView
 
@@ -32,7 +34,12 @@ class View:
     series: RunView
     runs: pd.DataFrame  # every run (for the lineage)
     family: findings_view.Family | None = None
-    marks: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # finding onsets, by metric
+    marks: dict[str, list[tuple]] = field(default_factory=dict)  # finding onsets, by metric
+    statuses: list[GroupStatus] = field(default_factory=list)  # one line per metric group, as the findings say
+
+    def config(self) -> dict:
+        """The config the health bands are read for (as the status lines and the diagnoser read them)."""
+        return health_config(self.series)
 
     def names(self) -> list[str]:
         return self.series.names()
@@ -66,8 +73,10 @@ def load(run_id: int, *, diagnose: bool = True) -> View | None:
         runs = store.list_runs()
         view = View(run, diagnoser.view, runs)
         if diagnose:
-            view.family = _family(store, run, runs, diagnoser.findings())
+            found = diagnoser.findings()
+            view.family = _family(store, run, runs, found)
             view.marks = findings_view.onset_marks(view.family.findings)
+            view.statuses = group_statuses(diagnoser.view, found, {**diagnoser.skipped, **diagnoser.not_applicable})
     return view
 
 
@@ -99,13 +108,20 @@ def follow(run_id: int, smoothing: float, live: bool) -> None:
     if is_live(view.runs, run_id) != live:
         st.rerun()
     header(view)
-    lineage(view)
+    status(view)
     findings(view)
+    lineage(view)
     if not view.names():
         st.info("No metrics logged yet.")
         return
     downsampling_note(view)
-    charts(view, health_metrics(view.names(), view.run["config"]), smoothing, view.marks)
+    names = health_metrics(view.names(), view.config())
+    first = first_charts(names, view.marks)
+    charts(view, first, smoothing, view.marks)
+    rest = [n for n in names if n not in first]
+    if rest and st.toggle(f"Show the other {len(rest)} health charts", key="run.more",
+                          help="every metric the documents give a range for; drawn on demand, so the page opens fast"):
+        charts(view, rest, smoothing, view.marks, key="run.more")
 
 
 def smoothing_control(key: str) -> float:
@@ -132,6 +148,25 @@ def header(view: View) -> None:
                 st.success(launch.stop(run))
             except launch.LaunchError as e:
                 st.error(str(e))
+
+
+STATUS_ICONS = {"critical": ":red[:material/error:]", "warning": ":orange[:material/warning:]",
+                "info": ":blue[:material/info:]", "ok": ":green[:material/check_circle:]"}
+
+
+def status(view: View) -> None:
+    """One line per metric group, agreeing with the findings (``diagnostics.status``)."""
+    if not view.statuses:
+        return
+    st.markdown("\n".join(f"- {STATUS_ICONS[s.state]} **{GROUP_TITLES.get(s.group, s.group)}**: {_md(s.text)}"
+                          for s in view.statuses))
+
+
+def _md(text: str) -> str:
+    """Plain text for markdown: no accidental emphasis, strike-through or colour directives."""
+    for ch in ("*", "_", "~", "[", "]", "$"):
+        text = text.replace(ch, "\\" + ch)
+    return text
 
 
 def lineage(view: View) -> None:
@@ -167,15 +202,28 @@ HEADLINE = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_le
             "repetition", "policy_loss", "kl_loss")
 
 
+VITAL = ("reward", "kl", "completions/mean_length", "entropy")  # drawn first on every run
+FIRST_CHARTS_ALL = 8  # a run with at most this many health charts shows them all at once
+
+
+def first_charts(names: list[str], marks: Mapping[str, object]) -> list[str]:
+    """The charts the Run page opens with: the four to watch on any run and every metric a finding marks; the
+    rest wait behind a toggle (a browser draws plotly charts one after another: fewer charts, a faster page)."""
+    if len(names) <= FIRST_CHARTS_ALL:
+        return list(names)
+    return [n for n in names if n in VITAL or n in marks]
+
+
 def health_metrics(names: list[str], config: dict) -> list[str]:
     """The metrics drawn first: those the docs give a health range for (with this config), and the headline."""
     return [n for n in names if n in HEADLINE or health(n, config) is not None]
 
 
-def charts(view: View, names: list[str], smoothing: float, marks: dict[str, list[tuple[int, str]]] | None = None,
+def charts(view: View, names: list[str], smoothing: float, marks: dict[str, list[tuple]] | None = None,
            key: str = "run.chart") -> None:
-    """A chart per metric, grouped as in the catalogue, two to a row."""
-    run = view.run
+    """A chart per metric, grouped as in the catalogue, two to a row; a chart that cannot show anything for this
+    run's config (``charts.blank_reason``) is folded away with the reason."""
+    config = view.config()
     marks = marks or {}
     figures = st.session_state.setdefault(_FIGURES_KEY, LiveFigures())  # reused from tick to tick
     for group, members in grouped(names):
@@ -183,10 +231,15 @@ def charts(view: View, names: list[str], smoothing: float, marks: dict[str, list
         columns = st.columns(2)
         for i, name in enumerate(members):
             with columns[i % 2]:
-                spec = metric_spec(view.metric(name), health(name, run["config"]), name, smoothing=smoothing,
-                                   marks=marks.get(name, ()))
-                st.plotly_chart(figures.figure(f"{key}.{name}", *spec), key=f"{key}.{name}",
-                                config={"displaylogo": False})
+                series, band = view.metric(name), health(name, config)
+                spec = metric_spec(series, band, name, smoothing=smoothing, marks=marks.get(name, ()))
+                figure = figures.figure(f"{key}.{name}", *spec)
+                reason = blank_reason(name, series, band, config)
+                if reason is None:
+                    st.plotly_chart(figure, key=f"{key}.{name}", config={"displaylogo": False})
+                    continue
+                with st.expander(f"{name}: nothing to show here ({reason})", icon=":material/visibility_off:"):
+                    st.plotly_chart(figure, key=f"{key}.{name}", config={"displaylogo": False})
 
 
 def downsampling_note(view: View) -> None:

@@ -4,12 +4,17 @@ of ``sample_runs/`` and of the Teach page's "Reproduce it live" button (no Strea
 For a scenario of ``trainer/scenarios.py``: train it with the embedded trainer (a child process), diagnose
 it, take the first fix of the scenario's finding that is a config change, and restart the run with that fix
 through the same ``app.launch.restart`` the dashboard's "Restart with this fix" button uses. The twin forks
-at step 0, the start (the base model, the same seed and prompts), not at the last checkpoint before the onset
-as the dashboard does: a symptom builds up for many steps before a rule can call it (a 10× learning rate puts
-KL at 2 nats by step 3), and a child forked just before the onset starts with the damage done and without the
-history a trend rule compares with. Forked at the start, the twin lives the same steps with the fix, and the
-diagnoser judges it on the same stretch: the symptom cleared when the rule did not fire on it at all (not even
-for a stretch that resolved itself); ``teach_view.after_fork`` gives the numbers over the steps both runs have.
+at step 0, the start (the base model, the same seed and prompts). The dashboard forks at the last checkpoint
+before the symptom's build-up (``app.restarts.restart_point``); a scenario run keeps no intermediate
+checkpoints (``COMMON`` sets ``--save_steps 0``), and several symptoms build up from the first steps (a 10×
+learning rate puts KL at 2 nats by step 3), so step 0 is both the only checkpoint and before every build-up.
+Forked at the start, the twin lives the same steps with the fix.
+
+The twin is judged by the scenario's own margins, fixed up front (``Scenario.fixed_when``,
+``diagnostics/judge.py``): it is **fixed** when every margin is met over the steps from the broken run's onset
+on, and no critical finding is left open in it. Whether the scenario's rule still fires on the twin is recorded
+too (``rule_fires``), as information: a rule going quiet is not the test. Fixes are tried in the diagnoser's
+order until one fixes the twin (then all of them together).
 Where the diagnoser's fix is advice rather than a config change ("check the reward function"), a scenario
 may say how to carry it out (``Scenario.carry_out``); the manifest marks that twin ``carried_out``.
 
@@ -28,11 +33,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from app import launch
 from diagnostics.findings import Fix
+from diagnostics.judge import Judgement, critical_open, judge
+from trainer.lifeline import child_options
 from trainer.scenarios import BY_NAME, SCENARIOS, Scenario
 
-#: At most this many of a finding's fixes are tried, in the diagnoser's order, until one clears the symptom
+#: At most this many of a finding's fixes are tried, in the diagnoser's order, until one fixes the twin
 #: (then, when none did, all of them together).
 MAX_FIXES = 3
 MANIFEST = "manifest.json"
@@ -67,7 +76,9 @@ class Outcome:
     twin: str | None = None     # the twin's run name
     fork_step: int | None = None
     twin_problems: list[str] | None = None
-    cleared: bool | None = None
+    fixed: bool | None = None        # the scenario's margins met and no critical finding left (the test)
+    rule_fires: bool | None = None   # the scenario's rule still fires on the twin (information only)
+    judgement: list[str] = field(default_factory=list)  # each margin measured, then the critical findings left
     note: str = ""
     carried_out: bool = False   # the fix applied is the scenario's carrying-out of the diagnoser's advice
     seconds: float = 0.0
@@ -88,7 +99,7 @@ def _serious(diagnosis) -> list:
 
 def _trainer(argv: list[str], log: Path) -> None:
     with open(log, "a") as out:
-        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False, **child_options())  # dies with us
     if done.returncode != 0:
         lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
         raise ScenarioError(f"the trainer failed ({lines[-1] if lines else f'exit code {done.returncode}'})")
@@ -141,24 +152,36 @@ def run_scenario(scenario: Scenario, db: str, store, *, max_steps: int | None = 
     tries = fixes[:MAX_FIXES]
     if len(tries) > 1:  # last, all of them at once
         tries.append(Fix(" and ".join(x.description for x in tries), {k: v for x in tries for k, v in x.changes.items()}))
-    for fix in tries:  # the diagnoser's fixes in its own rank order, until one clears the symptom
+    for fix in tries:  # the diagnoser's fixes in its own rank order, until one fixes the twin
         restart = launch.restart(parent, point[0], fix.changes, db, store)
         say(f"  fix: {fix.description} — restarting from step {point[0]} as '{restart.run_name}'")
         _trainer(restart.argv, restart.log_path)
-        twin = _serious(diagnose(store, restart.run_name))
-        problems = [f"{f.rule}@{f.onset_step}" for f in twin]
-        cleared = not any(f.rule == scenario.rule for f in twin)
+        twin = diagnose(store, restart.run_name)
+        problems = [f"{f.rule}@{f.onset_step}" for f in _serious(twin)]
+        rule_fires = any(f.rule == scenario.rule for f in _serious(twin))
+        verdict = judged(scenario, store, name, restart.run_name, hit.onset_step, twin.findings)
         outcome.attempts.append({"fix": fix.description, "changes": dict(fix.changes), "twin": restart.run_name,
-                                 "twin_problems": problems, "cleared": cleared})
+                                 "twin_problems": problems, "fixed": verdict.fixed, "rule_fires": rule_fires,
+                                 "judgement": verdict.lines()})
         outcome.fix, outcome.changes, outcome.twin, outcome.fork_step = fix.description, dict(fix.changes), \
             restart.run_name, point[0]
-        outcome.twin_problems, outcome.cleared = problems, cleared
-        say(f"  twin: {scenario.rule} {'cleared' if cleared else 'PERSISTS'}"
-            + (f" (still raised: {', '.join(problems)})" if problems else ""))
-        if cleared:
+        outcome.twin_problems, outcome.fixed, outcome.rule_fires = problems, verdict.fixed, rule_fires
+        outcome.judgement = verdict.lines()
+        say(f"  twin: {'FIXED' if verdict.fixed else 'not fixed'} — {'; '.join(verdict.lines())} "
+            f"({scenario.rule} {'still fires' if rule_fires else 'no longer fires'})")
+        if verdict.fixed:
             break
     outcome.seconds = time.perf_counter() - start
     return outcome
+
+
+def judged(scenario: Scenario, store, run: str, twin: str, onset: int, twin_findings) -> Judgement:
+    """The scenario's margins over the steps from the broken run's onset on, and the twin's open criticals."""
+    def series(name: str) -> dict[str, pd.Series]:
+        found = store.series(store.resolve_run(name), [m.metric for m in scenario.fixed_when])
+        return {k: pd.Series(values, index=steps, name=k) for k, (steps, values) in found.items()}
+    return judge(scenario.fixed_when, series(run), series(twin), since=onset,
+                 critical_left=critical_open(twin_findings))
 
 
 def version() -> str:
@@ -181,7 +204,9 @@ def manifest_entry(outcome: Outcome) -> dict:
         "run": f"{outcome.run}.jsonl", "found": outcome.found, "onset": outcome.onset, "problems": outcome.problems,
         "fix": outcome.fix, "changes": outcome.changes, "fork_step": outcome.fork_step,
         "twin": f"{outcome.twin}.jsonl" if outcome.twin else None, "twin_problems": outcome.twin_problems,
-        "cleared": outcome.cleared, "carried_out": outcome.carried_out, "note": outcome.note, "seconds": round(outcome.seconds, 1),
+        "fixed_when": [m.text() for m in s.fixed_when], "fixed": outcome.fixed, "rule_fires": outcome.rule_fires,
+        "judgement": outcome.judgement, "carried_out": outcome.carried_out, "note": outcome.note,
+        "seconds": round(outcome.seconds, 1),
         "attempts": [{**a, "twin": f"{a['twin']}.jsonl"} for a in outcome.attempts],
     }
 

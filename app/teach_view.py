@@ -1,6 +1,7 @@
 """The Teach page's queries and charts (tests import them directly): the recorded ``sample_runs/`` read back,
-one lesson per troubleshooting row, the symptom's stretch highlighted and the fixed twin overlaid, and the
-"Reproduce it live" launch (``grpo-doctor scenarios NAME`` as a child process on the dashboard's store).
+one lesson per troubleshooting row, the symptom's stretch highlighted and the twin with the fix overlaid and
+judged by the scenario's own margins (``judgement``), and the "Reproduce it live" launch
+(``grpo-doctor scenarios NAME`` as a child process on the dashboard's store).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -21,9 +21,10 @@ from app.teaching import HEALTHY, TABLE, Row
 from diagnostics.catalogue import health
 from diagnostics.engine import Diagnosis, diagnose
 from diagnostics.findings import Finding
-from diagnostics.health import outside
 from diagnostics.importers import import_path
+from diagnostics.judge import Judgement, critical_open, judge
 from diagnostics.store import RunStore
+from trainer.scenarios import BY_NAME
 
 SAMPLE_RUNS = Path(__file__).resolve().parents[1] / "sample_runs"
 #: The metric drawn for the healthy baseline (it has no finding to take one from).
@@ -101,8 +102,9 @@ def table(found: list[Lesson]) -> pd.DataFrame:
             return "not reproduced here"
         if lesson.entry["rule"] is None:
             return "baseline"
-        cleared = {True: "fix clears it", False: "fix does not clear it", None: "no twin"}[lesson.entry["cleared"]]
-        return f"found at step {lesson.entry['onset']}; {cleared}" if lesson.entry["found"] else "NOT found"
+        verdict = judgement(lesson)
+        fixed = "no twin" if verdict is None else ("the fix fixes it" if verdict.fixed else "the fix does not fix it")
+        return f"found at step {lesson.entry['onset']}; {fixed}" if lesson.entry["found"] else "NOT found"
     return pd.DataFrame([{"symptom": ls.row.symptom, "signature": ls.row.signature, "causes": ls.row.causes,
                           "fixes": ls.row.fixes, "recorded run": shown(ls)} for ls in found])
 
@@ -113,7 +115,7 @@ def figure(lesson: Lesson) -> go.Figure:
     runs = {lesson.run.name: lesson.run.series.get(metric, pd.Series(dtype="float64"))}
     marks = []
     if lesson.twin is not None:
-        runs[f"{lesson.twin.name} (fixed)"] = lesson.twin.series.get(metric, pd.Series(dtype="float64"))
+        runs[f"{lesson.twin.name} (with the fix)"] = lesson.twin.series.get(metric, pd.Series(dtype="float64"))
         marks.append((int(lesson.entry["fork_step"]), "fork"))
     fig = overlay_figure(runs, health(metric, lesson.run.config), metric, marks=marks)
     if finding is not None and finding.onset_step is not None:
@@ -123,39 +125,34 @@ def figure(lesson: Lesson) -> go.Figure:
     return fig
 
 
-def _finite_mean(values: np.ndarray) -> float | None:
-    finite = values[np.isfinite(values)]
-    return float(finite.mean()) if len(finite) else None
-
-
-def after_fork(lesson: Lesson) -> dict | None:
-    """The symptom's metric in the run and in its twin over the steps both logged after the fork: means and
-    the share of steps outside the healthy range (None where the catalogue gives no range)."""
-    if lesson.twin is None or lesson.run is None:
+def judgement(lesson: Lesson) -> Judgement | None:
+    """The twin judged from the recorded files by the scenario's own margins (``Scenario.fixed_when``) over the
+    steps from the run's onset on, and the twin's open critical findings (None: no twin, or no onset)."""
+    if lesson.twin is None or lesson.run is None or lesson.entry is None:
         return None
-    metric = lesson.metric
-    parent, twin = lesson.run.series.get(metric), lesson.twin.series.get(metric)
-    if parent is None or twin is None:
+    scenario = BY_NAME.get(lesson.entry["scenario"])
+    onset = lesson.entry.get("onset")
+    if scenario is None or onset is None:
         return None
-    common = parent.index.intersection(twin.index)
-    common = common[common > lesson.entry["fork_step"]]
-    if not len(common):
-        return None
-    p, t = parent.loc[common].to_numpy("float64"), twin.loc[common].to_numpy("float64")
-    band = health(metric, lesson.run.config)
-    return {"metric": metric, "steps": (int(common.min()), int(common.max())), "run_mean": _finite_mean(p),
-            "twin_mean": _finite_mean(t), "run_unhealthy": float(outside(band, p).mean()) if band else None,
-            "twin_unhealthy": float(outside(band, t).mean()) if band else None}
+    return judge(scenario.fixed_when, lesson.run.series, lesson.twin.series, since=int(onset),
+                 critical_left=critical_open(lesson.twin.diagnosis.findings))
 
 
-def after_fork_text(numbers: dict) -> str:
-    def share(x):
-        return "–" if x is None else f"{x:.0%}"
-    def value(x):
-        return "–" if x is None else f"{x:.3g}"
-    return (f"`{numbers['metric']}` over steps {numbers['steps'][0]}–{numbers['steps'][1]}: mean "
-            f"{value(numbers['run_mean'])} in the run, {value(numbers['twin_mean'])} in the fixed twin; outside the "
-            f"healthy range {share(numbers['run_unhealthy'])} → {share(numbers['twin_unhealthy'])} of the steps")
+def fix_summary(lesson: Lesson) -> tuple[str, str] | None:
+    """``(state, markdown)`` for the twin: state ``fixed`` or ``not fixed``; the text names the fix, each margin
+    measured, the critical findings left, and whether the scenario's rule still fires (information only)."""
+    verdict = judgement(lesson)
+    if verdict is None:
+        return None
+    entry = lesson.entry
+    state = "fixed" if verdict.fixed else "not fixed"
+    fires = [f for f in lesson.twin.diagnosis.problems() if f.rule == entry["rule"]
+             and f.severity in ("warning", "critical")]
+    rule = (f"`{entry['rule']}` still fires on the twin (from step {fires[0].onset_step})" if fires
+            else f"`{entry['rule']}` does not fire on the twin")
+    lines = "\n".join(f"- {line}" for line in verdict.lines())
+    return state, (f"**Fix applied to the twin** (from step {entry['fork_step']}): {entry['fix']} — **{state}**, "
+                   f"by the margins set before the twin ran:\n{lines}\n\n(For information: {rule}.)")
 
 
 def reproduce_command(scenario: str, db: str) -> list[str]:

@@ -105,8 +105,11 @@ def write_verl_log(store: RunStore, run_id: int, folder: Path) -> Path:
     return path
 
 
-def verdict(result, scenario: Scenario) -> tuple[str, str]:
-    """("found", "onset 12; fix ...") / ("missed", ...) / ("n/a", "needs ...") / ("quiet", ...)."""
+def verdict(result, scenario: Scenario, logged: set[str]) -> tuple[str, str]:
+    """("found", "onset 12; fix ...") / ("missed", ...) / ("n/a", "needs ...") / ("quiet", ...). A format that logs
+    none of the metrics the scenario's symptom is judged by (``Scenario.fixed_when``, stated up front) cannot show
+    it: "n/a", as when the rule itself lacks an input (verl logs no frac_reward_zero_std: a share of uniform groups
+    below 100% leaves no trace in its metrics)."""
     problems = [f for f in result.problems() if f.severity in ("warning", "critical")]
     if scenario.rule is None:
         return ("quiet" if not problems else "WARNED",
@@ -118,6 +121,9 @@ def verdict(result, scenario: Scenario) -> tuple[str, str]:
         return ("late" if late else "found", f"{hit.severity} from step {hit.onset_step}; fix: {fix}")
     if scenario.rule in result.skipped or scenario.rule in result.not_applicable:
         return "n/a", result.skipped.get(scenario.rule) or result.not_applicable[scenario.rule]
+    symptom = {margin.metric for margin in scenario.fixed_when}
+    if symptom and not symptom & logged:
+        return "n/a", f"the log has none of the symptom's metrics ({', '.join(sorted(symptom))})"
     return "missed", "also raised: " + (", ".join(f.rule for f in problems) or "nothing")
 
 
@@ -128,12 +134,15 @@ def evaluate(scenarios: list[Scenario], folder: Path) -> list[dict]:
         with RunStore(db) as store:
             run_id = store.resolve_run(scenario.name)
             results = {"store": diagnose(store, run_id)}
+            logged = {"store": set(store.metric_names(run_id))}
             logs = {"trl": write_trl_log(store, run_id, folder / f"{scenario.name}-trl"),
                     "verl": write_verl_log(store, run_id, folder / f"{scenario.name}-verl")}
         memory = RunStore(":memory:")
         for fmt, path in logs.items():
-            results[fmt] = diagnose(memory, import_path(memory, path, name=f"{scenario.name}-{fmt}"), save=False)
-        verdicts = {fmt: verdict(results[fmt], scenario) for fmt in FORMATS}
+            imported = import_path(memory, path, name=f"{scenario.name}-{fmt}")
+            results[fmt] = diagnose(memory, imported, save=False)
+            logged[fmt] = set(memory.metric_names(imported))
+        verdicts = {fmt: verdict(results[fmt], scenario, logged[fmt]) for fmt in FORMATS}
         rows.append({"scenario": scenario, "seconds": seconds, "verdicts": verdicts, "results": results})
         print(f"{scenario.name:<20} {scenario.max_steps:>4} steps {seconds:5.0f} s  "
               + "  ".join(f"{fmt}: {verdicts[fmt][0]}" for fmt in FORMATS), flush=True)

@@ -16,7 +16,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import launch
-from app.charts import NONFINITE_NAME, OUT_OF_RANGE_NAME, LiveFigures, metric_figure, metric_spec, overlay_figure
+from app.charts import (MARKS_NAME, NONFINITE_NAME, OUT_OF_RANGE_NAME, LiveFigures, blank_reason, metric_figure,
+                        metric_spec, overlay_figure, short_label)
 from app.ngrams import highlight, repeated_share, repeated_spans
 from app.restarts import framework_snippet, verdict
 from app.present import grouped, ordered
@@ -143,6 +144,33 @@ def test_new_run_form_refuses_bad_values(store_path, started):
     assert "Not started" in message and "did you mean 'temperature'" in message
 
 
+def test_new_run_form_refuses_options_that_contradict_it_in_one_line(store_path, started):
+    at = app().run()
+    form = {w.label: w for kind in ("number_input", "selectbox", "text_input") for w in at.get(kind)}
+    form["beta"].set_value(0.04)
+    form["More options"].set_value("beta=0.1 epsilon_high=0.28")  # beta twice, differently
+    at.button(key="FormSubmitter:runs.new-Start run").click().run()
+    assert not at.exception
+    assert started == []
+    (error,) = at.error
+    assert error.value == "Not started: beta is 0.04 in the form and 0.1 in More options: set it in one place"
+
+    form = {w.label: w for kind in ("number_input", "selectbox", "text_input") for w in at.get(kind)}
+    form["More options"].set_value("beta=0.04 kl_estimator=k3")  # beta agrees with the form; kl_estimator does not
+    form["kl_estimator"].set_value("k1")
+    at.button(key="FormSubmitter:runs.new-Start run").click().run()
+    assert started == []
+    (error,) = at.error
+    assert error.value == "Not started: kl_estimator is k1 in the form and k3 in More options: set it in one place"
+
+    form = {w.label: w for kind in ("number_input", "selectbox", "text_input") for w in at.get(kind)}
+    form["More options"].set_value("")  # k1 with the KL in the loss alone: the trainer's own check refuses it
+    at.button(key="FormSubmitter:runs.new-Start run").click().run()
+    assert started == []
+    (error,) = at.error
+    assert error.value.startswith("Not started: ") and "k1" in error.value and "\n" not in error.value  # one line
+
+
 def test_runs_page_stops_a_running_run(store_path, started):
     at = app().run()
     at.button(key="runs.stop.2").click().run()
@@ -185,7 +213,8 @@ def test_run_page_draws_a_chart_per_health_metric_with_band_and_nan_markers(stor
 
     at.toggle(key="run.others").set_value(True).run()
     assert "my_custom" in charts_of(at)
-    assert charts_of(at)["my_custom"]["layout"].get("shapes", []) == []  # no range in the docs: no band
+    (baseline,) = charts_of(at)["my_custom"]["layout"]["shapes"]  # no range in the docs: no band, its own start
+    assert baseline["name"].startswith("run's own start") and baseline["line"]["dash"] == "dot"
 
 
 def test_run_page_smoothing(store_path):
@@ -226,6 +255,53 @@ def test_run_page_downsamples_a_long_run_and_keeps_its_spike(tmp_path, monkeypat
     line = charts_of(at)["grad_norm"]["data"][0]
     assert len(line["x"]) <= 1000 and max(line["y"]) == 40.0 and 12_346 in line["x"]
     assert "20,000 steps" in texts(at)
+
+
+def test_run_page_opens_with_the_vital_charts_and_the_findings_charts_then_the_rest_on_demand(tmp_path, monkeypatch):
+    """A browser draws plotly charts one after another: the page opens with reward, KL, length and entropy and the
+    metrics a finding names (here grad_norm's NaN), and the other health charts wait behind a toggle."""
+    path = str(tmp_path / "many.db")
+    names = ["reward", "kl", "completions/mean_length", "entropy", "grad_norm", "reward_std", "frac_reward_zero_std",
+             "completions/clipped_ratio", "advantage/std", "advantage/mean", "clip_ratio/region_mean", "loss"]
+    with RunStore(path) as store:
+        run_id = store.create_run("many", status="finished", source="csv")
+        store.write_steps(run_id, ((s, {n: (math.nan if n == "grad_norm" and s >= 50 else 0.3) for n in names})
+                                   for s in range(1, 61)))
+    monkeypatch.setenv("GRPO_DOCTOR_DB", path)
+    at = open_page("run", run_id)
+    assert not at.exception
+    first = set(charts_of(at))
+    assert {"reward", "kl", "completions/mean_length", "entropy", "grad_norm"} <= first
+    assert "advantage/std" not in first and len(first) < len(names)
+    at.toggle(key="run.more").set_value(True).run()
+    assert set(names) <= set(charts_of(at))
+
+
+def test_run_page_opens_with_a_status_line_per_group_that_agrees_with_the_findings(tmp_path, monkeypatch):
+    """grad_norm above the documents' 0.1–1.0 and entropy above their 0.01–0.1 at every step, steady, with no
+    finding: each group's line says so and why it is not a problem; a clip ratio fixed at 0 by the config is folded away."""
+    path = str(tmp_path / "steady.db")
+    with RunStore(path) as store:
+        run_id = store.create_run("steady", config={"num_generations": 8, "num_iterations": 1, "beta": 0.04},
+                                  source="jsonl", status="finished")
+        store.write_steps(run_id, ((s, {"reward": 0.5 + 0.001 * s, "grad_norm": 4.0 + 0.01 * (s % 3),
+                                        "entropy": 0.8 + 0.001 * (s % 5), "clip_ratio/region_mean": 0.0})
+                                   for s in range(1, 61)))
+    monkeypatch.setenv("GRPO_DOCTOR_DB", path)
+    at = open_page("run", run_id)
+    assert not at.exception
+    first = at.markdown[0].value  # the page opens with the status lines, before the findings
+    lines = {line.split("**")[1]: line for line in first.splitlines()}
+    assert list(lines) == ["reward", "clipping", "gradients and entropy"]
+    assert "No problems found" in texts(at)
+    optim = lines["gradients and entropy"]
+    assert "ok — " in optim
+    assert "grad\\_norm is outside the documented range 0.1 – 1" in optim
+    assert "entropy is outside the documents' range 0.01 – 0.1" in optim
+    assert optim.count("not a problem here because") == 2 and "reference only" in optim
+    (folded,) = [e for e in at.expander if e.label.startswith("clip_ratio/region_mean: nothing to show here")]
+    assert "num_iterations = 1" in folded.label and len(folded.get("plotly_chart")) == 1
+    assert "grad_norm" in charts_of(at)  # the others are drawn as usual
 
 
 # ------------------------------------------------------------------------------------- findings
@@ -273,7 +349,7 @@ def test_findings_panel_restarts_our_run_from_the_checkpoint_before_the_onset(fa
     (expander,) = [e for e in at.expander if NAN_TITLE in e.label]
     assert "from step 6" in expander.label
     assert "| 6 | `grad_norm` | NaN | first non-finite value |" in texts(at)  # the evidence
-    onsets = [s for s in charts_of(at)["grad_norm"]["layout"]["shapes"] if s["type"] == "line"]
+    onsets = [s for s in charts_of(at)["grad_norm"]["layout"]["shapes"] if s["type"] == "line" and s["xref"] == "x"]
     assert [(s["x0"], s["label"]["text"].startswith("onset")) for s in onsets] == [(6, True)]
 
     (button,) = [b for b in at.button if b.label.startswith("Restart with this fix")]
@@ -291,6 +367,33 @@ def test_findings_panel_restarts_our_run_from_the_checkpoint_before_the_onset(fa
     assert "KL is 0 at the first step" in "\n".join(m.value for m in notes.markdown)
     with RunStore(family_path) as store:  # what the diagnoser found is in the store for the other pages
         assert [f.rule for f in store.findings(1) if f.severity == "critical"] == ["nonfinite"]
+
+
+def test_each_finding_has_one_primary_action_and_the_status_line_names_it(tmp_path, monkeypatch, started):
+    """A KL blow-up on our run, checkpoints at steps 2 and 4: three fixes can restart it; one leads."""
+    path = str(tmp_path / "kl.db")
+    with RunStore(path) as store:
+        run = store.create_run("klrun", config=GRPOConfig(max_steps=60).to_dict(), status="finished")
+        for step in range(1, 41):
+            events = []
+            if step in (2, 4):
+                folder = tmp_path / "runs" / "klrun" / f"checkpoint-{step}"
+                folder.mkdir(parents=True)
+                events.append(("checkpoint", {"path": str(folder)}))
+            kl = 0.0 if step == 1 else (0.02 if step < 8 else 0.02 * 1.5 ** (step - 7))
+            store.log_step(run, step, {"kl": kl, "reward": 0.5, "grad_norm": 0.5, "loss": 0.1}, events=events)
+    monkeypatch.setenv("GRPO_DOCTOR_DB", path)
+    at = open_page("run", run)
+    assert not at.exception
+    (finding,) = [e for e in at.expander if "KL to the reference is blowing up" in e.label]
+    buttons = finding.get("button")
+    assert len(buttons) >= 2
+    assert [b.proto.type for b in buttons] == ["primary"] + ["secondary"] * (len(buttons) - 1)
+    assert buttons[0].label.startswith("Restart with this fix") and buttons[1].label.startswith("Restart with fix")
+    assert "**Other fixes**" in [m.value for m in finding.markdown]
+    status = at.markdown[0].value  # the page opens with the status lines: KL's agrees with the finding
+    (kl,) = [line for line in status.splitlines() if "**KL**" in line]
+    assert "CRITICAL: KL to the reference is blowing up (from step " in kl and "kl\\_blowup" in kl
 
 
 def test_findings_panel_gives_an_imported_run_its_frameworks_terms(family_path, started):
@@ -312,15 +415,18 @@ def test_a_restarted_child_says_whether_the_symptom_cleared(family_path):
             store.log_step(child, step, {"grad_norm": 0.5, "loss": 0.1})
     at = open_page("run", 1)
     assert not at.exception
-    assert "ours-fix** (restarted from step 4): Cleared" in texts(at)
+    # fixed by the finding's own metric over the same steps (the parent's NaN at 6 is gone), no critical left
+    assert ("ours-fix** (restarted from step 4): Fixed: `grad_norm` NaN/inf count over steps 6–8: 1 in the broken "
+            "run, 0 with the fix (needed ≤ 0) — met; no critical finding left open.") in texts(at)
     (overlay,) = overlays_of(at)
-    assert [t["name"] for t in overlay["data"]] == ["ours (id 1)", "ours (id 1): NaN / inf", f"ours-fix (id {child})"]
-    assert [s["x0"] for s in overlay["layout"]["shapes"] if s["type"] == "line"] == [4, 6]  # the fork, the onset
+    assert [t["name"] for t in overlay["data"]] == ["ours (id 1)", "ours (id 1): NaN / inf", f"ours-fix (id {child})",
+                                                  MARKS_NAME]
+    assert [s["x0"] for s in overlay["layout"]["shapes"] if s["xref"] == "x"] == [4, 6]  # the fork, the onset
 
     at = open_page("run", child)  # the child's own page follows the parent's problem up, overlaid too
     assert not at.exception
     assert "Restarted from **ours** at step 4" in texts(at)
-    assert f"{NAN_TITLE}" in texts(at) and "Cleared" in texts(at)
+    assert f"{NAN_TITLE}" in texts(at) and "Fixed: `grad_norm` NaN/inf count" in texts(at)
     assert len(overlays_of(at)) == 1
 
 
@@ -333,7 +439,9 @@ def overlays_of(at: AppTest) -> list[dict]:
 def test_a_child_that_still_shows_the_symptom(family_path):
     add_child(family_path, "ours-fix", last=17, nan_at=8)
     at = open_page("run", 1)
-    assert "ours-fix** (restarted from step 4): Not cleared: the child shows" in texts(at)
+    text = texts(at)
+    assert "ours-fix** (restarted from step 4): Not fixed: `grad_norm` NaN/inf count over steps 6–8" in text
+    assert "critical finding(s) left open: nonfinite@8" in text and "the child shows" in text
 
 
 # ------------------------------------------------------------------------------------- Samples
@@ -376,10 +484,41 @@ def test_compare_page_overlays_a_restart_on_its_parent(store_path):
     assert at.multiselect(key="compare.runs").value == [1, child]  # the parent, then the run
     charts = charts_of(at)
     assert set(charts) == {"reward", "kl", "grad_norm"}  # the headline metrics either run has
-    names = [t["name"] for t in charts["reward"]["data"]]
+    names = [t["name"] for t in charts["reward"]["data"] if t["name"] != MARKS_NAME]
     assert names == ["finished-run (id 1)", f"child-run (id {child})"]
-    (fork,) = charts["reward"]["layout"]["shapes"]
+    (fork,) = [s for s in charts["reward"]["layout"]["shapes"] if s["xref"] == "x"]
     assert fork["x0"] == 3 and "child-run forks" in fork["label"]["text"]
+
+
+def test_compare_page_honours_the_run_in_its_url(store_path):
+    with RunStore(store_path) as store:
+        child = store.create_run("child-run", parent="finished-run", parent_step=3, status="finished")
+        store.log_step(child, 4, {"reward": 1.0})
+    at = open_page("compare", 2)  # /compare?run=2: live-run, not the newest run's family
+    assert not at.exception
+    assert at.multiselect(key="compare.runs").value == [2]
+    at = open_page("compare", child)
+    assert at.multiselect(key="compare.runs").value == [1, child]
+
+
+# ------------------------------------------------------------------------------------- Teach
+def test_reproduce_it_live_names_the_run_it_starts(store_path, monkeypatch):
+    from app import teach_view
+
+    with RunStore(store_path) as store:  # a kl_blowup run is already in the store: the next one is kl_blowup-2
+        store.create_run("kl_blowup", status="finished")
+    started: list = []
+    monkeypatch.setattr(teach_view, "reproduce", lambda scenario, db: started.append(scenario) or Path("x.log"))
+    at = open_page("teach")
+    symptoms = [ls.row.symptom for ls in teach_view.lessons()]
+    at.selectbox(key="teach.row").set_value(symptoms.index("KL blow-up")).run()
+    assert not at.exception
+    button = at.button(key="teach.reproduce")
+    assert button.label == "Reproduce it live as run 'kl_blowup-2'"
+    button.click().run()
+    assert started == ["kl_blowup"]
+    message = "\n".join(s.value for s in at.success)
+    assert "Started run **kl_blowup-2**; its fixed twin **kl_blowup-2-fix** follows" in message
 
 
 # ------------------------------------------------------------------------------------- Import
@@ -515,16 +654,66 @@ def test_out_of_range_points_and_onset_marks():
     (outside,) = [t for t in fig.data if t.name == OUT_OF_RANGE_NAME]
     assert list(outside.x) == [2, 3] and list(outside.y) == [1.5, 0.05]
     mark = fig.layout.shapes[1]
-    assert (mark.x0, mark.x1, mark.yref) == (3, 3, "paper") and mark.label.text == "onset: grad spike"
+    assert (mark.x0, mark.x1, mark.yref) == (3, 3, "paper") and mark.label.text == "onset"
+    (hover,) = [t for t in fig.data if t.name == MARKS_NAME]
+    assert list(hover.x) == [3] and list(hover.text) == ["step 3: onset: grad spike"]
     # below a target band is fine: nothing is out of range
     kl = metric_figure(series({1: 0.001, 2: 0.02}), health("kl"), "kl")
     assert OUT_OF_RANGE_NAME not in [t.name for t in kl.data]
 
 
+def test_every_chart_shows_the_runs_own_early_baseline():
+    values = {s: 1.0 + 0.1 * (s % 2) for s in range(1, 101)}  # 1.0, 1.1, ...: its first 10 rows are its start
+    values.update({s: 3.0 for s in range(60, 101)})
+    fig = metric_figure(series(values), health("grad_norm"), "grad_norm")
+    band, base = fig.layout.shapes
+    assert base.type == "rect" and base.line.dash == "dot" and base.showlegend
+    head = np.array([values[s] for s in range(1, 11)])
+    median = float(np.median(head))
+    spread = 2 * 1.4826 * float(np.median(np.abs(head - median)))
+    assert (base.y0, base.y1) == pytest.approx((median - spread, median + spread))
+    assert base.name.startswith("run's own start") and "steps 1–10" in base.name
+    flat = metric_figure(series({s: 0.5 for s in range(1, 8)}), None, "x")
+    (line,) = flat.layout.shapes  # no spread: a dotted line
+    assert line.type == "line" and line.y0 == line.y1 == 0.5 and line.line.dash == "dot"
+    assert metric_figure(series({1: 1.0, 2: 2.0}), None, "x").layout.shapes == ()  # too few steps for a start
+    overlay = overlay_figure({"a": series(values), "b": series({1: 9.0})}, None, "grad_norm")
+    assert [s.name.startswith("run's own start") for s in overlay.layout.shapes] == [True]  # the first run's
+
+
+def test_onset_labels_are_short_and_the_whole_text_is_in_the_hover():
+    marks = [(30, "onset", "onset of kl_blowup: KL to the reference is blowing up"),
+             (30, "onset", "onset of entropy_collapse: Entropy collapsed"),
+             (31, "onset", "onset of uniform_groups: Groups score all alike"),
+             (80, "a-very-long-child-run-name forks")]
+    fig = metric_figure(series({s: 0.1 for s in range(1, 101)}), None, "kl", marks=marks)
+    lines = [s for s in fig.layout.shapes if s.xref == "x"]
+    assert [s.x0 for s in lines] == [30, 31, 80]
+    labels = [s.label.text if s.label and s.label.text else None for s in lines]
+    assert labels == ["onset +1", None, "a-very-long-chi…"]  # 31 would overlap 30's label: hover only
+    assert all(len(label) <= 16 for label in labels if label)
+    (hover,) = [t for t in fig.data if t.name == MARKS_NAME]
+    assert list(hover.x) == [30, 31, 80] and hover.yaxis == "y2" and not hover.showlegend
+    assert "KL to the reference is blowing up<br>onset of entropy_collapse" in hover.text[0]
+    assert short_label("onset: grad spike") == "onset"
+
+
+def test_charts_that_cannot_show_anything_say_why():
+    zero = series({s: 0.0 for s in range(1, 20)})
+    one_update = health("clip_ratio/region_mean", {"num_iterations": 1})
+    assert "num_iterations = 1" in blank_reason("clip_ratio/region_mean", zero, one_update, {"num_iterations": 1})
+    several = health("clip_ratio/region_mean", {"num_iterations": 2})
+    assert blank_reason("clip_ratio/region_mean", zero, several, {"num_iterations": 2}) is None
+    clipped = series({1: 0.0, 2: 0.2})  # clipping where none can be: worth seeing
+    assert blank_reason("clip_ratio/region_mean", clipped, one_update, {"num_iterations": 1}) is None
+    assert "beta = 0" in blank_reason("kl_loss", zero, None, {"beta": 0.0})
+    assert blank_reason("kl_loss", zero, None, {"beta": 0.04}) is None
+
+
 def test_overlay_has_a_line_and_marks_per_run():
     fig = overlay_figure({"a": series({1: 1.0, 2: math.nan}), "b": series({1: 2.0, 2: 3.0})}, None, "reward",
                          marks=[(1, "b forks")])
-    assert [t.name for t in fig.data] == ["a", f"a: {NONFINITE_NAME}", "b"]
+    assert [t.name for t in fig.data] == ["a", f"a: {NONFINITE_NAME}", "b", MARKS_NAME]
     assert fig.data[0].line.color != fig.data[2].line.color
     assert fig.data[1].marker.color == fig.data[0].line.color
 
@@ -548,6 +737,37 @@ def test_metric_order_and_groups():
     assert ordered(names) == ["reward", "kl", "grad_norm", "alpha", "rewards/accuracy/mean", "zeta"]
     assert grouped(names) == [("reward", ["reward", "rewards/accuracy/mean"]), ("kl", ["kl"]),
                               ("optim", ["grad_norm"]), ("other", ["alpha", "zeta"])]
+
+
+# ------------------------------------------------------------------------------------- diagnostics/status.py
+def test_status_lines_agree_with_the_findings():
+    from diagnostics.status import group_statuses, status_lines
+    from diagnostics.view import RunView
+
+    steps = np.arange(1, 41)
+    view = RunView({"id": 1, "name": "x", "source": "jsonl", "config": {"num_generations": 8}})
+    view.add({"reward": (steps, np.full(40, 0.5)), "frac_reward_zero_std": (steps, np.linspace(0, 1, 40)),
+              "kl": (steps, np.linspace(0.01, 3.0, 40)), "grad_norm": (steps, np.full(40, 4.0)),
+              "advantage/std": (steps, np.where(steps < 20, 0.8, 0.05)), "step_time": (steps, np.ones(40))})
+    blowup = Finding("kl_blowup", "KL to the reference is blowing up", "critical", 12, 40,
+                     evidence=[Evidence(12, "kl", 0.4)])
+    uniform = Finding("uniform_groups", "Groups score all alike", "info", 20, 40, caused_by="kl_blowup",
+                      evidence=[Evidence(20, "frac_reward_zero_std", 0.5)])
+    statuses = {s.group: s for s in group_statuses(view, [blowup, uniform], {"uniform_groups": "needs x"})}
+    assert list(statuses) == ["reward", "kl", "advantage", "optim", "cost"]
+    assert (statuses["kl"].state, statuses["kl"].text) == (
+        "critical", "CRITICAL: KL to the reference is blowing up (from step 12) [kl_blowup]")
+    assert statuses["reward"].state == "info" and statuses["reward"].text.startswith("a consequence of kl_blowup")
+    optim = statuses["optim"]
+    assert optim.state == "ok" and optim.text.startswith("ok — grad_norm is outside the documented range 0.1 – 1 "
+                                                         "(latest 4)")
+    assert "not a problem here because the rules that judge it (zero_grad, grad_spikes) did not fire; it is " \
+           "within the run's own start (4 – 4, steps 1–10)" in optim.text
+    # outside, no rule ran that reads it, and not at its own start: said, and not called "not a problem"
+    assert "advantage/std is outside the documented range 0.3 – 1.5" in statuses["advantage"].text
+    assert "not judged here: uniform_groups needs x" in statuses["advantage"].text
+    assert statuses["cost"].text == "ok — no finding (the documents give these metrics no range)"
+    assert status_lines(view, [blowup, uniform])[1] == "KL: " + statuses["kl"].text
 
 
 # ------------------------------------------------------------------------------------- transforms.py
@@ -610,7 +830,7 @@ def test_fixes_in_each_frameworks_terms():
     assert framework_snippet(Fix("d", changes)) is None
 
 
-def test_verdict_compares_the_same_steps():
+def test_verdict_judges_the_findings_metric_over_the_same_steps_not_the_rule_going_quiet():
     finding = Finding("kl_blowup", "KL blow-up", "critical", onset_step=12, last_step=30,
                       evidence=[Evidence(12, "kl", 2.0)])
     parent = series({s: (0.02 if s < 12 else 1.0) for s in range(1, 31)})
@@ -619,10 +839,18 @@ def test_verdict_compares_the_same_steps():
     early = verdict(finding, [], 10, 20, parent, child.loc[:20], band)
     assert early.state == "waiting" and "verdict comes at step 22" in early.text
     done = verdict(finding, [], 10, 25, parent, child, band)
-    assert done.state == "cleared" and done.steps == (11, 25)
-    assert "parent mean 0.935, 93% unhealthy" in done.text  # (0.02 + 14 × 1.0) / 15
-    assert "child mean 0.02, 0% unhealthy" in done.text
-    still = verdict(finding, [Finding("kl_blowup", "KL blow-up", "critical", 14, 25)], 10, 25, parent, child, band)
-    assert still.state == "persists" and "from step 14" in still.text
-    resolved = Finding("kl_blowup", "KL blow-up", "critical", 14, 18, status="resolved", resolved_step=19)
-    assert verdict(finding, [resolved], 10, 25, parent, child, band).state == "cleared"
+    assert done.state == "cleared" and done.text.startswith("Fixed:") and done.steps == (12, 25)  # from the onset
+    assert "`kl` mean over steps 12–25: 1 in the broken run, 0.02 with the fix (needed ≤ 0.51" in done.text
+    assert "parent mean 1.0, 100% unhealthy" in done.text and "child mean 0.02, 0% unhealthy" in done.text
+    # the rule went quiet in the child (no kl_blowup finding) but KL only came down to 0.6: not half way back
+    halfway = series({s: 0.6 for s in range(11, 26)})
+    quiet = verdict(finding, [], 10, 25, parent, halfway, band)
+    assert quiet.state == "persists" and quiet.text.startswith("Not fixed:") and "NOT met" in quiet.text
+    assert "finds no open 'KL blow-up' in the child" in quiet.text  # reported, as information only
+    # KL back, but the child is not healthy: another critical finding is open in it
+    other = Finding("uniform_groups", "Groups score all alike", "critical", 15, 25)
+    sick = verdict(finding, [other], 10, 25, parent, child, band)
+    assert sick.state == "persists" and "critical finding(s) left open: uniform_groups@15" in sick.text
+    # KL back and the same rule still open as a warning: fixed by the metric; the rule is mentioned
+    warned = verdict(finding, [Finding("kl_blowup", "KL blow-up", "warning", 14, 25)], 10, 25, parent, child, band)
+    assert warned.state == "cleared" and "the child shows 'KL blow-up' too, from step 14" in warned.text

@@ -260,11 +260,37 @@ def test_the_restart_point_is_the_last_checkpoint_before_the_onset_else_the_star
         parent = store.get_run("parent")
         saved = launch.checkpoints(store, parent["id"])
     assert [step for step, _ in saved] == [2, 4, 6]
-    assert restart_point(parent, saved, Finding("r", "t", "warning", 2, 6), fix) == RestartPoint(0, None)
-    assert restart_point(parent, saved, Finding("r", "t", "warning", None, 6), fix).step == 6
+    start = restart_point(parent, saved, Finding("r", "t", "warning", 2, 6), fix)
+    assert (start.step, start.path) == (0, None) and "from the start" in start.why
+    assert restart_point(parent, saved, Finding("r", "t", "warning", None, 6), fix).step == 0  # the whole run
     assert restart_point(parent, saved[:1], Finding("r", "t", "warning", 5, 6), fix).step == 2  # 4 deleted
     assert "not a config change" in restart_point(parent, saved, Finding("r", "t", "warning", 5, 6), Fix("look"))
     assert "no option 'lora_rank'" in restart_point(parent, saved, Finding("r", "t", "warning", 5, 6),
                                                      Fix("lora", {"lora_rank": 16}))
     assert "imported from jsonl" in restart_point(dict(parent, source="jsonl"), saved,
                                                   Finding("r", "t", "warning", 5, 6), fix)
+
+
+def test_a_dashboard_launch_is_tied_to_the_server(tmp_path, monkeypatch):
+    """The trainer gets the server's pid to watch (trainer.lifeline): killing the server, even with SIGKILL, ends
+    its trainers. Started from a page's thread, so no PR_SET_PDEATHSIG (the kernel would fire it when that
+    thread ends)."""
+    import threading
+
+    from trainer.lifeline import PARENT_ENV
+
+    seen = {}
+
+    class Recorder:
+        def __init__(self, argv, **kwargs):
+            seen.update(kwargs)
+            self.pid = 4242
+
+    monkeypatch.setattr(launch.subprocess, "Popen", Recorder)
+    started = launch.Launch("r", ["true"], tmp_path / "r.log")
+    thread = threading.Thread(target=launch.start, args=(started,))
+    thread.start()
+    thread.join()
+    launch._LAUNCHED.pop(4242)
+    assert seen["env"][PARENT_ENV] == str(os.getpid()) and seen["env"]["PYTHONUNBUFFERED"] == "1"
+    assert "preexec_fn" not in seen and seen["start_new_session"]

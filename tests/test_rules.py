@@ -162,7 +162,8 @@ FIXTURES = [
             metrics={"completions/mean_length": ramp(N, 150, 505, 20),
                      "completions/clipped_ratio": ramp(N, 0.0, 0.95, 20),
                      "reward": ramp(N, 0.2, 0.8, 20) + noise(N, 0.01)},
-            cause="prefers long", fix={"length_penalty": 0.001}),
+            # the reward pays 0.6 / 355 tokens ≈ 0.0017 a token: a penalty that cancels it (the seed's 0.001 cannot)
+            cause="prefers long", fix={"length_penalty": 0.0017}),
     Fixture("outputs explode under dapo: not per-sequence normalisation, not std scaling",
             {"length_explode": "warning", "truncation": "warning"},
             metrics={"completions/mean_length": ramp(N, 150, 505, 20),
@@ -313,6 +314,40 @@ FIXTURES = [
             metrics={"frac_reward_zero_std": np.full(N, 0.7), "rewards/correctness/mean": np.full(N, 0.5),
                      "rewards/correctness/std": np.full(N, 0.5), "policy_loss": np.zeros(N)},
             config={"temperature": 0.3, "loss_type": "grpo"}),
+    # G = 4 (16 groups a step): the uniform share's 10-step median wanders past 0.5 for a few steps in healthy runs;
+    # info until it has held for a window, a warning once it lasts
+    Fixture("uniform groups: half the groups for a few steps at G = 4", {"uniform_groups": "info"},
+            metrics={"frac_reward_zero_std": np.where((np.arange(N) >= 15) & (np.arange(N) < 22), 0.6, 0.38),
+                     "rewards/correctness/mean": np.full(N, 0.3), "rewards/correctness/std": np.full(N, 0.46),
+                     "advantage/abs_max": np.full(N, 1.4)},
+            config={"num_generations": 4}, cause="less than a 10-step window"),
+    Fixture("uniform groups: half the groups for 25 steps at G = 4", {"uniform_groups": "warning"},
+            metrics={"frac_reward_zero_std": np.where((np.arange(N) >= 15) & (np.arange(N) < 40), 0.6, 0.38),
+                     "rewards/correctness/mean": np.full(N, 0.3), "rewards/correctness/std": np.full(N, 0.46),
+                     "advantage/abs_max": np.full(N, 1.4)},
+            config={"num_generations": 4}),
+    # batch scaling has no hard bound: one batch where a rare reward stands out is info, a repeat is a warning
+    Fixture("batch-scaled advantages above twice the bound at one step", {"advantage_explosion": "info"},
+            metrics={"advantage/abs_max": spiked(np.full(N, 1.8), (0,), 3.2)},
+            config={"scale_rewards": "batch", "num_generations": 4}, cause="at one step so far"),
+    Fixture("batch-scaled advantages above twice the bound, again and again", {"advantage_explosion": "warning"},
+            metrics={"advantage/abs_max": spiked(np.zeros(N), tuple(range(1, N, 3)), 7.0)},
+            config={"scale_rewards": "batch"}),
+    # KL is 0 at step 1 and warms up over the first ~30 steps before it settles: not a blow-up
+    Fixture("kl warming up from 0 for 30 steps, then settling", {},
+            metrics={"kl": np.where(np.arange(1, N + 1) == 1, 0.0, 0.2 * np.minimum(np.arange(1, N + 1) / 30, 1)
+                                    + np.abs(noise(N, 0.01, 5)))}, config={"beta": 0.1}),
+    # a noisy KL (few prompts a step) whose 10-step median dips for a window and comes back: not "tripled"
+    Fixture("kl back at its level after a dip", {},
+            metrics={"kl": np.where(np.arange(1, N + 1) == 1, 0.0,
+                                    np.where((np.arange(1, N + 1) >= 41) & (np.arange(1, N + 1) <= 50), 0.06,
+                                             0.22 * np.minimum(np.arange(1, N + 1) / 20, 1))
+                                    + np.abs(noise(N, 0.01, 5)))}, config={"beta": 0.1}),
+    Fixture("kl up by half twice out of a dip", {},
+            metrics={"kl": np.where(np.arange(1, N + 1) == 1, 0.0, np.select(
+                [(np.arange(1, N + 1) >= 26) & (np.arange(1, N + 1) <= 36), np.arange(1, N + 1) > 36],
+                [0.08, 0.25], 0.17 * np.minimum(np.arange(1, N + 1) / 12, 1)) + np.abs(noise(N, 0.01, 5)))},
+            config={"beta": 0.01}),
 ]
 
 

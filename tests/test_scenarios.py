@@ -1,6 +1,7 @@
 """The recorded troubleshooting scenarios (``sample_runs/``, made by ``grpo-doctor scenarios --record``):
-each run diagnoses to its row's rule, each fixed twin clears it, the manifest matches the scenario table,
-and ``grpo-doctor scenarios`` runs one row end to end (few steps)."""
+each run diagnoses to its row's rule, each twin is judged by the scenario's own margins (set up front) and the
+critical findings left in it, the manifest matches the scenario table and those judgements, and
+``grpo-doctor scenarios`` runs one row end to end (few steps)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ import pytest
 from app import teach_view
 from app.cli import main
 from app.scenario_runs import MANIFEST, NOT_REPRODUCED
-from app.teach_view import after_fork
 from app.teaching import TABLE
 from diagnostics.engine import diagnose
 from diagnostics.importers import import_path
+from diagnostics.judge import Judgement, critical_open, judge
 from diagnostics.store import RunStore
 from trainer.scenarios import BY_NAME, SCENARIOS
 
@@ -38,6 +39,18 @@ def serious(file: str) -> dict[str, int | None]:
 @cache
 def lessons(folder: Path):
     return teach_view.lessons(folder)
+
+
+@cache
+def recorded(file: str) -> teach_view.Recorded:
+    return teach_view.read_run(SAMPLES / file)
+
+
+def judged(name: str, twin: str) -> Judgement:
+    """A twin judged from the files, as the scenario runner judged it: its margins from the run's onset on."""
+    entry, run, fixed = ENTRIES[name], recorded(ENTRIES[name]["run"]), recorded(twin)
+    return judge(BY_NAME[name].fixed_when, run.series, fixed.series, since=entry["onset"],
+                 critical_left=critical_open(fixed.diagnosis.findings))
 
 
 def test_list_prints_one_name_a_line(capsys):
@@ -66,7 +79,7 @@ def test_the_manifest_matches_the_scenario_table_and_the_files():
     assert files == {e["run"] for e in ENTRIES.values()} | {a["twin"] for e in ENTRIES.values() for a in e["attempts"]}
     for entry in ENTRIES.values():  # the twin shown is the last fix tried, and only the last may clear it
         assert entry["twin"] == (entry["attempts"][-1]["twin"] if entry["attempts"] else None)
-        assert not any(a["cleared"] for a in entry["attempts"][:-1])
+        assert not any(a["fixed"] for a in entry["attempts"][:-1])
     assert sum(p.stat().st_size for p in SAMPLES.iterdir()) < 20 * 2**20
     assert {r["row"] for r in manifest["not_reproduced"]} == set(NOT_REPRODUCED)
     assert all(len(r["reason"]) > 40 for r in manifest["not_reproduced"])
@@ -77,29 +90,43 @@ def test_every_table_row_has_a_recording_or_a_reason():
         assert (row.scenario in ENTRIES) or any(k.startswith(row.symptom) for k in NOT_REPRODUCED), row.symptom
 
 
+def test_every_symptom_states_up_front_what_fixed_means():
+    for scenario in SCENARIOS:
+        assert bool(scenario.fixed_when) == (scenario.rule is not None), scenario.name
+        for margin in scenario.fixed_when:  # a metric the broken run logs, judged by a margin with a size
+            assert margin.metric in recorded(ENTRIES[scenario.name]["run"]).series, (scenario.name, margin.metric)
+            assert margin.value > 0 or (margin.kind == "limit" and margin.stat == "nonfinite"), scenario.name
+
+
 @pytest.mark.parametrize("name", [s.name for s in SCENARIOS if s.rule is not None])
-def test_a_recorded_scenario_raises_its_rule_and_its_twin_is_judged_by_the_diagnoser(name):
+def test_a_recorded_scenario_raises_its_rule_and_its_twin_is_judged_by_its_margins(name):
     entry, scenario = ENTRIES[name], BY_NAME[name]
     found = serious(entry["run"])
     assert scenario.rule in found, f"{name}: raised {found}"
     assert found[scenario.rule] <= scenario.onset_by
     assert entry["attempts"], f"{name}: no fixed twin recorded ({entry['note']})"
-    for attempt in entry["attempts"]:  # the manifest says what the diagnoser says on each twin's file
-        assert attempt["changes"] and attempt["cleared"] == (scenario.rule not in serious(attempt["twin"]))
-    numbers = after_fork(next(ls for ls in lessons(SAMPLES) if ls.entry and ls.entry["scenario"] == name))
-    assert numbers is not None and numbers["steps"][0] > entry["fork_step"]
+    assert entry["fixed_when"] == [m.text() for m in scenario.fixed_when]
+    for attempt in entry["attempts"]:  # the manifest says what the margins say on each twin's file
+        verdict = judged(name, attempt["twin"])
+        assert attempt["changes"] and attempt["fixed"] == verdict.fixed and attempt["judgement"] == verdict.lines()
+        assert attempt["rule_fires"] == (scenario.rule in serious(attempt["twin"]))  # information only
+    verdict = teach_view.judgement(next(ls for ls in lessons(SAMPLES) if ls.entry and ls.entry["scenario"] == name))
+    assert verdict is not None and verdict.fixed == entry["fixed"] and verdict.steps[0] > entry["fork_step"]
 
 
 def test_recall_on_sample_runs_and_warnings_on_the_healthy_run(capsys):
     rows = [s for s in SCENARIOS if s.rule is not None]
     hits = [s.name for s in rows if s.rule in serious(ENTRIES[s.name]["run"])]
-    cleared = [s.name for s in rows if ENTRIES[s.name]["twin"] and s.rule not in serious(ENTRIES[s.name]["twin"])]
+    fixed = [s.name for s in rows if ENTRIES[s.name]["twin"] and judged(s.name, ENTRIES[s.name]["twin"]).fixed]
+    quiet = [s.name for s in rows if ENTRIES[s.name]["twin"] and s.rule not in serious(ENTRIES[s.name]["twin"])]
     warnings = serious(ENTRIES["healthy"]["run"])
     with capsys.disabled():
-        print(f"\nsample_runs: recall {len(hits)}/{len(rows)}, twins cleared {len(cleared)}/{len(rows)} "
-              f"({', '.join(cleared)}), warnings on the healthy run: {len(warnings)} {sorted(warnings) or ''}")
+        print(f"\nsample_runs: recall {len(hits)}/{len(rows)}, twins fixed (margins met, no critical left) "
+              f"{len(fixed)}/{len(rows)} ({', '.join(fixed)}); not fixed: "
+              f"{', '.join(s.name for s in rows if s.name not in fixed) or 'none'}; the rule quiet on "
+              f"{len(quiet)}/{len(rows)} twins; warnings on the healthy run: {len(warnings)} {sorted(warnings) or ''}")
     assert len(hits) == len(rows) and not warnings
-    assert cleared == [s.name for s in rows], "every twin clears its symptom"
+    assert fixed == [s.name for s in rows if ENTRIES[s.name]["fixed"]]
 
 
 def test_a_twin_carries_out_advice_only_where_the_diagnoser_offers_no_config_change():

@@ -3,6 +3,7 @@ the symptom's stretch highlighted and the fixed twin overlaid; the page itself, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -42,9 +43,21 @@ def test_the_chart_shades_the_symptom_and_overlays_the_fixed_twin(lessons):
     assert finding is not None and lesson.metric == finding.evidence[0].metric
     fig = teach_view.figure(lesson).to_dict()
     names = [t.get("name") for t in fig["data"]]
-    assert any(n and n.endswith("(fixed)") for n in names) and lesson.run.name in names
+    assert any(n and n.endswith("(with the fix)") for n in names) and lesson.run.name in names
     shaded = [s for s in fig["layout"]["shapes"] if s.get("type") == "rect" and s.get("xref") == "x"]
     assert any(s["x0"] == finding.onset_step - 0.5 for s in shaded)
+
+
+def test_the_twin_is_judged_by_the_scenarios_margins_not_by_its_rule_going_quiet(lessons):
+    lesson = next(ls for ls in lessons if ls.row.scenario == "kl_blowup")
+    verdict = teach_view.judgement(lesson)
+    state, text = teach_view.fix_summary(lesson)
+    assert state == ("fixed" if verdict.fixed else "not fixed") and "by the margins set before the twin ran" in text
+    assert "`kl` mean over steps" in text and all(line in text for line in verdict.lines())
+    # the same twin with KL only halved: its diagnosis (the rule quiet) is unchanged, the margin (a third) is not met
+    halved = dataclasses.replace(lesson.twin, series={**lesson.twin.series, "kl": lesson.run.series["kl"] / 2})
+    state, text = teach_view.fix_summary(dataclasses.replace(lesson, twin=halved))
+    assert state == "not fixed" and "NOT met" in text and "`kl_blowup` does not fire on the twin" in text
 
 
 def test_a_lesson_without_a_recording_names_how_to_make_it(tmp_path):

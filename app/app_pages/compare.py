@@ -1,20 +1,22 @@
 """Compare: any runs overlaid, one chart per metric (a restarted child against its parent, variants
-against each other); refreshed every 2 s while one of them runs."""
+against each other); refreshed every 2 s while one of them runs. ``/compare?run=ID`` starts on that run's family."""
 
 import streamlit as st
 
 from app import compare_view
 from app.run_view import smoothing_control
-from app.session import RUN_KEY, all_runs, open_store, run_label
+from app.session import RUN_KEY, RUN_PARAM, all_runs, open_store, run_label
 
 st.title("Compare")
 runs = all_runs()
 
 names = {int(i): n for i, n in zip(runs["id"], runs["name"])}
-start = st.session_state.get(RUN_KEY, next(iter(names)))
-default = [i for i in compare_view.family(runs, start) if i in names]
-chosen = st.multiselect("Runs", list(names), default=default, format_func=lambda i: run_label(i, names[i]),
-                        key="compare.runs")
+start = compare_view.start_run(names, st.query_params.get(RUN_PARAM), st.session_state.get(RUN_KEY))
+if st.session_state.get("compare.for") != start or "compare.runs" not in st.session_state:
+    # a link (/compare?run=ID) or another page chose the run (or the page is drawn afresh): its family
+    st.session_state["compare.for"] = start
+    st.session_state["compare.runs"] = [i for i in compare_view.family(runs, start) if i in names]
+chosen = st.multiselect("Runs", list(names), format_func=lambda i: run_label(i, names[i]), key="compare.runs")
 if not chosen:
     st.info("Choose the runs to overlay.")
     st.stop()

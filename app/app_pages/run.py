@@ -1,5 +1,5 @@
-"""Run: one run's findings and its metrics, a chart per metric against the docs' health range, grouped as
-in the catalogue. While the run (or a child restarted from it) is running, the findings and the health
+"""Run: one status line per metric group, the run's findings, and its metrics, a chart per metric against the
+docs' health range and the run's own early baseline, grouped as in the catalogue. While the run (or a child restarted from it) is running, the findings and the health
 charts refresh every 2 s and the other metrics every 10 s."""
 
 import streamlit as st
@@ -30,7 +30,7 @@ def others() -> None:
     view = run_view.load(run_id, diagnose=False)
     if view is None:
         return
-    rest = [n for n in view.names() if n not in run_view.health_metrics(view.names(), view.run["config"])]
+    rest = [n for n in view.names() if n not in run_view.health_metrics(view.names(), view.config())]
     run_view.charts(view, rest, smoothing, key="run.other")
 
 

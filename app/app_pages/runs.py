@@ -22,7 +22,7 @@ with st.expander("Start a new run", expanded=runs.empty):
                 launch.start(launch.new_run(values, store_path(), store))
             st.rerun()  # the table starts refreshing
     except launch.LaunchError as e:
-        st.error("Not started:\n" + "\n".join(f"- {m}" for m in e.messages))
+        st.error("Not started: " + "; ".join(e.messages))  # one line, whatever refused it
 
 
 @st.fragment(run_every=runs_view.REFRESH_SECONDS if live else None)

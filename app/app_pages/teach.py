@@ -15,9 +15,10 @@ def lessons():
 
 
 st.title("Teach: the troubleshooting table")
-st.caption("Every row was reproduced by a real run of the embedded trainer on a CPU, then fixed with the "
-           "diagnoser's own suggestion: a twin restarted with it from the start (step 0), so it lives the same steps "
-           "with the fix.")
+st.caption("Every row was reproduced by a real run of the embedded trainer on a CPU, then the diagnoser's own "
+           "suggestion was tried in a twin restarted with it from the start (step 0), so it lives the same steps "
+           "with the fix. A twin counts as fixed only when the symptom's metrics moved by the margin the scenario "
+           "set before it ran, and no critical finding is left in it.")
 found = lessons()
 st.dataframe(teach_view.table(found), hide_index=True, width="stretch")
 
@@ -47,26 +48,29 @@ else:
             st.markdown(evidence_table(finding))
         if finding.causes:
             st.markdown("**Likely causes**\n" + "\n".join(f"{n}. {c}" for n, c in enumerate(finding.causes, 1)))
-        if entry["fix"]:
-            verdict = {True: st.success, False: st.warning}.get(entry["cleared"], st.info)
-            verdict(f"**Fix applied to the twin** (from step {entry['fork_step']}): {entry['fix']} — the symptom "
-                    + ("cleared." if entry["cleared"] else "persists.")
-                    + (f" Still raised on the twin: {', '.join(entry['twin_problems'])}." if entry["twin_problems"]
-                       else ""))
-            numbers = teach_view.after_fork(lesson)
-            if numbers:
-                st.markdown(teach_view.after_fork_text(numbers))
+        summary = teach_view.fix_summary(lesson) if entry["fix"] else None
+        if summary is not None:
+            state, text = summary
+            {"fixed": st.success, "not fixed": st.warning}[state](
+                text + (f" Still raised on the twin: {', '.join(entry['twin_problems'])}." if entry["twin_problems"]
+                        else ""))
             tried = entry["attempts"][:-1]
             if tried:
-                st.caption("Fixes tried first, which did not clear it: " + "; ".join(a["fix"] for a in tried))
+                st.caption("Fixes tried first, which did not fix it: " + "; ".join(a["fix"] for a in tried))
         if entry["note"]:
             st.info(entry["note"])
-    if st.button("Reproduce it live", icon=":material/play_arrow:", key="teach.reproduce",
-                 help="train this scenario and its fixed twin now (1–2 minutes on CPU); watch it on the Runs page"):
+    with open_store() as store:  # the names the scenario runner will give (unique names, as app/scenario_runs.py)
+        live_name = store.unique_name(entry["scenario"])
+        twin_name = store.unique_name(f"{live_name}-fix") if entry["rule"] else None
+    twin = f" and its fixed twin as '{twin_name}'" if twin_name else ""
+    if st.button(f"Reproduce it live as run '{live_name}'", icon=":material/play_arrow:", key="teach.reproduce",
+                 help=f"train this scenario as '{live_name}'{twin} now (1–2 minutes on CPU); watch it on the Runs "
+                      "page"):
         with open_store() as store:
             log = teach_view.reproduce(entry["scenario"], store.path)
-        st.success(f"Started: the run '{entry['scenario']}' and its twin appear on the Runs page as they train "
-                   f"(log: {log}).")
+        st.success(f"Started run **{live_name}**"
+                   + (f"; its fixed twin **{twin_name}** follows once it has finished" if twin_name else "")
+                   + f". It appears on the Runs page as it trains (log: {log}).")
 
 st.subheader("The math behind it")
 st.markdown(MATH[row.math])

@@ -26,14 +26,20 @@ def _upper(view: RunView) -> float:
 def _blowup_detect(view: RunView, since):
     steps, idx, med = medians(view, "kl", since)
     earlier, before = _back(view, idx, W), _back(view, idx, 2 * W)  # the median 1 and 2 windows earlier
+    before2 = _back(view, idx, 3 * W)
     upper = _upper(view)
     adaptive = isinstance(view.config.get("kl_target"), (int, float))
     # Extreme KL needs no full window: a KL of thousands at the first logged step is named there.
     extreme = view.roll("kl", W, "median", view.first_row_after("kl", since), 1)
     with np.errstate(invalid="ignore"):
         above = (idx >= view.rows(3 * W, "kl") - 1) & (med > upper)
-        fast = (med >= 3 * earlier) & (med - earlier > upper)             # tripled within one window
-        steady = (med >= 1.5 * earlier) & (earlier >= 1.5 * before)       # up by half, twice running
+        # each rise is measured from the higher of the two windows before it: a rise out of a dip is noise
+        base = np.fmax(earlier, before)
+        fast = (med >= 3 * base) & (med - base > upper)                   # tripled within one window
+        # up by half, twice running, measured from after the first window: KL is 0 at step 1 (the reference is the
+        # starting policy) and the first window holds its warm-up from there, so every run "grew" from it
+        steady = ((med >= 1.5 * base) & (earlier >= 1.5 * np.fmax(before, before2))
+                  & (idx >= view.rows(4 * W, "kl") - 1))
         held = adaptive & (idx >= view.rows(2 * W, "kl") - 1) & (med > upper)
         opening = (extreme >= EXTREME) | (above & (fast | steady)) | held
         return steps, _while_high(view, opening, med > HOLD * upper, idx[0] if len(idx) else 0)
@@ -112,9 +118,11 @@ KL_BLOWUP = Rule(
     requires=("kl",), detect=_blowup_detect, explain=_blowup_explain, open_after=3, clear_after=2 * W,
     references=(REF_TABLE + " KL blow-up", "seed 000 §2.5, §4.5", PAINPOINTS + "s 9, 19, 20"),
     read="The 10-step median KL is above the target band (0.05, or 2 × kl_target) and either tripled since "
-         "10 logged steps before or rose by half twice running; or it exceeds 1 nat per token at all (critical, "
-         "as when the reward falls after it). It lasts while KL stays above 4 × the target's top: a KL that stopped "
-         "rising far above the target has not recovered. KL 0 at the first step and single spikes are expected.",
+         "10 logged steps before or rose by half twice running (each rise from the higher of the two windows before "
+         "it, as a rise out of a dip is noise; and not from the first 10 steps, where KL warms up from 0); or it "
+         "exceeds 1 nat per token at all (critical, as when the reward falls after it). It lasts while KL stays "
+         "above 4 × the target's top: a KL that stopped rising far above the target has not recovered. KL 0 at the "
+         "first step and single spikes are expected.",
 )
 
 

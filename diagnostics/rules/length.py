@@ -41,6 +41,22 @@ def reward_length_correlation(view: RunView, upto: int) -> float:
     return correlation_upto(view, LENGTH, "reward", upto) if view.has("reward") else 0.0
 
 
+def reward_per_token(view: RunView, upto: int) -> float:
+    """How much the step's mean reward rises per token of mean length (least-squares slope over the steps up to
+    ``upto``); 0 when either is constant or there are fewer than 3 steps."""
+    if not view.has("reward") or not view.has(LENGTH):
+        return 0.0
+    steps, x = view.finite(LENGTH)
+    n = int(np.searchsorted(steps, upto, side="right"))
+    y = view.asof("reward", steps[:n])
+    both = np.isfinite(y)
+    x, y = x[:n][both], y[both]
+    if len(x) < 3 or np.ptp(x) == 0:
+        return 0.0
+    dx = x - x.mean()
+    return float(dx @ (y - y.mean()) / (dx @ dx))
+
+
 # ---------------------------------------------------------------------------------------- length_shrink
 def _shrink_detect(view: RunView, since):
     """The W-step median of the rows after the starting window (never mixing the two: a sparse log's length that
@@ -151,8 +167,13 @@ def _explode_explain(view: RunView, ep: Episode) -> Explanation:
     if not causes:
         causes.append("the reward or the loss favours length")
     penalty = cfg.get("length_penalty")
+    slope = reward_per_token(view, ep.last) if correlation >= 0.5 else 0.0
     if cfg.ours and not penalty:
-        fixes.append(make_fix(cfg, "penalise length (seed 000 §4.2)", {"length_penalty": 0.001}))
+        if slope > 0:  # seed 000 §4.2's 0.001 is too weak against a reward that pays more than that per token
+            fixes.append(make_fix(cfg, f"penalise length as much as the reward pays for it ({slope:.2g} per token "
+                                       f"over this run): length stops paying", {"length_penalty": float(f"{slope:.2g}")}))
+        else:
+            fixes.append(make_fix(cfg, "penalise length (seed 000 §4.2)", {"length_penalty": 0.001}))
     if not cfg.get("mask_truncated_completions"):
         fixes.append(make_fix(cfg, "take truncated completions out of the loss", {"mask_truncated_completions": True}))
     if loss_type == "grpo":  # not scale_rewards = none: std scaling weighs prompts by difficulty, not by length

@@ -352,6 +352,11 @@ def _uniform_explain(view: RunView, ep: Episode) -> Explanation:
     if by_chance and reward_rising(view, ep.last):
         causes.insert(0, "the other groups still teach: the reward is rising, so this costs speed, not the run")
         return Explanation("info", evidence, causes, fixes)
+    lasted = ep.last - ep.start + view.interval_of(name)
+    if lasted < W:  # with few groups a step (small G) the 10-step median wanders past 0.5 for a few steps
+        causes.insert(0, f"so far for {lasted} step(s) only, less than a {W}-step window: the share's noise at this "
+                         "G; a problem when it lasts")
+        return Explanation("info", evidence, causes, fixes)
     return Explanation("warning", evidence, causes, fixes)
 
 
@@ -364,9 +369,9 @@ UNIFORM_GROUPS = Rule(
     references=(REF_TABLE + " advantage std ≈ 0", "seed 000 §2.9, §3.5", PAINPOINTS + "s 1, 2, 3",
                 "painpoints note 3"),
     read="The 10-step median of frac_reward_zero_std is 0.5 or more (critical at 0.9, or when loss and grad_norm "
-         "are both 0); without it, the advantages' std is about 0, or the batch's rewards do not spread at all "
-         "(reward_std or max − min exactly 0: every group uniform, critical). Compare with the share expected by "
-         "chance, p^G + (1−p)^G for a binary reward with "
+         "are both 0; info while it has held for less than 10 steps); without it, the advantages' std is about 0, "
+         "or the batch's rewards do not spread at all (reward_std or max − min exactly 0: every group uniform, "
+         "critical). Compare with the share expected by chance, p^G + (1−p)^G for a binary reward with "
          "success rate p: far above it means the samples lack variety; close to it means the task is too "
          "easy or too hard for this G.",
 )
