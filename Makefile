@@ -23,7 +23,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install '$(TORCH_SPEC)' -e '.[test]'
+	$(BIN)/pip install '$(TORCH_SPEC)' -e '.[train,test]'
 	touch $@
 
 test: install browser

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROG = "grpo-doctor"
+UNSAFE_FS_ENV = "GRPO_DOCTOR_UNSAFE_FS"  # diagnostics.fs.UNSAFE_ENV (not imported: start-up stays light)
+UNSAFE_HELP = ("use a run store on a network filesystem (NFS, Lustre, GPFS, WekaFS, CIFS) anyway: SQLite's "
+               "locking is unreliable there and the store can be corrupted")
 EXPORT_FORMATS = ("csv", "jsonl")
 
 
@@ -194,10 +197,13 @@ def _add_show(p: argparse.ArgumentParser) -> None:
 def _run_show(args: argparse.Namespace) -> int:
     from app.present import config_text, ordered, range_text, status_text, value_text
     from diagnostics.catalogue import health
+    from diagnostics.engine import Diagnoser
+    from diagnostics.status import status_lines
 
     with _open_store(args) as store:
         run = store.get_run(args.run)
         latest = store.latest(run["id"])
+        diagnoser = Diagnoser.for_run(store, run["id"]) if not latest.empty else None
     last = _int_or_none(run.get("last_step"))
     print(f"run {run['name']} (id {run['id']}) · status {run['status']} · source {run['source']}"
           + (f" · last step {last}" if last is not None else ""))
@@ -207,6 +213,9 @@ def _run_show(args: argparse.Namespace) -> int:
     if latest.empty:
         print("no metrics logged yet")
         return 0
+    print()  # one line per metric group, as the Run page opens (they agree with `grpo-doctor diagnose`)
+    for line in status_lines(diagnoser.view, diagnoser.findings(), {**diagnoser.skipped, **diagnoser.not_applicable}):
+        print(line)
     by_name = {r.name: r for r in latest.itertuples(index=False)}
     rows = []
     for name in ordered(by_name):
@@ -321,8 +330,11 @@ def _dashboard_command(args: argparse.Namespace) -> tuple[list[str], str]:
 
 def _wait_child(command: list[str], env: dict[str, str] | None = None) -> int:
     """Run a child process (no shell), passing SIGINT/SIGTERM on to it once; its exit code."""
-    # Its own session: a terminal's Ctrl-C reaches only us, and we pass it on once.
-    child = subprocess.Popen(command, env=env, start_new_session=True)
+    from trainer.lifeline import child_options
+
+    # Its own session: a terminal's Ctrl-C reaches only us, and we pass it on once. Tied to us: it ends
+    # when we do, even killed with SIGKILL (no orphan trainer or server).
+    child = subprocess.Popen(command, start_new_session=True, **child_options(env))
 
     def forward(signum, _frame):
         if child.poll() is None:
@@ -342,6 +354,14 @@ def _run_dashboard(args: argparse.Namespace) -> int:
     return _wait_child(command, {**os.environ, "GRPO_DOCTOR_DB": db})
 
 
+def _require_trainer() -> None:
+    from app.extras import trainer_missing
+
+    missing = trainer_missing()
+    if missing:
+        raise CliError(missing)
+
+
 def _add_train(p: argparse.ArgumentParser) -> None:
     """Everything but --db is the trainer's (``main`` hands the unparsed options on)."""
 
@@ -351,9 +371,39 @@ def _trainer_command(args: argparse.Namespace, extra: Sequence[str] = ()) -> lis
     return [sys.executable, "-m", "trainer", *args.trainer_args, *extra, "--db", os.path.abspath(_db_path(args))]
 
 
+def _resumed_run(trainer_args: Sequence[str]) -> str | None:
+    """The RUN of ``--resume_from RUN[@STEP]`` among the trainer's options, if any."""
+    for i, arg in enumerate(trainer_args):
+        value = arg.split("=", 1)[1] if arg.startswith("--resume_from=") else (
+            trainer_args[i + 1] if arg == "--resume_from" and i + 1 < len(trainer_args) else None)
+        if value is not None:
+            name, sep, step = value.rpartition("@")
+            return name if sep and step.isdigit() else value
+    return None
+
+
+def _refuse_live_writer(args: argparse.Namespace) -> None:
+    """``--resume_from RUN`` while another process writes RUN: refused here, at once, before the trainer's slow
+    start (the trainer checks again when it takes the run: that check is the one that counts)."""
+    from diagnostics.store import RunNotFound
+
+    run = _resumed_run(args.trainer_args)
+    if run is None or not os.path.exists(_db_path(args)):
+        return
+    with _open_store(args) as store:
+        try:
+            writer = store.writer(run)
+        except RunNotFound:
+            return  # the trainer says so, with the rest of its checks
+    if writer:
+        raise CliError(writer)
+
+
 def _run_train(args: argparse.Namespace) -> int:
+    _require_trainer()
     if any(a in ("-h", "--help") for a in args.trainer_args):
         return _wait_child([sys.executable, "-m", "trainer", "--help"])
+    _refuse_live_writer(args)
     return _wait_child(_trainer_command(args))
 
 
@@ -363,14 +413,17 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    _require_trainer()
     """A live embedded training run streaming into the store, and the dashboard showing it."""
     import time
 
     command, db = _dashboard_command(args)
     args.trainer_args = ["--max_steps", str(args.max_steps), "--run_name", f"demo-{time.strftime('%Y%m%d-%H%M%S')}",
                          "--output_dir", os.path.join(os.path.dirname(db), "runs"), "--save_total_limit", "20"]
+    from trainer.lifeline import child_options
+
     trainer = subprocess.Popen(_trainer_command(args), start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL, **child_options())
     try:
         return _wait_child(command, {**os.environ, "GRPO_DOCTOR_DB": db})
     finally:
@@ -398,6 +451,7 @@ def _run_scenarios(args: argparse.Namespace) -> int:
     if args.list:
         print("\n".join(s.name for s in SCENARIOS))
         return 0
+    _require_trainer()
     if args.max_steps is not None and args.max_steps < 2:
         raise CliError(f"--max_steps: must be at least 2 (got {args.max_steps})")
     from app import scenario_runs
@@ -416,10 +470,64 @@ def _run_scenarios(args: argparse.Namespace) -> int:
                         for s in chosen]
     except scenario_runs.ScenarioError as e:
         raise CliError(str(e)) from None
-    print(_table(["scenario", "rule", "found", "onset", "twin", "cleared"],
+    print(_table(["scenario", "rule", "found", "onset", "twin", "fixed"],
                  [[o.scenario.name, o.scenario.rule or "(none)", "yes" if o.found else "NO", o.onset, o.twin,
-                   None if o.cleared is None else ("yes" if o.cleared else "NO")] for o in outcomes]))
+                   None if o.fixed is None else ("yes" if o.fixed else "NO")] for o in outcomes]))
     return 0 if all(o.found for o in outcomes) else 1
+
+
+def _add_follow(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="a growing log: verl console or file-logger JSONL, ms-swift logging.jsonl, TRL "
+                                "console output, a TensorBoard events folder, a CSV/JSONL")
+    p.add_argument("--name", help="the run's name (default: from the log)")
+    p.add_argument("--format", dest="fmt", metavar="FMT", help="force the log's format (see `import --help`)")
+    p.add_argument("--step-key", dest="step_key", metavar="COLUMN", help="the step column of a CSV/JSONL log")
+    p.add_argument("--idle-exit", dest="idle_exit", type=float, metavar="SECONDS",
+                   help="mark the run finished and stop after this long without growth (default: until Ctrl-C)")
+    p.add_argument("--every", type=float, default=0.5, metavar="SECONDS", help="how often to look (default 0.5)")
+    p.add_argument("--alert-webhook", dest="alert_webhook", metavar="URL",
+                   help="post each new warning or critical finding once to this URL (Slack-compatible JSON)")
+
+
+def _run_follow(args: argparse.Namespace) -> int:
+    from diagnostics.follow import Follower
+    from diagnostics.importers.detect import resolve
+
+    resolve(Path(args.path), args.fmt)  # a log that cannot be read is refused before the store is touched
+    if args.idle_exit is not None and not args.idle_exit > 0:
+        raise CliError(f"--idle-exit: must be > 0 seconds (got {args.idle_exit:g})")
+    if not args.every > 0:
+        raise CliError(f"--every: must be > 0 seconds (got {args.every:g})")
+    if args.alert_webhook and not args.alert_webhook.startswith(("http://", "https://")):
+        raise CliError(f"--alert-webhook: {args.alert_webhook!r} is not an http(s) URL")
+    from diagnostics.alerts import Alerter
+    from diagnostics.engine import Diagnoser
+
+    with _open_store(args, create=True) as store:
+        follower = Follower(store, Path(args.path), fmt=args.fmt, name=args.name, step_key=args.step_key)
+        live: dict = {}
+
+        def report(f: Follower, written: int) -> None:
+            """The first time: what is followed; then each new warning or critical finding, once."""
+            if f.run_id is None or not written:
+                return
+            if not live:
+                name = store.get_run(f.run_id)["name"]
+                until = f"{args.idle_exit:g} s without growth" if args.idle_exit else "Ctrl-C"
+                print(f"following {f.target} ({f.fmt}) into run {name!r} (id {f.run_id}) in {store.path}, "
+                      f"until {until}", flush=True)
+                live.update(diagnoser=Diagnoser.for_run(store, f.run_id), alerter=Alerter(args.alert_webhook, name))
+            else:
+                live["diagnoser"].update(store)
+            for finding in live["alerter"].check(live["diagnoser"]):
+                print(f"step {finding.onset_step}: {finding.severity.upper()} {finding.rule}: {finding.title}",
+                      flush=True)
+
+        status = follower.follow(every=args.every, idle_exit=args.idle_exit, on_poll=report)
+    if follower.run_id is None:
+        raise CliError(f"{args.path}: no training steps appeared")
+    print(f"{follower.last_step or 0} steps; run marked {status}")
+    return 0
 
 
 # --------------------------------------------------------------------------------------------- the table
@@ -436,10 +544,13 @@ COMMANDS: tuple[Command, ...] = (
     Command("import", "import training logs into the run store, one run per log",
             _add_import, _run_import),
     Command("runs", "list the runs in the store", _add_runs, _run_runs),
-    Command("show", "the latest value of every metric of a run against its healthy range", _add_show, _run_show),
+    Command("show", "a status line per metric group, and the latest value of every metric against its healthy range",
+            _add_show, _run_show),
     Command("export", "write a run's metrics as CSV or JSONL", _add_export, _run_export),
     Command("diagnose", "find what is wrong with a run (or a log file): symptom, evidence, cause, fix",
             _add_diagnose, _run_diagnose),
+    Command("follow", "follow a growing training log (verl, ms-swift, TRL, TensorBoard, CSV/JSONL) as a live run",
+            _add_follow, _run_follow),
     Command("dashboard", "serve the Streamlit dashboard on the run store", _add_dashboard, _run_dashboard),
     Command("train", "train with the embedded GRPO trainer, streaming every step into the store",
             _add_train, _run_train),
@@ -453,12 +564,15 @@ def build_parser() -> argparse.ArgumentParser:
     db_help = "the run store (default: $GRPO_DOCTOR_DB, else ./grpo_runs.db)"
     parser = _Parser(prog=PROG, description="Monitoring and diagnostics for GRPO-family RL fine-tuning.")
     parser.add_argument("--db", metavar="PATH", default=None, help=db_help)
+    parser.add_argument("--unsafe-fs", dest="unsafe_fs", action="store_true", help=UNSAFE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.help,
                            add_help=command.name != "train")  # train passes --help on to the trainer
         # --db after the subcommand too; SUPPRESS keeps a value given before it.
         p.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=db_help)
+        p.add_argument("--unsafe-fs", dest="unsafe_fs", action="store_true", default=argparse.SUPPRESS,
+                       help=UNSAFE_HELP)
         command.add_arguments(p)
         p.set_defaults(handler=command.run)
     return parser
@@ -491,6 +605,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(e)
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else 0
+    if args.unsafe_fs:  # read by every store this process opens, and inherited by the trainers it starts
+        os.environ[UNSAFE_FS_ENV] = "1"
     try:
         return args.handler(args)
     except KeyboardInterrupt:

@@ -6,7 +6,8 @@ from config fields that the trainer's own parser and validator (``trainer.config
 imports no torch) accepted first. The store path and the checkpoint folder are the dashboard's, never
 the form's. The trainer records its pid and heartbeats in the store; ``stop`` sends SIGTERM (the run
 finishes its step and saves a checkpoint); ``reap`` collects exited children and marks runs whose
-process died ``crashed``.
+process died ``crashed``. A trainer ends with the server that started it, even one killed with SIGKILL
+(``trainer.lifeline``): SIGTERM, so it saves a checkpoint and can be resumed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.extras import trainer_missing
 from trainer.config import FIELDS, ConfigError, overrides_to_argv, parse_config, unknown_key_message
+from trainer.lifeline import child_options
 from trainer.tasks import REWARD_FUNCS, TASKS
 
 #: Set by the dashboard itself, never from a form or a fix.
@@ -138,6 +141,9 @@ def set_pairs(changes: Mapping[str, object]) -> list[str]:
 
 
 def _validated(argv: list[str], base: dict | None = None):
+    missing = trainer_missing()
+    if missing:
+        raise LaunchError([missing])
     try:
         return parse_config(argv, base=base)
     except ConfigError as e:
@@ -217,9 +223,9 @@ def start(launch: Launch) -> Launch:
     """Start the trainer (no shell, its own session, output to ``launch.log_path``)."""
     launch.log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}  # progress is on the dashboard
-    with open(launch.log_path, "ab") as log:
+    with open(launch.log_path, "ab") as log:  # tied to this server: it ends when the server does (trainer.lifeline)
         launch.process = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          env=env, start_new_session=True, cwd=launch.log_path.parent)
+                                          start_new_session=True, cwd=launch.log_path.parent, **child_options(env))
     launch.pid = launch.process.pid
     _LAUNCHED[launch.pid] = launch
     return launch

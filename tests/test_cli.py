@@ -145,6 +145,26 @@ def test_show_statuses_ranges_and_order(capsys, db):
     assert rows["zeta_custom"][3:5] == ["–", "–"]
 
 
+def test_show_opens_with_a_status_line_per_group_that_agrees_with_the_findings(capsys, db):
+    with RunStore(db) as store:
+        for name, last in (("steady", 4.0), ("broken", math.nan)):
+            run_id = store.create_run(name, status="finished", source="jsonl")
+            store.write_steps(run_id, ((s, {"reward": 0.5, "grad_norm": last if s == 30 else 4.0,
+                                            "entropy": 0.9}) for s in range(1, 31)))
+    code, out, _ = run_cli(capsys, "--db", db, "show", "steady")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[3] == "reward: ok — no finding (the documents give these metrics no range)"
+    optim = lines[4]
+    assert optim.startswith("gradients and entropy: ok — entropy is outside the documents' range 0.01 – 0.1")
+    assert "grad_norm is outside the documented range 0.1 – 1 (latest 4)" in optim
+    assert optim.count("not a problem here because") == 2
+    assert rows_of(out)["grad_norm"][4] == "HIGH"  # the table still reads each value against its range
+    code, out, _ = run_cli(capsys, "--db", db, "show", "broken")
+    assert "gradients and entropy: CRITICAL: NaN or inf in the loss, gradient, KL, entropy or reward (from step 30) " \
+           "[nonfinite]" in out.splitlines()
+
+
 def test_runs_and_show_on_an_empty_run(capsys, db):
     with RunStore(db) as store:
         parent = store.create_run("parent", status="crashed")

@@ -75,7 +75,11 @@ def test_two_processes_equal_one_process_on_the_same_batch(tmp_path, monkeypatch
     """Same prompts, same completions: rewards gathered before the group statistics give the same advantages,
     metrics and update (DDP-averaged gradients with global loss normalisers) as one process on both halves."""
     from accelerate import debug_launcher
+    from accelerate.state import AcceleratorState
 
+    # an earlier test in this process (TrainingArguments, TRL's trainer) may have set up accelerate's process-wide
+    # one-process state; the forked processes would inherit it instead of setting up two
+    AcceleratorState._reset_state(reset_partial_state=True)
     monkeypatch.setattr(sampling, "generate", fixed_completions)
     one = tmp_path / "one"
     config, session = prepare(argv_for(one, 2 * PER_PROCESS, extra))

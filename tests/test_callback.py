@@ -1,0 +1,131 @@
+"""GRPODoctorCallback: a TRL GRPOTrainer run streamed into the store, stop_on, crash, and no torch needed."""
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from diagnostics.store import RunStore
+from trainer.callbacks import GRPODoctorCallback, log_row
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_trl_grpo_run_streams_into_the_store(tmp_path):
+    """TRL's own GRPOTrainer on the embedded tiny model: config, every logged step, completions, checkpoints."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainer.tasks import correctness, format_reward, make_prompts
+    from trainer.tiny import DEFAULT_ASSET
+
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=6, beta=0.04, learning_rate=1e-4, report_to=[], logging_steps=1,
+                      max_steps=3, save_steps=2, use_cpu=True, seed=0, disable_tqdm=True)
+    trainer = GRPOTrainer(model=str(DEFAULT_ASSET), reward_funcs=[correctness, format_reward], args=args,
+                          train_dataset=Dataset.from_list(make_prompts(64, 0)),
+                          processing_class=AutoTokenizer.from_pretrained(str(DEFAULT_ASSET)))
+    callback = GRPODoctorCallback(db=tmp_path / "runs.db", run_name="mine", trainer=trainer)
+    trainer.add_callback(callback)
+    trainer.train()
+
+    with RunStore(tmp_path / "runs.db") as store:
+        run = store.get_run("mine")
+        assert run["status"] == "finished" and run["source"] == "trl"
+        config = run["config"]
+        assert (config["num_generations"], config["beta"], config["loss_type"]) == (4, 0.04, "dapo")
+        assert config["framework_versions"]["trl"]
+        wide = store.metrics(run["id"])
+        assert list(wide.index) == [1, 2, 3]
+        for name in ("reward", "frac_reward_zero_std", "kl", "entropy", "completions/mean_length",
+                     "clip_ratio/region_mean", "grad_norm", "rewards/correctness/mean"):
+            assert wide[name].notna().all(), name
+        samples = store.samples(run["id"])
+        assert len(samples) == 3 * 4 and {"rewards/correctness", "advantage"} <= set(samples["extra"].iloc[0])
+        assert list(store.events(run["id"], "checkpoint")["step"]) == [2, 3]  # save_steps, and the end
+    assert callback.write_seconds < 1.0  # three writes of a few milliseconds (the ratio: benchmarks/)
+
+
+def fake_args(tmp_path) -> TrainingArguments:
+    return TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], use_cpu=True)
+
+
+def feed(callback, args, rows, *, main=True):
+    state, control = TrainerState(), TrainerControl()
+    state.is_world_process_zero = main
+    callback.on_train_begin(args, state, control)
+    for step, logs in rows:
+        state.global_step = step
+        callback.on_log(args, state, control, logs=dict(logs))
+        if control.should_training_stop:
+            break
+    return state, control
+
+
+def test_stop_on_critical_saves_and_stops_on_every_rank_alike(tmp_path):
+    """A NaN loss is critical: the callback asks for a checkpoint and a stop in the same step; a rank that is
+    not process zero (a store in memory) reaches the same decision from the same averaged logs."""
+    args = fake_args(tmp_path)
+    rows = [(s, {"loss": 0.01, "reward": 0.5, "grad_norm": 0.3, "learning_rate": 1e-6}) for s in range(1, 21)]
+    rows[14] = (15, {"loss": math.nan, "reward": 0.5, "grad_norm": math.nan, "learning_rate": 1e-6})
+    decided = []
+    for main in (True, False):
+        callback = GRPODoctorCallback(db=tmp_path / "runs.db", run_name=f"r{main}", stop_on="critical")
+        state, control = feed(callback, args, rows, main=main)
+        decided.append((state.global_step, control.should_save, control.should_training_stop, callback.stopped_by))
+        callback.on_train_end(args, state, control)
+    assert decided[0] == decided[1] == (15, True, True, "nonfinite")
+    with RunStore(tmp_path / "runs.db") as store:
+        assert [r for r in store.list_runs()["name"]] == ["rTrue"]  # only process zero wrote
+        assert store.get_run("rTrue")["status"] == "stopped"
+        assert "nonfinite" in store.events(store.resolve_run("rTrue"), "stop")["detail"].iloc[0]["reason"]
+
+
+def test_without_stop_on_a_finding_does_not_stop_training(tmp_path):
+    rows = [(1, {"loss": math.nan})]
+    callback = GRPODoctorCallback(db=tmp_path / "runs.db", run_name="r")
+    _, control = feed(callback, fake_args(tmp_path), rows)
+    assert not control.should_training_stop
+
+
+def test_a_process_that_dies_mid_training_leaves_a_crashed_run(tmp_path):
+    script = f"""
+import sys
+from transformers import TrainerControl, TrainerState, TrainingArguments
+from trainer.callbacks import GRPODoctorCallback
+args = TrainingArguments(output_dir={str(tmp_path / 'out')!r}, report_to=[], use_cpu=True)
+cb = GRPODoctorCallback(db={str(tmp_path / 'runs.db')!r}, run_name='r')
+state, control = TrainerState(), TrainerControl()
+cb.on_train_begin(args, state, control)
+state.global_step = 1
+cb.on_log(args, state, control, logs={{'loss': 0.1, 'reward': 0.2}})
+raise RuntimeError('CUDA error: an illegal memory access')
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1 and "illegal memory access" in done.stderr
+    with RunStore(tmp_path / "runs.db") as store:
+        run = store.get_run("r")
+        assert run["status"] == "crashed" and len(store.events(run["id"], "crash")) == 1
+
+
+def test_log_rows_use_the_catalogue_names():
+    row = log_row({"loss": 0.1, "eval_reward": 0.4, "epoch": 0.5, "objective/kl": 0.02, "kl": None, "note": "x",
+                   "is_best": True})
+    assert row["eval/reward"] == 0.4 and row["loss"] == 0.1 and math.isnan(row["kl"])
+    assert "note" not in row and "is_best" not in row
+    assert log_row({"train_runtime": 12.0, "train_loss": 0.1}) == {}
+
+
+def test_bad_stop_on_is_one_clear_error():
+    with pytest.raises(ValueError, match="stop_on: 'always' is not one of"):
+        GRPODoctorCallback(stop_on="always")
+
+
+def test_the_callback_imports_without_torch():
+    code = "import sys; sys.modules['torch'] = None; import trainer.callbacks; print('ok')"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-500:]

@@ -1,0 +1,220 @@
+"""Stream your own TRL (or any transformers ``Trainer``, or ms-swift) run into the GRPO Doctor store, live.
+
+    from trainer.callbacks import GRPODoctorCallback
+    trainer = GRPOTrainer(..., callbacks=[GRPODoctorCallback()])       # or GRPODoctorCallback(trainer=trainer)
+
+The store is ``db``, else ``$GRPO_DOCTOR_DB``, else ``./grpo_runs.db`` (as the CLI resolves it); open it with
+``grpo-doctor dashboard`` to watch the run. ``on_train_begin`` records the run with its config (``args.to_dict()``,
+normalised to TRL's names as the importers do) and the framework's version; ``on_log`` writes the step's metrics
+under ``state.global_step`` through the same catalogue mapping as the importers, with the latest sampled
+completions when the trainer is passed (TRL keeps them in ``trainer._logs``); ``on_save`` records the checkpoint.
+Only the world-process-zero writes. The run ends ``finished``, ``stopped`` (by ``stop_on``) or, when the process
+exits without ``on_train_end`` (an exception, a kill), ``crashed``.
+
+``alert_webhook=URL`` posts each new warning or critical finding once (Slack-compatible JSON; ``diagnostics.alerts``).
+``stop_on="critical"`` (or ``"warning"``) diagnoses the run at every log; a finding that severe saves a checkpoint
+and stops training. Every rank reads the same averaged logs and runs the same diagnosis (ranks other than zero on a
+store in memory), so every rank takes the same decision through the trainer's own control flow: no rank waits on
+another at a collective.
+
+No torch here: the callback needs transformers and GRPO Doctor's ``diagnostics`` only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import time
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from diagnostics.alerts import Alerter
+from diagnostics.catalogue import canonical_row
+from diagnostics.config_map import normalise_config
+from diagnostics.engine import RANK, Diagnoser
+from diagnostics.frameworks import dialect_of
+from diagnostics.importers._base import SUMMARY_KEYS
+from diagnostics.store import RunNotFound, RunStore, default_db_path
+
+STOP_ON = (None, "warning", "critical")
+HEARTBEAT_EVERY = 10.0  # seconds between heartbeats while steps run without a log
+SAMPLE_GROUPS = 1       # prompt groups of completions stored per log (as the embedded trainer stores)
+
+
+def versions() -> dict[str, str]:
+    """The installed versions of the frameworks a run may come from."""
+    found = {}
+    for package in ("trl", "transformers", "ms-swift", "accelerate"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def log_row(logs: Mapping) -> dict[str, float]:
+    """An ``on_log`` dict as a metrics row: numbers only (None, TRL's "no value", as NaN), evaluation keys
+    (``eval_*``) under ``eval/``, under the catalogue's names. HF's end-of-training summary gives an empty row."""
+    if any(k in SUMMARY_KEYS for k in logs):
+        return {}
+    row = {}
+    for key, value in logs.items():
+        if isinstance(value, bool) or not (value is None or isinstance(value, (int, float))):
+            continue
+        name = f"eval/{key[5:]}" if key.startswith("eval_") else key
+        row[name] = math.nan if value is None else float(value)
+    return canonical_row(row)
+
+
+def trl_samples(trainer, num_generations: int | None) -> list[dict]:
+    """The first prompt group of TRL's latest generation batch (``trainer._logs``: gathered on every rank, filled
+    whether or not ``log_completions`` is set), with each reward function's score and the advantage."""
+    logs = getattr(trainer, "_logs", None)
+    if not isinstance(logs, Mapping) or not logs.get("completion"):
+        return []
+    G = num_generations or len(logs["completion"])
+    prompts, completions = list(logs.get("prompt", [])), list(logs["completion"])
+    rewards = {name: list(values) for name, values in (logs.get("rewards") or {}).items()}
+    advantages = list(logs.get("advantages", []))
+    weights = getattr(getattr(trainer, "reward_weights", None), "tolist", lambda: None)() or [1.0] * len(rewards)
+    out = []
+    for i in range(min(SAMPLE_GROUPS * G, len(completions))):
+        scores = {f"rewards/{name}": _number(values[i]) for name, values in rewards.items() if i < len(values)}
+        parts = [(w, s) for w, s in zip(weights, scores.values()) if s is not None]
+        out.append({"group": i // G, "prompt": _text(prompts[i]) if i < len(prompts) else "",
+                    "completion": _text(completions[i]),
+                    "reward": sum(w * s for w, s in parts) if parts else None,
+                    "advantage": _number(advantages[i]) if i < len(advantages) else None, **scores})
+    return out
+
+
+class GRPODoctorCallback(TrainerCallback):
+    """Writes a transformers/TRL training run into the GRPO Doctor store as it trains (see the module doc)."""
+
+    def __init__(self, db: str | os.PathLike | None = None, run_name: str | None = None, trainer=None,
+                 stop_on: str | None = None, alert_webhook: str | None = None):
+        if stop_on not in STOP_ON:
+            raise ValueError(f"stop_on: {stop_on!r} is not one of None, 'warning', 'critical'")
+        if alert_webhook is not None and not str(alert_webhook).startswith(("http://", "https://")):
+            raise ValueError(f"alert_webhook: {alert_webhook!r} is not an http(s) URL")
+        self.alert_webhook = alert_webhook
+        self.alerter: Alerter | None = None
+        self.db = default_db_path(str(db) if db is not None else None)
+        self.run_name = run_name
+        self.trainer = trainer
+        self.stop_on = stop_on
+        self.store: RunStore | None = None
+        self.run_id: int | None = None
+        self.diagnoser: Diagnoser | None = None
+        self.stopped_by: str | None = None
+        self.ended = False
+        self.write_seconds = 0.0  # time spent in the store's writes
+        self.log_seconds: list[float] = []  # each on_log's whole cost: write, and diagnosis under stop_on
+        self._beat = 0.0
+
+    # ------------------------------------------------------------------ events
+    def on_train_begin(self, args, state, control, **kwargs):
+        main = state.is_world_process_zero
+        if not main and self.stop_on is None:
+            return  # only process zero writes; the others need a store only to diagnose for stop_on
+        raw = args.to_dict()
+        framework = dialect_of(raw)
+        config = {**normalise_config(raw, framework), "framework_versions": versions()}
+        self.store = RunStore(self.db if main else ":memory:")
+        name = self.run_name or self.store.unique_name(Path(args.output_dir).name or framework)
+        existing = _run_named(self.store, name) if self.run_name else None
+        if existing is not None and state.global_step > 0:  # resume_from_checkpoint: the same run goes on
+            self.run_id = existing
+            self.store.acquire_lease(existing)  # refused, naming it, while another process still writes the run
+            self.store.add_event(existing, state.global_step, "resume", {"from_step": state.global_step})
+        else:
+            self.run_id = self.store.create_run(name, config=config, source=framework, pid=os.getpid())
+        if self.stop_on or (self.alert_webhook and main):
+            self.diagnoser = Diagnoser.for_run(self.store, self.run_id)
+        if self.alert_webhook and main:
+            self.alerter = Alerter(self.alert_webhook, name)
+        if main:
+            atexit.register(self._at_exit)
+            print(f"GRPO Doctor: run {name!r} (id {self.run_id}) → {self.db}")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.store is None or not logs:
+            return
+        row = log_row(logs)
+        if not row:
+            return
+        step, started = state.global_step, time.perf_counter()
+        samples = (trl_samples(self.trainer, getattr(args, "num_generations", None))
+                   if self.trainer is not None and state.is_world_process_zero else [])
+        t = time.perf_counter()
+        self.store.log_step(self.run_id, step, row, samples=samples)
+        self.write_seconds += time.perf_counter() - t
+        self._beat = time.monotonic()
+        if self.diagnoser is not None:
+            self.diagnoser.update(self.store)
+        if self.alerter is not None:
+            self.alerter.check(self.diagnoser)
+        if self.stop_on and self.stopped_by is None:
+            worst = [f for f in self.diagnoser.findings()
+                     if f.status == "open" and RANK[f.severity] >= RANK[self.stop_on]]
+            if worst:
+                self.stopped_by = worst[0].rule
+                control.should_save = True           # TRL saves in this same step (log, evaluate, then save)
+                control.should_training_stop = True
+                self.store.add_event(self.run_id, step, "stop", {
+                    "reason": f"{worst[0].severity} finding {worst[0].rule}: {worst[0].title}", "stop_on": self.stop_on})
+        self.log_seconds.append(time.perf_counter() - started)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.store is not None and state.is_world_process_zero and time.monotonic() - self._beat > HEARTBEAT_EVERY:
+            self.store.heartbeat(self.run_id)
+            self._beat = time.monotonic()
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.store is not None and state.is_world_process_zero:
+            path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            self.store.add_event(self.run_id, state.global_step, "checkpoint", {"path": str(path.resolve())})
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.store is None:
+            return
+        self.ended = True
+        self.store.set_status(self.run_id, "stopped" if self.stopped_by else "finished")
+
+    def _at_exit(self):
+        """The process ends without ``on_train_end``: an exception or a signal ended training."""
+        if self.ended or self.store is None:
+            return
+        try:
+            self.store.add_event(self.run_id, None, "crash", {"error": "the process exited before on_train_end"})
+            self.store.set_status(self.run_id, "crashed")
+        except Exception:  # the store may be gone at interpreter exit; never raise from atexit
+            pass
+
+
+def _run_named(store: RunStore, name: str) -> int | None:
+    try:
+        return store.resolve_run(name)
+    except RunNotFound:
+        return None
+
+
+def _number(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _text(value) -> str:
+    """A prompt or completion as text: TRL keeps conversational ones as lists of messages."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, Mapping) for m in value):
+        return "\n".join(str(m.get("content", "")) for m in value)
+    return str(value)
