@@ -1,7 +1,7 @@
 """Pure plotly figure builders: data in, ``go.Figure`` out; no Streamlit, no store (tests import them).
 
 A figure is built in one constructor call from plain dicts (plotly validates it once): adding traces and
-shapes one by one costs three times as much, and a live page redraws every chart every 2 seconds.
+shapes one by one costs three times as much, and a live Run page redraws every chart every second.
 """
 
 from __future__ import annotations

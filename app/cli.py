@@ -12,7 +12,6 @@ its arguments, and a function that runs it and returns the exit code. Bad input 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import signal
 import subprocess
@@ -20,6 +19,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.access import TOKEN_ENV, is_loopback
 
 PROG = "grpo-doctor"
 UNSAFE_FS_ENV = "GRPO_DOCTOR_UNSAFE_FS"  # diagnostics.fs.UNSAFE_ENV (not imported: start-up stays light)
@@ -83,15 +84,6 @@ def _port(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port {port} is outside 1–65535")
     return port
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # --------------------------------------------------------------------------------------------- import
@@ -301,6 +293,9 @@ def _run_diagnose(args: argparse.Namespace) -> int:
 def _add_dashboard(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=_port, default=8501, help="port (default 8501)")
+    p.add_argument("--control-token", dest="control_token", metavar="TOKEN",
+                   help="off loopback, allow starting, stopping and controlling runs from a browser that opens the "
+                        "dashboard with ?token=TOKEN (without it, controls work on loopback only)")
 
 
 def _dashboard_command(args: argparse.Namespace) -> tuple[list[str], str]:
@@ -320,11 +315,12 @@ def _dashboard_command(args: argparse.Namespace) -> tuple[list[str], str]:
         "--browser.gatherUsageStats", "false",
         "--server.fileWatcherType", "none",
     ]
-    if not _is_loopback(args.host):
+    if not is_loopback(args.host):
         print(f"{PROG}: warning: serving on {args.host}, not loopback: anyone who can reach this machine "
               "can read the runs (the dashboard has no login)", file=sys.stderr)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"GRPO Doctor dashboard: http://{host}:{args.port}  (store {db}; Ctrl-C stops it)", flush=True)
+    query = f"/?token={args.control_token}" if getattr(args, "control_token", None) else ""
+    print(f"GRPO Doctor dashboard: http://{host}:{args.port}{query}  (store {db}; Ctrl-C stops it)", flush=True)
     return command, db
 
 
@@ -351,7 +347,10 @@ def _wait_child(command: list[str], env: dict[str, str] | None = None) -> int:
 
 def _run_dashboard(args: argparse.Namespace) -> int:
     command, db = _dashboard_command(args)
-    return _wait_child(command, {**os.environ, "GRPO_DOCTOR_DB": db})
+    env = {**os.environ, "GRPO_DOCTOR_DB": db}
+    if args.control_token:
+        env[TOKEN_ENV] = args.control_token
+    return _wait_child(command, env)
 
 
 def _require_trainer() -> None:

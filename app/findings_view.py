@@ -11,10 +11,12 @@ import pandas as pd
 import streamlit as st
 
 from app import launch
+from app.access import require_control
 from app.charts import overlay_figure
-from app.restarts import RestartPoint, changes_text, framework_snippet, restart_point, verdict
+from app.restarts import RestartPoint, changes_text, framework_snippet, restart_point, trl_resume, verdict
 from app.present import value_text
 from app.session import open_store, run_label, store_path
+from diagnostics import control
 from diagnostics.catalogue import health
 from diagnostics.engine import RANK
 from diagnostics.findings import Finding
@@ -139,10 +141,11 @@ def _fix(run: dict, finding: Finding, family: Family, n: int, key: str, *, prima
     fix = finding.fixes[n]
     st.markdown(f"**Fix {n + 1}:** {fix.description}")
     _fix_action(run, fix, family.points.get((finding.rule, n), ""), key=f"{key}.fix.{n}", primary=primary,
-                number=n + 1)
+                number=n + 1, onset=finding.onset_step)
 
 
-def _fix_action(run: dict, fix, point: RestartPoint | str, key: str, *, primary: bool = True, number: int = 1) -> None:
+def _fix_action(run: dict, fix, point: RestartPoint | str, key: str, *, primary: bool = True, number: int = 1,
+                onset: int | None = None) -> None:
     """The restart button (our run, a checkpoint before the onset), else the fix ready to copy. Only the finding's
     primary fix gets a primary button."""
     if isinstance(point, RestartPoint):
@@ -150,6 +153,7 @@ def _fix_action(run: dict, fix, point: RestartPoint | str, key: str, *, primary:
         label = f"Restart with {what} (from step {point.step}: {changes_text(fix.changes)})"
         if st.button(label, key=key, type="primary" if primary else "secondary", help=point.why or None):
             try:
+                require_control()
                 with open_store() as store:
                     child = launch.start(launch.restart(run, point.step, fix.changes, store_path(), store))
             except launch.LaunchError as e:
@@ -163,6 +167,16 @@ def _fix_action(run: dict, fix, point: RestartPoint | str, key: str, *, primary:
         return
     if not fix.changes and not fix.framework_changes:
         return  # advice, not a config change: the description says it all
+    if fix.framework == "trl" and control.from_callback(run):  # our callback in the user's own TRL trainer
+        with open_store() as store:
+            saved = store.events(run["id"], "checkpoint")
+        before = [d["path"] for s, d in zip(saved["step"], saved["detail"]) if s == s and (onset is None or s < onset)]
+        code, cannot = trl_resume(fix, before[-1] if before else None)
+        st.caption("Restart your TRL run with this fix from its last checkpoint before the onset:")
+        st.code(code, language="python")
+        if cannot:
+            st.caption("A resume cannot change " + "; ".join(cannot) + ".")
+        return
     snippet = framework_snippet(fix)
     if snippet is not None:
         st.caption(f"No restart here ({point}). In {fix.framework}'s terms, ready to copy:")

@@ -53,6 +53,29 @@ def framework_snippet(fix: Fix) -> tuple[str, str] | None:
     return "python", "GRPOConfig(\n" + "".join(f"    {key}={v!r},\n" for key, v in changes.items()) + ")"  # TRL
 
 
+#: GRPOConfig fields a resume from a checkpoint does not change, and why (transformers restores the optimizer,
+#: the scheduler and the data order from the checkpoint; the batch shape is the checkpoint's).
+RESUME_CANNOT = {
+    "learning_rate": "the optimizer and learning-rate scheduler come back from the checkpoint, so the old schedule "
+                     "goes on: start a new run from the checkpoint's weights (model=CHECKPOINT) for a new rate",
+    "warmup_steps": "the scheduler comes back from the checkpoint",
+    "per_device_train_batch_size": "the data order resumes where it stopped, for the old batch size",
+    "num_generations": "the sampler's groups were laid out for the old value",
+    "gradient_accumulation_steps": "the step count and data order assume the old value",
+}
+
+
+def trl_resume(fix: Fix, checkpoint: str | None) -> tuple[str, list[str]]:
+    """A TRL run's restart with the fix: the changed GRPOConfig fields and the resume call, and, per changed
+    field a resume cannot change, why."""
+    changes = fix.framework_changes or fix.changes
+    code = ("args = GRPOConfig(..., " + ", ".join(f"{k}={v!r}" for k, v in changes.items()) + ")\n"
+            "trainer = GRPOTrainer(..., args=args)\n"
+            f"trainer.train(resume_from_checkpoint={checkpoint!r})" if checkpoint else
+            "trainer.train()  # no checkpoint recorded for this run: from the start")
+    return code, [f"`{k}`: {why}" for k, why in RESUME_CANNOT.items() if k in changes]
+
+
 def changes_text(changes: Mapping[str, object]) -> str:
     return ", ".join(f"{k} = {v}" for k, v in changes.items())
 

@@ -1,5 +1,5 @@
 """The Run page's sections, as Streamlit functions over one loaded ``View`` (the page script only wires
-them up, inside a fragment that reruns every 2 s while the run trains).
+them up, inside a fragment that reruns every second while the run trains).
 
 Reading the store happens once per tick, in ``load``; the sections only draw.
 """
@@ -13,15 +13,17 @@ import pandas as pd
 import streamlit as st
 
 from app import diagnosis, findings_view, launch
+from app.access import control_refusal, require_control
 from app.charts import MAX_POINTS, LiveFigures, blank_reason, metric_spec
 from app.present import config_text, grouped
 from app.session import RUN_PAGE, RUN_PARAM, open_store
+from diagnostics import control
 from diagnostics.catalogue import health
 from diagnostics.status import GROUP_TITLES, GroupStatus, group_statuses, health_config
 from diagnostics.store import RunNotFound
 from diagnostics.view import RunView
 
-REFRESH_SECONDS = 2
+REFRESH_SECONDS = 1  # a followed log's new line is on the page within about 2 s (benchmarks/bench_follow.py)
 SLOW_REFRESH_SECONDS = 10
 _FIGURES_KEY = "run.figures"
 
@@ -99,7 +101,7 @@ def findings(view: View) -> None:
 
 def follow(run_id: int, smoothing: float, live: bool) -> None:
     """One tick of the Run page's live part: the run brought up to date, its header, lineage, findings and
-    health charts. ``live`` says whether the page was drawn with the 2-second timer; when that changes (the
+    health charts. ``live`` says whether the page was drawn with the 1-second timer; when that changes (the
     run, or a child restarted from it, started or ended) the whole page is drawn again."""
     view = load(run_id)
     if view is None:
@@ -142,12 +144,39 @@ def header(view: View) -> None:
     essentials = config_text(run["config"])
     st.caption(f"status **{run['status']}** · source {run['source']} · {_step_text(run)}"
                + (f" · {essentials}" if essentials else ""))
-    if run["status"] == "running" and run.get("pid"):
+    if control.controllable(run):
+        remote_controls(run)
+    elif run["status"] == "running" and run.get("source_path"):
+        st.caption("This run is followed from its log: stop it in your own launcher (for verl, stop the job and "
+                   "relaunch with `trainer.resume_mode=auto`); each finding's fix is given in its framework's terms.")
+    elif run["status"] == "running" and run.get("pid"):
         if st.button("Stop run", key="run.stop", help="SIGTERM: the run finishes its step and saves a checkpoint"):
             try:
+                require_control()
                 st.success(launch.stop(run))
             except launch.LaunchError as e:
                 st.error(str(e))
+
+
+def remote_controls(run: dict) -> None:
+    """A run trained in the user's own trainer with GRPODoctorCallback: requests it reads at its next step."""
+    left, right = st.columns(2)
+    asked = None
+    if left.button("Save checkpoint now", key="run.remote.save", help="the callback saves at its next step"):
+        asked = "save"
+    if right.button("Stop (after a checkpoint)", key="run.remote.stop",
+                    help="the callback saves a checkpoint at its next step, then training stops on every rank"):
+        asked = "stop"
+    with open_store() as store:
+        if asked:
+            refused = control_refusal()
+            if refused:
+                st.error(refused)
+            else:
+                control.request(store, run["id"], asked)
+        lines = control.status(store, run["id"])
+    if lines:
+        st.caption(" · ".join(lines[:3]))
 
 
 STATUS_ICONS = {"critical": ":red[:material/error:]", "warning": ":orange[:material/warning:]",
@@ -197,7 +226,7 @@ def _int_text(value) -> str:
     return "–" if value is None or value != value else str(int(value))
 
 
-#: Charted (and refreshed every 2 s) besides every metric with a health range: the headline series.
+#: Charted (and refreshed every second) besides every metric with a health range: the headline series.
 HEADLINE = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
             "repetition", "policy_loss", "kl_loss")
 

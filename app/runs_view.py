@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app import diagnosis, launch
+from app.access import require_control
 from app.findings_view import worst
 from app.present import time_text
 
@@ -43,6 +44,7 @@ def running(runs: pd.DataFrame) -> None:
         left.markdown(f"**{run.name}** · {step} · pid {_int(run.pid)}")
         if right.button("Stop", key=f"runs.stop.{run.id}", help="finish the step, save a checkpoint, stop"):
             try:
+                require_control()
                 st.toast(launch.stop(run._asdict()))
             except launch.LaunchError as e:
                 st.error(str(e))

@@ -33,6 +33,17 @@ DASHBOARD = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
 METRICS = ("reward", "kl", "grad_norm", "my_custom")
 
 
+@pytest.fixture(autouse=True)
+def loopback():
+    """The dashboard as `grpo-doctor dashboard` serves it by default: on 127.0.0.1, where controls are allowed."""
+    from streamlit import config
+
+    before = config.get_option("server.address")
+    config.set_option("server.address", "127.0.0.1")
+    yield
+    config.set_option("server.address", before)
+
+
 @pytest.fixture
 def store_path(tmp_path, monkeypatch) -> str:
     """A finished run (a NaN and an inf among its grad norms, sampled completions) and a running one."""
@@ -854,3 +865,61 @@ def test_verdict_judges_the_findings_metric_over_the_same_steps_not_the_rule_goi
     # KL back and the same rule still open as a warning: fixed by the metric; the rule is mentioned
     warned = verdict(finding, [Finding("kl_blowup", "KL blow-up", "warning", 14, 25)], 10, 25, parent, child, band)
     assert warned.state == "cleared" and "the child shows 'KL blow-up' too, from step 14" in warned.text
+
+
+# ------------------------------------------------------------------------------------- control of callback runs
+def test_a_callback_run_gets_save_and_stop_requests_and_shows_when_they_were_honoured(tmp_path, monkeypatch):
+    """A run written by GRPODoctorCallback in the user's own trainer: the buttons write requests the callback reads
+    at its next step; the page says when each was honoured."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from trainer.callbacks import GRPODoctorCallback
+
+    path = str(tmp_path / "cb.db")
+    monkeypatch.setenv("GRPO_DOCTOR_DB", path)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], use_cpu=True)
+    callback = GRPODoctorCallback(db=path, run_name="trl-run")
+    state, control = TrainerState(), TrainerControl()
+    callback.on_train_begin(args, state, control)
+    for step in range(1, 13):  # NaN from step 8: a critical finding whose fixes are GRPOConfig changes
+        state.global_step = step
+        callback.on_log(args, state, control, logs={"loss": math.nan if step >= 8 else 0.1, "reward": 0.3})
+    callback.on_save(args, state, control)  # recorded at step 12, after the onset: not the one to resume from
+    with RunStore(path) as store:
+        run_id = store.resolve_run("trl-run")
+    at = open_page("run", run_id)
+    assert not at.exception
+    assert "Restart your TRL run with this fix" in texts(at)
+    assert any("trainer.train()  # no checkpoint recorded" in c.value for c in at.code)
+    at.button(key="run.remote.stop").click().run()
+    assert "waiting for the next step" in texts(at)
+    state.global_step = 13
+    callback.on_step_end(args, state, control)
+    assert control.should_save and control.should_training_stop
+    at.run()
+    assert "stop (after a checkpoint): honoured at step 13" in texts(at)
+
+
+def test_controls_are_refused_off_loopback_without_the_token(store_path, monkeypatch):
+    from streamlit import config
+
+    from app.access import TOKEN_ENV
+
+    config.set_option("server.address", "0.0.0.0")
+    at = app().run()
+    at.button(key="runs.stop.2").click().run()
+    assert "controls are off unless it is started with --control-token" in texts(at)
+    monkeypatch.setenv(TOKEN_ENV, "s3cret")
+    at = app()
+    at.query_params["token"] = "wrong"
+    at.run().button(key="runs.stop.2").click().run()
+    assert "controls need the token" in texts(at)
+
+
+def test_a_trl_runs_fix_is_a_resume_command_that_says_what_a_resume_cannot_change():
+    from app.restarts import trl_resume
+
+    code, cannot = trl_resume(Fix("lower lr", {"learning_rate": 1e-7, "beta": 0.1}, framework="trl",
+                                  framework_changes={"learning_rate": 1e-7, "beta": 0.1}), "/out/checkpoint-40")
+    assert "learning_rate=1e-07, beta=0.1" in code and "resume_from_checkpoint='/out/checkpoint-40'" in code
+    assert len(cannot) == 1 and cannot[0].startswith("`learning_rate`: the optimizer and learning-rate scheduler")

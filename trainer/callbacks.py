@@ -11,6 +11,9 @@ completions when the trainer is passed (TRL keeps them in ``trainer._logs``); ``
 Only the world-process-zero writes. The run ends ``finished``, ``stopped`` (by ``stop_on``) or, when the process
 exits without ``on_train_end`` (an exception, a kill), ``crashed``.
 
+The dashboard's *Save checkpoint now* and *Stop* buttons write requests to the store (``diagnostics.control``);
+the callback reads them at each step end and answers through ``control.should_save`` and
+``control.should_training_stop`` (every rank agreeing through an all-reduce), and records when it did.
 ``alert_webhook=URL`` posts each new warning or critical finding once (Slack-compatible JSON; ``diagnostics.alerts``).
 ``stop_on="critical"`` (or ``"warning"``) diagnoses the run at every log; a finding that severe saves a checkpoint
 and stops training. Every rank reads the same averaged logs and runs the same diagnosis (ranks other than zero on a
@@ -32,6 +35,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from diagnostics import control as control_requests
 from diagnostics.alerts import Alerter
 from diagnostics.catalogue import canonical_row
 from diagnostics.config_map import normalise_config
@@ -112,6 +116,7 @@ class GRPODoctorCallback(TrainerCallback):
         self.diagnoser: Diagnoser | None = None
         self.stopped_by: str | None = None
         self.ended = False
+        self._handled = time.time()  # dashboard requests older than the callback are not for this process
         self.write_seconds = 0.0  # time spent in the store's writes
         self.log_seconds: list[float] = []  # each on_log's whole cost: write, and diagnosis under stop_on
         self._beat = 0.0
@@ -170,9 +175,27 @@ class GRPODoctorCallback(TrainerCallback):
         self.log_seconds.append(time.perf_counter() - started)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.store is not None and state.is_world_process_zero and time.monotonic() - self._beat > HEARTBEAT_EVERY:
+        main = state.is_world_process_zero
+        if self.store is not None and main and time.monotonic() - self._beat > HEARTBEAT_EVERY:
             self.store.heartbeat(self.run_id)
             self._beat = time.monotonic()
+        asked = self._requests(args) if main and self.store is not None else []
+        wanted = agree(max((CONTROL_CODES[a] for _, a in asked), default=0), args)
+        if wanted:  # the dashboard asked: saved in this step (on_step_end comes before the save), then stopped
+            control.should_save = True
+            control.should_training_stop = control.should_training_stop or wanted == CONTROL_CODES["stop"]
+            if main and self.store is not None:
+                for requested, action in asked:
+                    control_requests.honoured(self.store, self.run_id, state.global_step, action, requested)
+                if wanted == CONTROL_CODES["stop"]:
+                    self.stopped_by = "the dashboard"
+
+    def _requests(self, args) -> list[tuple[float, str]]:
+        """The dashboard's requests written since the last step (read every step: one small query)."""
+        found = control_requests.requests_since(self.store, self.run_id, self._handled)
+        if found:
+            self._handled = found[-1][0]
+        return found
 
     def on_save(self, args, state, control, **kwargs):
         if self.store is not None and state.is_world_process_zero:
@@ -194,6 +217,25 @@ class GRPODoctorCallback(TrainerCallback):
             self.store.set_status(self.run_id, "crashed")
         except Exception:  # the store may be gone at interpreter exit; never raise from atexit
             pass
+
+
+CONTROL_CODES = {"save": 1, "stop": 2}
+
+
+def agree(code: int, args) -> int:
+    """Every rank takes the largest request any rank saw (only rank zero reads the store): an all-reduce when
+    several processes train, so no rank saves or stops alone and the others hang at the next collective."""
+    if getattr(args, "world_size", 1) <= 1:
+        return code
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return code
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor([code], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return int(flag.item())
 
 
 def _run_named(store: RunStore, name: str) -> int | None:

@@ -1,6 +1,6 @@
 """Run: one status line per metric group, the run's findings, and its metrics, a chart per metric against the
 docs' health range and the run's own early baseline, grouped as in the catalogue. While the run (or a child restarted from it) is running, the findings and the health
-charts refresh every 2 s and the other metrics every 10 s."""
+charts refresh every second and the other metrics every 10 s."""
 
 import streamlit as st
 

@@ -4,6 +4,7 @@ embedded run; stop a running one. Refreshes every 2 s while a run is running or 
 import streamlit as st
 
 from app import launch, runs_view
+from app.access import require_control
 from app.run_form import new_run_form
 from app.session import RUN_KEY, RUN_PAGE, RUN_PARAM, open_store, run_label, store_path
 
@@ -18,6 +19,7 @@ with st.expander("Start a new run", expanded=runs.empty):
     try:
         values = new_run_form()
         if values is not None:
+            require_control()
             with open_store() as store:
                 launch.start(launch.new_run(values, store_path(), store))
             st.rerun()  # the table starts refreshing

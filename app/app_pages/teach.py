@@ -4,6 +4,7 @@
 import streamlit as st
 
 from app import teach_view
+from app.access import control_refusal
 from app.findings_view import evidence_table
 from app.session import open_store
 from app.teaching import KNOWN_ERRORS, MATH
@@ -66,6 +67,10 @@ else:
     if st.button(f"Reproduce it live as run '{live_name}'", icon=":material/play_arrow:", key="teach.reproduce",
                  help=f"train this scenario as '{live_name}'{twin} now (1–2 minutes on CPU); watch it on the Runs "
                       "page"):
+        refused = control_refusal()
+        if refused:
+            st.error(refused)
+            st.stop()
         with open_store() as store:
             log = teach_view.reproduce(entry["scenario"], store.path)
         st.success(f"Started run **{live_name}**"
