@@ -522,7 +522,8 @@ def _run_follow(args: argparse.Namespace) -> int:
                 print(f"step {finding.onset_step}: {finding.severity.upper()} {finding.rule}: {finding.title}",
                       flush=True)
 
-        status = follower.follow(every=args.every, idle_exit=args.idle_exit, on_poll=report)
+        status = follower.follow(every=args.every, idle_exit=args.idle_exit, on_poll=report,
+                                 interrupt_on=(signal.SIGTERM,))
     if follower.run_id is None:
         raise CliError(f"{args.path}: no training steps appeared")
     print(f"{follower.last_step or 0} steps; run marked {status}")

@@ -12,6 +12,7 @@ byte, the steps already stored stay, and a ``resume`` event tells the live diagn
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -135,10 +136,14 @@ class Follower:
             self.store.add_event(self.run_id, self.last_step, "resume", {"reason": reason, "segment": self.segments})
 
     # ------------------------------------------------------------------ the loop
-    def follow(self, *, every: float = 0.5, idle_exit: float | None = None, on_poll=None) -> str:
+    def follow(self, *, every: float = 0.5, idle_exit: float | None = None, on_poll=None,
+               interrupt_on: tuple = ()) -> str:
         """Poll until ``idle_exit`` seconds pass without growth (the run is then ``finished``) or until
-        interrupted (``stopped``: following stopped, not necessarily training); the final status."""
+        interrupted (Ctrl-C, or a signal of ``interrupt_on``: ``stopped``, following stopped, not necessarily
+        training); the final status."""
         status = "finished"
+        for signum in interrupt_on:
+            signal.signal(signum, _interrupt)
         try:
             while True:
                 written = self.poll()
@@ -152,6 +157,10 @@ class Follower:
         if self.run_id is not None:
             self.store.set_status(self.run_id, status)
         return status
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _rows(parsed: ParsedLog) -> list[tuple[int, dict]]:

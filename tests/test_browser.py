@@ -245,3 +245,32 @@ def test_the_teach_page_walks_a_newcomer_through_a_row(dashboard, page):
     page.get_by_role("heading", name="The math behind it").wait_for(timeout=30_000)
     page.get_by_text("Mistakes in the source documents").wait_for(timeout=30_000)
     shot(page, "8-teach-kl-blowup")
+
+
+def test_a_followed_log_grows_on_the_run_page(dashboard, page, tmp_path):
+    """`grpo-doctor follow` on a verl file-logger JSONL that another process keeps appending to: the Run page shows
+    each new step (its header) and says that stopping is done in the user's own launcher."""
+    url, db = dashboard
+    log = tmp_path / "verl_metrics.jsonl"
+
+    def line(step: int) -> str:
+        return ('{"step": %d, "data": {"critic/score/mean": %.3f, "actor/pg_loss": 0.01, "actor/entropy": 0.5, '
+                '"response_length/mean": 100.0}}\n' % (step, 0.01 * step))
+
+    log.write_text("".join(line(s) for s in range(1, 11)))
+    follow = subprocess.Popen([sys.executable, "-m", "app.cli", "--db", db, "follow", str(log), "--name", "verl-run"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        run = wait_for(lambda: (r := run_named(db, "verl-run")) and r["last_step"] == 10 and r, 60, "the follower")
+        page.goto(f"{url}/run?run={run['id']}")
+        page.get_by_text("step 10", exact=False).first.wait_for(timeout=60_000)
+        page.get_by_text("stop it in your own launcher").wait_for(timeout=30_000)
+        for step in (11, 12, 13):
+            with open(log, "a") as f:
+                f.write(line(step))
+            page.get_by_text(f"step {step}", exact=False).first.wait_for(timeout=30_000)
+        shot(page, "followed-run")
+    finally:
+        follow.terminate()
+        assert follow.wait(timeout=30) == 0, follow.stderr.read().decode()[-500:]
+    assert run_named(db, "verl-run")["status"] == "stopped"  # following stopped (SIGTERM), said in the store

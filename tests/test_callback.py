@@ -23,30 +23,48 @@ def test_a_trl_grpo_run_streams_into_the_store(tmp_path):
     from trainer.tasks import correctness, format_reward, make_prompts
     from trainer.tiny import DEFAULT_ASSET
 
+    from transformers import TrainerCallback
+
+    from diagnostics import control
+    from diagnostics.engine import diagnose
+
+    class Dashboard(TrainerCallback):
+        """Presses the Run page's Stop button after step 3 (a request in the store, as the page writes it)."""
+
+        def on_log(self, args, state, control_, **kwargs):
+            if state.global_step == 3:
+                with RunStore(tmp_path / "runs.db") as store:
+                    control.request(store, store.resolve_run("mine"), "stop")
+
     args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, num_generations=4,
                       max_completion_length=6, beta=0.04, learning_rate=1e-4, report_to=[], logging_steps=1,
-                      max_steps=3, save_steps=2, use_cpu=True, seed=0, disable_tqdm=True)
+                      max_steps=8, save_steps=2, use_cpu=True, seed=0, disable_tqdm=True)
     trainer = GRPOTrainer(model=str(DEFAULT_ASSET), reward_funcs=[correctness, format_reward], args=args,
                           train_dataset=Dataset.from_list(make_prompts(64, 0)),
                           processing_class=AutoTokenizer.from_pretrained(str(DEFAULT_ASSET)))
     callback = GRPODoctorCallback(db=tmp_path / "runs.db", run_name="mine", trainer=trainer)
     trainer.add_callback(callback)
+    trainer.add_callback(Dashboard())
     trainer.train()
 
     with RunStore(tmp_path / "runs.db") as store:
         run = store.get_run("mine")
-        assert run["status"] == "finished" and run["source"] == "trl"
+        assert run["status"] == "stopped" and run["source"] == "trl"  # the Stop request, honoured at step 4
         config = run["config"]
         assert (config["num_generations"], config["beta"], config["loss_type"]) == (4, 0.04, "dapo")
         assert config["framework_versions"]["trl"]
         wide = store.metrics(run["id"])
-        assert list(wide.index) == [1, 2, 3]
+        assert list(wide.index) == [1, 2, 3, 4]
         for name in ("reward", "frac_reward_zero_std", "kl", "entropy", "completions/mean_length",
                      "clip_ratio/region_mean", "grad_norm", "rewards/correctness/mean"):
             assert wide[name].notna().all(), name
         samples = store.samples(run["id"])
-        assert len(samples) == 3 * 4 and {"rewards/correctness", "advantage"} <= set(samples["extra"].iloc[0])
-        assert list(store.events(run["id"], "checkpoint")["step"]) == [2, 3]  # save_steps, and the end
+        assert len(samples) == 4 * 4 and {"rewards/correctness", "advantage"} <= set(samples["extra"].iloc[0])
+        assert list(store.events(run["id"], "checkpoint")["step"]) == [2, 4]  # save_steps, and the stop's save
+        assert control.status(store, run["id"]) == ["stop (after a checkpoint): honoured at step 4"]
+        diagnosis = diagnose(store, run["id"], save=False)
+        assert "kl_zero_at_start" in {f.rule for f in diagnosis.notes()}  # read as TRL's run: β 0.04, KL logged
+        assert not diagnosis.assumed.get("beta")
     assert callback.write_seconds < 1.0  # three writes of a few milliseconds (the ratio: benchmarks/)
 
 

@@ -1,8 +1,8 @@
 """`grpo-doctor follow`: a growing log into the store as a live run, complete lines only, relaunches as segments."""
 
 import json
-import threading
-import time
+import subprocess
+import sys
 
 import pytest
 
@@ -100,28 +100,38 @@ def test_a_tensorboard_folder_as_openrlhf_writes_it(tmp_path):
     writer.close()
 
 
-def test_follow_command_until_idle(tmp_path, capsys):
-    """A line appended while `grpo-doctor follow` runs is stored; after --idle-exit without growth the run is
-    marked finished."""
+WRITER = """
+import json, sys, time
+path = sys.argv[1]
+def line(step, score):
+    return json.dumps({"step": step, "data": {"critic/score/mean": score, "actor/pg_loss": 0.01}}) + "\\n"
+for step in (2, 3, 4):
+    time.sleep(0.3)
+    with open(path, "a") as f:
+        f.write(line(step, 0.1 * step))
+time.sleep(0.5)
+with open(path, "wb") as f:  # verl relaunched: its logger reopens the file with "wb"
+    f.write("".join(line(step, 9.0) for step in (4, 5)).encode())
+"""
+
+
+def test_follow_command_until_idle_while_another_process_appends_then_truncates(tmp_path, capsys):
+    """Lines another process appends while `grpo-doctor follow` runs are stored; a truncation (a relaunch) keeps the
+    old steps and upserts the new ones; after --idle-exit without growth the run is marked finished."""
     log = tmp_path / "exp.jsonl"
     log.write_text(verl_line(1, 0.1))
     db = str(tmp_path / "runs.db")
-
-    def writer():
-        for step in range(2, 5):
-            time.sleep(0.3)
-            append(log, verl_line(step, 0.1 * step))
-
-    thread = threading.Thread(target=writer)
-    thread.start()
-    code = main(["--db", db, "follow", str(log), "--name", "live", "--idle-exit", "1.5", "--every", "0.1"])
-    thread.join()
-    assert code == 0
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(log)])
+    code = main(["--db", db, "follow", str(log), "--name", "live", "--idle-exit", "2", "--every", "0.1"])
+    assert writer.wait(timeout=30) == 0 and code == 0
     out = capsys.readouterr().out
     assert "following" in out and "run marked finished" in out
     with RunStore(db) as store:
         run = store.get_run("live")
-        assert run["status"] == "finished" and list(store.metrics(run["id"]).index) == [1, 2, 3, 4]
+        wide = store.metrics(run["id"])
+        assert run["status"] == "finished" and list(wide.index) == [1, 2, 3, 4, 5]
+        assert wide["reward"].tolist() == pytest.approx([0.1, 0.2, 0.3, 9.0, 9.0])
+        assert len(store.events(run["id"], "resume")) == 1
 
 
 @pytest.mark.parametrize("argv,message", [

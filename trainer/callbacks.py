@@ -1,4 +1,4 @@
-"""Stream your own TRL (or any transformers ``Trainer``, or ms-swift) run into the GRPO Doctor store, live.
+"""Stream your own TRL (or any transformers ``Trainer``) run into the GRPO Doctor store, live.
 
     from trainer.callbacks import GRPODoctorCallback
     trainer = GRPOTrainer(..., callbacks=[GRPODoctorCallback()])       # or GRPODoctorCallback(trainer=trainer)
