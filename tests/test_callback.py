@@ -68,6 +68,30 @@ def test_a_trl_grpo_run_streams_into_the_store(tmp_path):
     assert callback.write_seconds < 1.0  # three writes of a few milliseconds (the ratio: benchmarks/)
 
 
+def test_without_the_trainer_completions_come_from_trls_log_completions_files(tmp_path):
+    """log_completions=True: TRL writes completions_NNNNN.parquet after each log; each is stored under its step."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainer.tasks import correctness, format_reward, make_prompts
+    from trainer.tiny import DEFAULT_ASSET
+
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=6, learning_rate=1e-4, report_to=[], logging_steps=1, max_steps=2,
+                      save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, log_completions=True,
+                      num_completions_to_print=0)
+    trainer = GRPOTrainer(model=str(DEFAULT_ASSET), reward_funcs=[correctness, format_reward], args=args,
+                          train_dataset=Dataset.from_list(make_prompts(64, 0)),
+                          processing_class=AutoTokenizer.from_pretrained(str(DEFAULT_ASSET)),
+                          callbacks=[GRPODoctorCallback(db=tmp_path / "runs.db", run_name="files")])
+    trainer.train()
+    with RunStore(tmp_path / "runs.db") as store:
+        samples = store.samples(store.resolve_run("files"))
+    assert sorted(set(samples["step"])) == [1, 2] and len(samples) == 2 * 4
+    assert {"rewards/correctness", "rewards/format_reward", "advantage"} <= set(samples["extra"].iloc[0])
+
+
 def fake_args(tmp_path) -> TrainingArguments:
     return TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], use_cpu=True)
 

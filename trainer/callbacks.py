@@ -7,7 +7,8 @@ The store is ``db``, else ``$GRPO_DOCTOR_DB``, else ``./grpo_runs.db`` (as the C
 ``grpo-doctor dashboard`` to watch the run. ``on_train_begin`` records the run with its config (``args.to_dict()``,
 normalised to TRL's names as the importers do) and the framework's version; ``on_log`` writes the step's metrics
 under ``state.global_step`` through the same catalogue mapping as the importers, with the latest sampled
-completions when the trainer is passed (TRL keeps them in ``trainer._logs``); ``on_save`` records the checkpoint.
+completions when the trainer is passed (TRL keeps them in ``trainer._logs``), else from the parquet files TRL
+writes with ``log_completions=True``; ``on_save`` records the checkpoint.
 Only the world-process-zero writes. The run ends ``finished``, ``stopped`` (by ``stop_on``) or, when the process
 exits without ``on_train_end`` (an exception, a kill), ``crashed``.
 
@@ -96,6 +97,25 @@ def trl_samples(trainer, num_generations: int | None) -> list[dict]:
     return out
 
 
+def parquet_samples(path: Path, num_generations: int | None, weights=None) -> list[dict]:
+    """The first prompt group of one of TRL's ``completions_NNNNN.parquet`` files (``log_completions=True``;
+    columns step, prompt, completion, one per reward function, advantage): the fallback without ``trainer=``."""
+    import pandas as pd
+
+    table = pd.read_parquet(path)
+    G = num_generations or len(table)
+    rewards = [c for c in table.columns if c not in ("step", "prompt", "completion", "advantage")]
+    out = []
+    for i, row in enumerate(table.head(SAMPLE_GROUPS * G).itertuples(index=False)):
+        row = row._asdict() if hasattr(row, "_asdict") else dict(zip(table.columns, row))
+        scores = {f"rewards/{name}": _number(row.get(name)) for name in rewards}
+        known = [(w, v) for w, v in zip(weights or [1.0] * len(scores), scores.values()) if v is not None]
+        out.append({"group": i // G, "prompt": _text(row.get("prompt")), "completion": _text(row.get("completion")),
+                    "reward": sum(w * v for w, v in known) if known else None,
+                    "advantage": _number(row.get("advantage")), **scores})
+    return out
+
+
 class GRPODoctorCallback(TrainerCallback):
     """Writes a transformers/TRL training run into the GRPO Doctor store as it trains (see the module doc)."""
 
@@ -117,6 +137,7 @@ class GRPODoctorCallback(TrainerCallback):
         self.stopped_by: str | None = None
         self.ended = False
         self._handled = time.time()  # dashboard requests older than the callback are not for this process
+        self._completions_read = 0  # the last step whose log_completions parquet file is stored
         self.write_seconds = 0.0  # time spent in the store's writes
         self.log_seconds: list[float] = []  # each on_log's whole cost: write, and diagnosis under stop_on
         self._beat = 0.0
@@ -155,6 +176,8 @@ class GRPODoctorCallback(TrainerCallback):
         step, started = state.global_step, time.perf_counter()
         samples = (trl_samples(self.trainer, getattr(args, "num_generations", None))
                    if self.trainer is not None and state.is_world_process_zero else [])
+        if self.trainer is None and state.is_world_process_zero:
+            self._completion_files(args)
         t = time.perf_counter()
         self.store.log_step(self.run_id, step, row, samples=samples)
         self.write_seconds += time.perf_counter() - t
@@ -202,9 +225,22 @@ class GRPODoctorCallback(TrainerCallback):
             path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             self.store.add_event(self.run_id, state.global_step, "checkpoint", {"path": str(path.resolve())})
 
+    def _completion_files(self, args) -> None:
+        """TRL writes a log's completions after ``on_log``: each file not stored yet goes under its own step."""
+        if not getattr(args, "log_completions", False):
+            return
+        for path in sorted((Path(args.output_dir) / "completions").glob("completions_*.parquet")):
+            step = int(path.stem.split("_")[-1])
+            if step > self._completions_read:
+                self.store.add_samples(self.run_id, step, parquet_samples(
+                    path, getattr(args, "num_generations", None), getattr(args, "reward_weights", None)))
+                self._completions_read = step
+
     def on_train_end(self, args, state, control, **kwargs):
         if self.store is None:
             return
+        if self.trainer is None and state.is_world_process_zero:
+            self._completion_files(args)  # the last log's file
         self.ended = True
         self.store.set_status(self.run_id, "stopped" if self.stopped_by else "finished")
 
