@@ -4,8 +4,8 @@ Chromium (target < 3 s), in one run.
 Starts ``grpo-doctor follow`` (default poll every 0.5 s) on a verl file-logger JSONL that already holds
 ``--history`` steps, appends one step every ``--gap`` seconds as verl does, and times each step from the
 append until a reader of the store sees it. Then, with ``grpo-doctor dashboard`` serving the store and the run's
-page open in Chromium (Playwright, the system's ``chromium``), times each appended step until the page's header
-shows it. Prints the median and the worst latency of each.
+page open in Chromium (Playwright, the system's ``chromium``) and settled for 3 s, times each appended step until
+the page's header shows it. Prints the median and the worst latency of each.
 
     .venv/bin/python benchmarks/bench_follow.py [--steps 20] [--history 5000] [--no-page]
 """
@@ -78,7 +78,8 @@ def main() -> None:
           f"{args.history} steps already followed)")
     if on_page:
         print(f"appended line → on the open Run page: median {statistics.median(on_page):.2f} s, "
-              f"worst {max(on_page):.2f} s over {len(on_page)} steps (target < 3 s)")
+              f"worst {max(on_page):.2f} s over {len(on_page)} steps (target < 3 s); each: "
+              + " ".join(f"{x:.1f}" for x in on_page))
 
 
 def page_latencies(db: Path, log: Path, last: int, steps: int, gap: float) -> list[float]:
@@ -99,6 +100,7 @@ def page_latencies(db: Path, log: Path, last: int, steps: int, gap: float) -> li
             page = browser.new_page()
             page.goto(f"{dashboard.url}/run?run=1")
             page.get_by_text(f"step {last}", exact=False).first.wait_for(timeout=120_000)
+            page.wait_for_timeout(3000)  # the page settles (its first live ticks draw every chart once)
             for step in range(last + 1, last + steps + 1):
                 with open(log, "a") as f:
                     f.write(line(step))
