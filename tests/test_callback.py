@@ -171,3 +171,35 @@ def test_the_callback_imports_without_torch():
     code = "import sys; sys.modules['torch'] = None; import trainer.callbacks; print('ok')"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-500:]
+
+
+def _agree_in_two_processes(folder):
+    """Runs in each of 2 forked processes (gloo): rank 0 saw a Stop request, rank 1 nothing."""
+    import json
+    import types
+
+    import torch.distributed as dist
+
+    from trainer.callbacks import CONTROL_CODES, agree
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    assert dist.get_world_size() == 2
+    seen = CONTROL_CODES["stop"] if rank == 0 else 0
+    got = agree(seen, types.SimpleNamespace(world_size=2))
+    (Path(folder) / f"rank{rank}.json").write_text(json.dumps(got))
+
+
+def test_every_rank_takes_the_request_only_rank_zero_read(tmp_path):
+    """Only process zero reads the store; the others learn of a request through an all-reduce, so no rank saves or
+    stops alone (the others would hang at the next collective)."""
+    import json
+
+    from accelerate import debug_launcher
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    debug_launcher(_agree_in_two_processes, args=(str(tmp_path),), num_processes=2)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    assert [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)] == [2, 2]
