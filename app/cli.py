@@ -497,9 +497,13 @@ def _run_follow(args: argparse.Namespace) -> int:
         raise CliError(f"--idle-exit: must be > 0 seconds (got {args.idle_exit:g})")
     if not args.every > 0:
         raise CliError(f"--every: must be > 0 seconds (got {args.every:g})")
-    if args.alert_webhook and not args.alert_webhook.startswith(("http://", "https://")):
-        raise CliError(f"--alert-webhook: {args.alert_webhook!r} is not an http(s) URL")
-    from diagnostics.alerts import Alerter
+    from diagnostics.alerts import Alerter, check_url
+
+    if args.alert_webhook:
+        try:
+            check_url(args.alert_webhook, "--alert-webhook")
+        except ValueError as e:
+            raise CliError(str(e)) from None
     from diagnostics.engine import Diagnoser
 
     with _open_store(args, create=True) as store:

@@ -21,6 +21,12 @@ ALERT_SEVERITIES = ("warning", "critical")
 TIMEOUT = 5.0  # seconds; a slow webhook must not hold the run up for long
 
 
+def check_url(url: str, what: str) -> None:
+    """``ValueError`` (one line, naming ``what``) unless ``url`` is an http(s) URL."""
+    if not str(url).startswith(("http://", "https://")):
+        raise ValueError(f"{what}: {url!r} is not an http(s) URL")
+
+
 def alert_text(run_name: str, finding: Finding) -> str:
     """One message: run, severity, symptom, onset, the top fix."""
     top = finding.fixes[0] if finding.fixes else None

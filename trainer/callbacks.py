@@ -37,7 +37,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from diagnostics import control as control_requests
-from diagnostics.alerts import Alerter
+from diagnostics.alerts import Alerter, check_url
 from diagnostics.catalogue import canonical_row
 from diagnostics.config_map import normalise_config
 from diagnostics.engine import RANK, Diagnoser
@@ -75,26 +75,32 @@ def log_row(logs: Mapping) -> dict[str, float]:
     return canonical_row(row)
 
 
-def trl_samples(trainer, num_generations: int | None) -> list[dict]:
-    """The first prompt group of TRL's latest generation batch (``trainer._logs``: gathered on every rank, filled
-    whether or not ``log_completions`` is set), with each reward function's score and the advantage."""
-    logs = getattr(trainer, "_logs", None)
-    if not isinstance(logs, Mapping) or not logs.get("completion"):
-        return []
-    G = num_generations or len(logs["completion"])
-    prompts, completions = list(logs.get("prompt", [])), list(logs["completion"])
-    rewards = {name: list(values) for name, values in (logs.get("rewards") or {}).items()}
-    advantages = list(logs.get("advantages", []))
-    weights = getattr(getattr(trainer, "reward_weights", None), "tolist", lambda: None)() or [1.0] * len(rewards)
+def first_group(prompts, completions, rewards: Mapping[str, list], advantages, G: int | None, weights=None) -> list[dict]:
+    """The store's sample rows for the first ``SAMPLE_GROUPS`` prompt groups of a generation batch: each reward
+    function's score, their weighted sum and the advantage (a missing or non-finite value is None)."""
+    G = G or len(completions)
+    weights = weights or [1.0] * len(rewards)
     out = []
     for i in range(min(SAMPLE_GROUPS * G, len(completions))):
         scores = {f"rewards/{name}": _number(values[i]) for name, values in rewards.items() if i < len(values)}
-        parts = [(w, s) for w, s in zip(weights, scores.values()) if s is not None]
+        parts = [(w, v) for w, v in zip(weights, scores.values()) if v is not None]
         out.append({"group": i // G, "prompt": _text(prompts[i]) if i < len(prompts) else "",
                     "completion": _text(completions[i]),
-                    "reward": sum(w * s for w, s in parts) if parts else None,
+                    "reward": sum(w * v for w, v in parts) if parts else None,
                     "advantage": _number(advantages[i]) if i < len(advantages) else None, **scores})
     return out
+
+
+def trl_samples(trainer, num_generations: int | None) -> list[dict]:
+    """The first prompt group of TRL's latest generation batch (``trainer._logs``: gathered on every rank, filled
+    whether or not ``log_completions`` is set)."""
+    logs = getattr(trainer, "_logs", None)
+    if not isinstance(logs, Mapping) or not logs.get("completion"):
+        return []
+    rewards = {name: list(values) for name, values in (logs.get("rewards") or {}).items()}
+    weights = getattr(getattr(trainer, "reward_weights", None), "tolist", lambda: None)()
+    return first_group(list(logs.get("prompt", [])), list(logs["completion"]), rewards,
+                       list(logs.get("advantages", [])), num_generations, weights)
 
 
 def parquet_samples(path: Path, num_generations: int | None, weights=None) -> list[dict]:
@@ -102,18 +108,11 @@ def parquet_samples(path: Path, num_generations: int | None, weights=None) -> li
     columns step, prompt, completion, one per reward function, advantage): the fallback without ``trainer=``."""
     import pandas as pd
 
-    table = pd.read_parquet(path)
-    G = num_generations or len(table)
-    rewards = [c for c in table.columns if c not in ("step", "prompt", "completion", "advantage")]
-    out = []
-    for i, row in enumerate(table.head(SAMPLE_GROUPS * G).itertuples(index=False)):
-        row = row._asdict() if hasattr(row, "_asdict") else dict(zip(table.columns, row))
-        scores = {f"rewards/{name}": _number(row.get(name)) for name in rewards}
-        known = [(w, v) for w, v in zip(weights or [1.0] * len(scores), scores.values()) if v is not None]
-        out.append({"group": i // G, "prompt": _text(row.get("prompt")), "completion": _text(row.get("completion")),
-                    "reward": sum(w * v for w, v in known) if known else None,
-                    "advantage": _number(row.get("advantage")), **scores})
-    return out
+    table = pd.read_parquet(path).to_dict("list")
+    rewards = {name: values for name, values in table.items()
+               if name not in ("step", "prompt", "completion", "advantage")}
+    return first_group(table.get("prompt", []), table.get("completion", []), rewards, table.get("advantage", []),
+                       num_generations, weights)
 
 
 class GRPODoctorCallback(TrainerCallback):
@@ -123,8 +122,8 @@ class GRPODoctorCallback(TrainerCallback):
                  stop_on: str | None = None, alert_webhook: str | None = None):
         if stop_on not in STOP_ON:
             raise ValueError(f"stop_on: {stop_on!r} is not one of None, 'warning', 'critical'")
-        if alert_webhook is not None and not str(alert_webhook).startswith(("http://", "https://")):
-            raise ValueError(f"alert_webhook: {alert_webhook!r} is not an http(s) URL")
+        if alert_webhook is not None:
+            check_url(alert_webhook, "alert_webhook")
         self.alert_webhook = alert_webhook
         self.alerter: Alerter | None = None
         self.db = default_db_path(str(db) if db is not None else None)
