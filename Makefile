@@ -17,7 +17,7 @@ DEMO_DB   ?= demo.db
 DEMO_HOST ?= 127.0.0.1
 DEMO_PORT ?= 8501
 
-.PHONY: install test demo browser
+.PHONY: install test demo browser screenshot
 
 install: $(STAMP)
 
@@ -28,6 +28,11 @@ $(STAMP): pyproject.toml
 
 test: install browser
 	$(BIN)/python -m pytest -q
+
+# The README's picture of the Run page (docs/img/run-page.png), taken by the browser test.
+screenshot: install browser
+	$(BIN)/python -m pytest -q tests/test_browser.py -k restart_a_sick_one
+	mkdir -p docs/img && cp artifacts/screenshots/readme-run-page.png docs/img/run-page.png
 
 # The browser test drives Debian's chromium through Playwright (which never downloads a browser of its own).
 # Installed with apt-get when missing: as root directly (CI), otherwise through sudo.

@@ -12,10 +12,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.present import range_text, value_text
+from app.present import range_text
 from app.transforms import downsample, ema
 from diagnostics.catalogue import HealthRange
 from diagnostics.health import outside as unhealthy
+from diagnostics.numbers import number
 from diagnostics.status import Baseline, baseline
 
 BAND_COLOR = "rgba(46, 160, 67, 0.15)"
@@ -186,7 +187,7 @@ def _nonfinite(steps, values, name: str, color: str, group: str, bad: np.ndarray
         return None
     return dict(type="scatter", x=steps[bad], y=np.ones(int(bad.sum())), yaxis="y2", mode="markers",
                 name=name, legendgroup=group, marker=dict(symbol="x", color=color, size=10, line=dict(width=2)),
-                text=[value_text(v) for v in values[bad]], hovertemplate="step %{x}: %{text}<extra></extra>")
+                text=[number(v) for v in values[bad]], hovertemplate="step %{x}: %{text}<extra></extra>")
 
 
 def _layout(title: str, height: int, shapes: list[dict], top_axis: bool) -> dict:
@@ -318,7 +319,7 @@ def blank_reason(name: str, series: pd.Series, health: HealthRange | None, confi
         return None  # nothing logged, or a NaN/inf worth seeing
     if health is not None and health.kind == "exact" and health.low is not None \
             and np.all(np.abs(finite - health.low) <= 1e-12):
-        return health.note or f"{name} is {value_text(health.low)} by construction"
+        return health.note or f"{name} is {number(health.low)} by construction"
     beta = config.get("beta")
     if name == "kl_loss" and isinstance(beta, (int, float)) and beta == 0 and not finite.any():
         return "beta = 0: the loss has no KL term, so its KL part is 0 at every step"

@@ -6,7 +6,7 @@ through ``diagnostics`` and draws with the ``app`` modules.
 
 import streamlit as st
 
-from app.session import COMPARE_PAGE, IMPORT_PAGE, PAGES_DIR, RUN_PAGE, RUNS_PAGE, SAMPLES_PAGE
+from app.session import COMPARE_PAGE, DOCS_PAGE, IMPORT_PAGE, PAGES_DIR, RUN_PAGE, RUNS_PAGE, SAMPLES_PAGE
 
 st.set_page_config(page_title="GRPO Doctor", page_icon=":material/stethoscope:", layout="wide")
 page = st.navigation([
@@ -16,5 +16,6 @@ page = st.navigation([
     st.Page(COMPARE_PAGE, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page(IMPORT_PAGE, title="Import", icon=":material/upload_file:", url_path="import"),
     st.Page(PAGES_DIR / "teach.py", title="Teach", icon=":material/school:", url_path="teach"),
+    st.Page(DOCS_PAGE, title="Docs", icon=":material/menu_book:", url_path="docs"),
 ])
 page.run()

@@ -71,7 +71,7 @@ def stored(store, run: dict) -> list[Finding]:
     key = (store.path, int(run["id"]))
     if run["status"] == "running":
         return current(store, key[1]).findings()
-    last = None if run.get("last_step") is None or run["last_step"] != run["last_step"] else int(run["last_step"])
+    last = run.get("last_step")
     if last is not None and _DIAGNOSED.get(key, -1) != last:
         current(store, key[1])  # kept: opening the run next costs nothing more
     return store.findings(key[1])

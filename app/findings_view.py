@@ -11,24 +11,22 @@ import pandas as pd
 import streamlit as st
 
 from app import launch
+from app.docs_view import reference_link
 from app.access import require_control
 from app.charts import overlay_figure
 from app.restarts import RestartPoint, changes_text, framework_snippet, restart_point, trl_resume, verdict
-from app.present import value_text
 from app.session import open_store, run_label, store_path
 from diagnostics import control
 from diagnostics.catalogue import health
-from diagnostics.engine import RANK
-from diagnostics.findings import Finding
+from diagnostics.findings import Finding, most_severe_first
 from diagnostics.judge import symptom_metric
+from diagnostics.numbers import number
 
 ICONS = {"critical": ":material/error:", "warning": ":material/warning:", "info": ":material/info:",
          "expected": ":material/check_circle:"}
 COLORS = {"critical": "red", "warning": "orange", "info": "blue", "expected": "green"}
 #: A message that survives the rerun after "Restart with this fix" (shown once, at the top of the panel).
 FLASH_KEY = "run.flash"
-
-
 @dataclass
 class Family:
     """A run's findings, and what the verdicts need: its parent's and its children's findings and series."""
@@ -52,7 +50,7 @@ class Family:
 def problems(findings: Sequence[Finding]) -> list[Finding]:
     """Open findings that are problems (not expected behaviour), most severe first, then by onset."""
     open_ = [f for f in findings if f.status == "open" and f.severity in ("warning", "critical")]
-    return sorted(open_, key=lambda f: (-RANK[f.severity], f.onset_step if f.onset_step is not None else 0))
+    return sorted(open_, key=most_severe_first)
 
 
 def worst(findings: Sequence[Finding]) -> str:
@@ -77,9 +75,14 @@ def onset_marks(findings: Sequence[Finding]) -> dict[str, list[tuple[int, str, s
 def evidence_table(finding: Finding) -> str:
     """The evidence as a markdown table (step, metric, value, note)."""
     rows = ["| step | metric | value | note |", "|---:|---|---:|---|"]
-    rows += [f"| {e.step} | `{e.metric}` | {value_text(e.value)} | {e.note.replace('|', '/')} |"
+    rows += [f"| {e.step} | `{e.metric}` | {number(e.value)} | {e.note.replace('|', '/')} |"
              for e in finding.evidence]
     return "\n".join(rows)
+
+
+def references_markdown(refs: Sequence[str]) -> str:
+    """A finding's references, each a link to its section on the Docs page."""
+    return ", ".join(reference_link(r) for r in refs)
 
 
 def _span(finding: Finding) -> str:
@@ -109,7 +112,7 @@ def panel(run: dict, family: Family, series: Callable[[str], pd.Series]) -> None
 
 def _finding_body(run: dict, finding: Finding, family: Family, series: Callable[[str], pd.Series], key: str) -> None:
     st.markdown(f"**{finding.severity}** · rule `{finding.rule}`"
-                + (f" · {', '.join(finding.references)}" if finding.references else ""))
+                + (f" · {references_markdown(finding.references)}" if finding.references else ""))
     if finding.evidence:
         st.markdown(evidence_table(finding))
     if finding.causes:
@@ -146,7 +149,7 @@ def _fix(run: dict, finding: Finding, family: Family, n: int, key: str, *, prima
 
 def _fix_action(run: dict, fix, point: RestartPoint | str, key: str, *, primary: bool = True, number: int = 1,
                 onset: int | None = None) -> None:
-    """The restart button (our run, a checkpoint before the onset), else the fix ready to copy. Only the finding's
+    """The restart button (our run, a checkpoint before the build-up), else the fix ready to copy. Only the finding's
     primary fix gets a primary button."""
     if isinstance(point, RestartPoint):
         what = "this fix" if primary else f"fix {number} instead"
@@ -251,4 +254,4 @@ def _notes(rest: Sequence[Finding]) -> None:
         with st.expander(f"Expected behaviour, not problems ({len(expected)})"):
             for f in expected:
                 st.markdown(f":green[{ICONS['expected']}] **{f.title}**" + (f"  \n{f.causes[0]}" if f.causes else "")
-                            + (f"  \n_{', '.join(f.references)}_" if f.references else ""))
+                            + (f"  \n{references_markdown(f.references)}" if f.references else ""))

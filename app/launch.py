@@ -1,4 +1,5 @@
-"""Starting and stopping trainer processes from the dashboard (no Streamlit here: tests import it).
+"""Starting and stopping trainer processes from the dashboard and the command line (no Streamlit here: tests
+import it).
 
 A run is started as ``python -m trainer --key value ... --db DB`` (a restart as ``python -m trainer
 --restart_from RUN@STEP --set key=value ... --db DB``): an argument list, never a shell, built only
@@ -7,11 +8,14 @@ imports no torch) accepted first. The store path and the checkpoint folder are t
 the form's. The trainer records its pid and heartbeats in the store; ``stop`` sends SIGTERM (the run
 finishes its step and saves a checkpoint); ``reap`` collects exited children and marks runs whose
 process died ``crashed``. A trainer ends with the server that started it, even one killed with SIGKILL
-(``trainer.lifeline``): SIGTERM, so it saves a checkpoint and can be resumed.
+(``trainer.lifeline``): SIGTERM, so it saves a checkpoint and can be resumed. The command line runs its children
+with ``wait_child`` (the server or trainer in the foreground, our signals passed on) and ``in_background`` (the
+demo's trainer, stopped like ``stop`` stops one when the block ends).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -19,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +38,8 @@ APP_MANAGED = ("db", "output_dir")
 STALE_AFTER = 60.0
 #: How long a launch that failed before creating its run stays listed.
 FAILED_KEPT = 600.0
+#: How long a stopped background trainer may take to save its checkpoint before it is killed.
+STOP_WAIT = 60.0
 
 
 class LaunchError(Exception):
@@ -277,3 +283,42 @@ def stop(run: Mapping) -> str:
         raise LaunchError([f"run {run['name']!r}: process {pid} is not a running trainer"])
     os.kill(int(pid), signal.SIGTERM)
     return f"asked run {run['name']!r} (pid {pid}) to stop: it saves a checkpoint after its current step"
+
+
+# --------------------------------------------------------------------------------------------- the CLI's children
+def wait_child(command: list[str], env: Mapping[str, str] | None = None) -> int:
+    """Run a child process (no shell) until it exits, passing SIGINT/SIGTERM on to it once; its exit code (killed by
+    signal N: 128 + N, as a shell reports it).
+
+    Its own session: a terminal's Ctrl-C reaches only us, and we pass it on once. Tied to us: it ends when we do,
+    even killed with SIGKILL (no orphan trainer or server)."""
+    child = subprocess.Popen(command, start_new_session=True, **child_options(None if env is None else dict(env)))
+
+    def forward(signum, _frame):
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 128 - code if code < 0 else code
+
+
+@contextlib.contextmanager
+def in_background(command: list[str]) -> Iterator[subprocess.Popen]:
+    """A trainer running (its output discarded, tied to us) while the block runs; then SIGTERM, so it finishes its
+    step and saves a checkpoint, and SIGKILL if it has not ended within ``STOP_WAIT`` seconds."""
+    trainer = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, **child_options())
+    try:
+        yield trainer
+    finally:
+        if trainer.poll() is None:
+            trainer.send_signal(signal.SIGTERM)
+            try:
+                trainer.wait(STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                trainer.kill()

@@ -1,4 +1,5 @@
-"""How metrics are ordered, grouped and written for people: shared by the CLI and the dashboard.
+"""How metrics are ordered, grouped and written for people: shared by the CLI and the dashboard (numbers are
+written by ``diagnostics.numbers.number``, as in the diagnoser's reports).
 
 Pure functions over the catalogue; no Streamlit, no plotly, no pandas (the CLI imports this in its commands).
 """
@@ -11,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from diagnostics import status
 from diagnostics.catalogue import CATALOGUE, HealthRange
+from diagnostics.numbers import number
 
 #: Config keys shown beside a run's name (when its config has them).
 CONFIG_ESSENTIALS = ("num_generations", "beta", "loss_type", "num_iterations")
@@ -36,22 +38,6 @@ def grouped(names: Iterable[str]) -> list[tuple[str, list[str]]]:
     return [(g, by_group[g]) for g in GROUPS if g in by_group]
 
 
-def number(x: float, digits: int = 3) -> str:
-    """``x`` in ``digits`` significant digits, keeping ``.0`` on whole numbers (0.1, 1.0, 2.47, 1e-06);
-    ``NaN``, ``inf``, ``-inf`` for the non-finite."""
-    if not math.isfinite(x):
-        return "NaN" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    text = f"{x:.{digits}g}"
-    if text.lstrip("-").isdigit():
-        text += ".0"
-    return text
-
-
-def value_text(x: float) -> str:
-    """A metric value: 4 significant digits."""
-    return number(x, 4)
-
-
 def range_text(health: HealthRange | None) -> str:
     """``0.1 – 1.0``, ``≤ 2.47``, ``≥ 0.5``, ``= 0 (exact)``, ``target 0.01 – 0.05``, ``finite``; ``–`` for none."""
     if health is None:
@@ -60,11 +46,11 @@ def range_text(health: HealthRange | None) -> str:
     if health.kind == "exact" and low is not None and low == high:
         return f"= {low:g} (exact)"
     if low is not None and high is not None:
-        text = f"{number(low)} – {number(high)}"
+        text = f"{number(low, 3)} – {number(high, 3)}"
     elif high is not None:
-        text = f"≤ {number(high)}"
+        text = f"≤ {number(high, 3)}"
     elif low is not None:
-        text = f"≥ {number(low)}"
+        text = f"≥ {number(low, 3)}"
     else:
         return "finite"
     if health.kind == "document":

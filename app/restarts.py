@@ -20,12 +20,12 @@ import numpy as np
 import pandas as pd
 
 from app import launch
-from app.present import number
 from diagnostics.buildup import departure, describe, early
 from diagnostics.catalogue import HealthRange
 from diagnostics.findings import Finding, Fix
 from diagnostics.health import outside
 from diagnostics.judge import critical_open, generic_margins, judge, symptom_metric
+from diagnostics.numbers import number
 from trainer.config import FIELDS
 
 #: Steps the child must run past the parent's onset before the page says whether the symptom is fixed.
@@ -140,7 +140,7 @@ class Verdict:
 def _summary(series: pd.Series, health: HealthRange | None) -> str:
     values = series.to_numpy(dtype="float64")
     finite = values[np.isfinite(values)]
-    text = f"mean {number(float(finite.mean()))}" if len(finite) else "no finite value"
+    text = f"mean {number(float(finite.mean()), 3)}" if len(finite) else "no finite value"
     bad = int((~np.isfinite(values)).sum())
     if bad:
         text += f", {bad} NaN/inf"

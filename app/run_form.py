@@ -11,7 +11,8 @@ import math
 import streamlit as st
 
 from app import launch
-from trainer.config import (ADVANTAGES, GROUP_BY, KL_ESTIMATORS, LOSS_TYPES, SCALE_REWARDS, GRPOConfig)
+from trainer.config import GRPOConfig
+from trainer.variant_names import ADVANTAGES, GROUP_BY, KL_ESTIMATORS, LOSS_TYPES, SCALE_REWARDS  # the variants
 from trainer.tasks import REWARD_FUNCS, TASKS
 
 DEFAULTS = GRPOConfig()
@@ -33,11 +34,15 @@ def new_run_form(key: str = "runs.new") -> dict | None:
             "task": c2.selectbox("task", list(TASKS), help=_help("task")),
             "reward_funcs": c3.multiselect("reward_funcs", list(REWARD_FUNCS), placeholder="the task's default",
                                            help=_help("reward_funcs")),
-            "advantage": c1.selectbox("advantage", ADVANTAGES, help=_help("advantage")),
-            "scale_rewards": c2.selectbox("scale_rewards", SCALE_REWARDS, help=_help("scale_rewards")),
+            "advantage": c1.selectbox("advantage", ADVANTAGES, index=ADVANTAGES.index(DEFAULTS.advantage),
+                                      help=_help("advantage")),
+            "scale_rewards": c2.selectbox("scale_rewards", SCALE_REWARDS,
+                                          index=SCALE_REWARDS.index(DEFAULTS.scale_rewards),
+                                          help=_help("scale_rewards")),
             "loss_type": c3.selectbox("loss_type", LOSS_TYPES, index=LOSS_TYPES.index(DEFAULTS.loss_type),
                                       help=_help("loss_type")),
-            "group_by": c1.selectbox("group_by", GROUP_BY, help=_help("group_by")),
+            "group_by": c1.selectbox("group_by", GROUP_BY, index=GROUP_BY.index(DEFAULTS.group_by),
+                                     help=_help("group_by")),
             "num_generations": c2.number_input("num_generations", 2, 256, DEFAULTS.num_generations,
                                                help=_help("num_generations")),
             "per_device_train_batch_size": c3.number_input(

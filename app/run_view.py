@@ -1,11 +1,15 @@
-"""The Run page's sections, as Streamlit functions over one loaded ``View`` (the page script only wires
-them up, inside a fragment that reruns every second while the run trains).
+"""The Run page's sections, as Streamlit functions over one ``RunTick`` (what one refresh of the page shows; the
+page script only wires them up, inside a fragment that reruns every second while the run trains).
 
-Reading the store happens once per tick, in ``load``; the sections only draw.
+``load`` reads the run once per tick: its new steps (the diagnoser examines only those), its findings and its
+parent's and children's. Two sections read the store again as they draw: the findings panel (the series a
+fix's outcome is judged on, a TRL run's checkpoints, and a restart when its button is pressed) and the remote
+controls (their requests' status).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -15,13 +19,16 @@ import streamlit as st
 from app import diagnosis, findings_view, launch
 from app.access import control_refusal, require_control
 from app.charts import MAX_POINTS, LiveFigures, blank_reason, metric_spec
+from app.docs_view import reference_link
 from app.present import config_text, grouped
 from app.session import RUN_PAGE, RUN_PARAM, open_store
 from diagnostics import control
 from diagnostics.catalogue import health
+from diagnostics.series import RunSeries
 from diagnostics.status import GROUP_TITLES, GroupStatus, group_statuses, health_config
 from diagnostics.store import RunNotFound
-from diagnostics.view import RunView
+
+DOCS_REFERENCE = re.compile(r"(docs/[a-z0-9][\w.-]*\.md(?:#[\w-]+)?)")  # a reference the diagnosis prints
 
 REFRESH_SECONDS = 1  # a followed log's new line is on the page within about 2 s (benchmarks/bench_follow.py)
 SLOW_REFRESH_SECONDS = 10
@@ -29,11 +36,11 @@ _FIGURES_KEY = "run.figures"
 
 
 @dataclass
-class View:
-    """What one tick of the Run page shows: the run, its series (the diagnoser's view of it), its relatives."""
+class RunTick:
+    """What one tick of the Run page shows: the run, its series (those the diagnoser reads), its relatives."""
 
     run: dict
-    series: RunView
+    series: RunSeries
     runs: pd.DataFrame  # every run (for the lineage)
     family: findings_view.Family | None = None
     marks: dict[str, list[tuple]] = field(default_factory=dict)  # finding onsets, by metric
@@ -62,9 +69,10 @@ def is_live(runs: pd.DataFrame, run_id: int) -> bool:
     return bool((row["status"] == "running").any() or (children["status"] == "running").any() or starting)
 
 
-def load(run_id: int, *, diagnose: bool = True) -> View | None:
+def load(run_id: int, *, with_findings: bool = True) -> RunTick | None:
     """The run brought up to date (only the steps logged since the last tick are read and examined), and
-    with ``diagnose`` its findings, its onsets by metric, and its parent's and children's findings."""
+    ``with_findings`` its findings, read into its family (with its parent's and children's), its onsets by metric
+    and its status lines; without, only the series (the diagnoser still examines the new steps)."""
     with open_store() as store:
         launch.reap(store)
         try:
@@ -73,13 +81,13 @@ def load(run_id: int, *, diagnose: bool = True) -> View | None:
             return None
         diagnoser = diagnosis.current(store, run_id)
         runs = store.list_runs()
-        view = View(run, diagnoser.view, runs)
-        if diagnose:
+        tick = RunTick(run, diagnoser.view, runs)
+        if with_findings:
             found = diagnoser.findings()
-            view.family = _family(store, run, runs, found)
-            view.marks = findings_view.onset_marks(view.family.findings)
-            view.statuses = group_statuses(diagnoser.view, found, {**diagnoser.skipped, **diagnoser.not_applicable})
-    return view
+            tick.family = _family(store, run, runs, found)
+            tick.marks = findings_view.onset_marks(tick.family.findings)
+            tick.statuses = group_statuses(diagnoser.view, found, {**diagnoser.skipped, **diagnoser.not_applicable})
+    return tick
 
 
 def _family(store, run: dict, runs: pd.DataFrame, findings: list) -> findings_view.Family:
@@ -95,35 +103,35 @@ def _family(store, run: dict, runs: pd.DataFrame, findings: list) -> findings_vi
     return family
 
 
-def findings(view: View) -> None:
-    findings_view.panel(view.run, view.family, view.metric)
+def findings(tick: RunTick) -> None:
+    findings_view.panel(tick.run, tick.family, tick.metric)
 
 
 def follow(run_id: int, smoothing: float, live: bool) -> None:
     """One tick of the Run page's live part: the run brought up to date, its header, lineage, findings and
     health charts. ``live`` says whether the page was drawn with the 1-second timer; when that changes (the
     run, or a child restarted from it, started or ended) the whole page is drawn again."""
-    view = load(run_id)
-    if view is None:
+    tick = load(run_id)
+    if tick is None:
         st.warning("This run has been deleted.")
         return
-    if is_live(view.runs, run_id) != live:
+    if is_live(tick.runs, run_id) != live:
         st.rerun()
-    header(view)
-    status(view)
-    findings(view)
-    lineage(view)
-    if not view.names():
+    header(tick)
+    status(tick)
+    findings(tick)
+    lineage(tick)
+    if not tick.names():
         st.info("No metrics logged yet.")
         return
-    downsampling_note(view)
-    names = health_metrics(view.names(), view.config())
-    first = first_charts(names, view.marks)
-    charts(view, first, smoothing, view.marks)
+    downsampling_note(tick)
+    names = health_metrics(tick.names(), tick.config())
+    first = first_charts(names, tick.marks)
+    charts(tick, first, smoothing, tick.marks)
     rest = [n for n in names if n not in first]
     if rest and st.toggle(f"Show the other {len(rest)} health charts", key="run.more",
                           help="every metric the documents give a range for; drawn on demand, so the page opens fast"):
-        charts(view, rest, smoothing, view.marks, key="run.more")
+        charts(tick, rest, smoothing, tick.marks, key="run.more")
 
 
 def smoothing_control(key: str) -> float:
@@ -139,8 +147,8 @@ def _step_text(run: dict) -> str:
     return f"step {last}" + (f" of {total}" if total else "")
 
 
-def header(view: View) -> None:
-    run = view.run
+def header(tick: RunTick) -> None:
+    run = tick.run
     essentials = config_text(run["config"])
     st.caption(f"status **{run['status']}** · source {run['source']} · {_step_text(run)}"
                + (f" · {essentials}" if essentials else ""))
@@ -183,24 +191,30 @@ STATUS_ICONS = {"critical": ":red[:material/error:]", "warning": ":orange[:mater
                 "info": ":blue[:material/info:]", "ok": ":green[:material/check_circle:]"}
 
 
-def status(view: View) -> None:
+def status(tick: RunTick) -> None:
     """One line per metric group, agreeing with the findings (``diagnostics.status``)."""
-    if not view.statuses:
+    if not tick.statuses:
         return
     st.markdown("\n".join(f"- {STATUS_ICONS[s.state]} **{GROUP_TITLES.get(s.group, s.group)}**: {_md(s.text)}"
-                          for s in view.statuses))
+                          for s in tick.statuses))
 
 
 def _md(text: str) -> str:
-    """Plain text for markdown: no accidental emphasis, strike-through or colour directives."""
+    """Plain text for markdown (no accidental emphasis, strike-through or colour directives), with each reference
+    into the docs a link to its section on the Docs page."""
+    parts = DOCS_REFERENCE.split(text)  # text, reference, text, ...
+    return "".join(reference_link(part) if i % 2 else _escaped(part) for i, part in enumerate(parts))
+
+
+def _escaped(text: str) -> str:
     for ch in ("*", "_", "~", "[", "]", "$"):
         text = text.replace(ch, "\\" + ch)
     return text
 
 
-def lineage(view: View) -> None:
+def lineage(tick: RunTick) -> None:
     """The parent this run was restarted from, and the children restarted from it."""
-    run, runs = view.run, view.runs
+    run, runs = tick.run, tick.runs
     if run.get("parent_id") is not None:
         parent = runs.loc[runs["id"] == run["parent_id"]]
         name = parent["name"].iloc[0] if len(parent) else f"run {run['parent_id']}"
@@ -222,13 +236,13 @@ def lineage(view: View) -> None:
             st.error(f"Child {started.run_name} did not start: {started.error()}")
 
 
-def _int_text(value) -> str:
-    return "–" if value is None or value != value else str(int(value))
+def _int_text(value: int | None) -> str:
+    return "–" if value is None else str(value)
 
 
-#: Charted (and refreshed every second) besides every metric with a health range: the headline series.
-HEADLINE = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
-            "repetition", "policy_loss", "kl_loss")
+#: Charted (and refreshed every second) beside every metric with a health range, whether or not it has one.
+ALWAYS_CHARTED = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length",
+                  "completions/clipped_ratio", "repetition", "policy_loss", "kl_loss")
 
 
 VITAL = ("reward", "kl", "completions/mean_length", "entropy")  # drawn first on every run
@@ -245,14 +259,14 @@ def first_charts(names: list[str], marks: Mapping[str, object]) -> list[str]:
 
 def health_metrics(names: list[str], config: dict) -> list[str]:
     """The metrics drawn first: those the docs give a health range for (with this config), and the headline."""
-    return [n for n in names if n in HEADLINE or health(n, config) is not None]
+    return [n for n in names if n in ALWAYS_CHARTED or health(n, config) is not None]
 
 
-def charts(view: View, names: list[str], smoothing: float, marks: dict[str, list[tuple]] | None = None,
+def charts(tick: RunTick, names: list[str], smoothing: float, marks: dict[str, list[tuple]] | None = None,
            key: str = "run.chart") -> None:
     """A chart per metric, grouped as in the catalogue, two to a row; a chart that cannot show anything for this
     run's config (``charts.blank_reason``) is folded away with the reason."""
-    config = view.config()
+    config = tick.config()
     marks = marks or {}
     figures = st.session_state.setdefault(_FIGURES_KEY, LiveFigures())  # reused from tick to tick
     for group, members in grouped(names):
@@ -260,7 +274,7 @@ def charts(view: View, names: list[str], smoothing: float, marks: dict[str, list
         columns = st.columns(2)
         for i, name in enumerate(members):
             with columns[i % 2]:
-                series, band = view.metric(name), health(name, config)
+                series, band = tick.metric(name), health(name, config)
                 spec = metric_spec(series, band, name, smoothing=smoothing, marks=marks.get(name, ()))
                 figure = figures.figure(f"{key}.{name}", *spec)
                 reason = blank_reason(name, series, band, config)
@@ -271,8 +285,8 @@ def charts(view: View, names: list[str], smoothing: float, marks: dict[str, list
                     st.plotly_chart(figure, key=f"{key}.{name}", config={"displaylogo": False})
 
 
-def downsampling_note(view: View) -> None:
-    steps = view.steps()
+def downsampling_note(tick: RunTick) -> None:
+    steps = tick.steps()
     if steps > MAX_POINTS:
         bucket = -(-steps // (MAX_POINTS // 2))
         st.caption(f"{steps:,} steps: each chart shows the lowest and highest value of every {bucket} "

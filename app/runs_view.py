@@ -40,18 +40,14 @@ def running(runs: pd.DataFrame) -> None:
     st.subheader("Running")
     for run in live.itertuples(index=False):
         left, right = st.columns([5, 1], vertical_alignment="center")
-        step = "no step yet" if pd.isna(run.last_step) else f"step {int(run.last_step)}"
-        left.markdown(f"**{run.name}** · {step} · pid {_int(run.pid)}")
+        step = "no step yet" if run.last_step is None else f"step {run.last_step}"
+        left.markdown(f"**{run.name}** · {step} · pid {'–' if run.pid is None else run.pid}")
         if right.button("Stop", key=f"runs.stop.{run.id}", help="finish the step, save a checkpoint, stop"):
             try:
                 require_control()
                 st.toast(launch.stop(run._asdict()))
             except launch.LaunchError as e:
                 st.error(str(e))
-
-
-def _int(value) -> str:
-    return "–" if value is None or pd.isna(value) else str(int(value))
 
 
 def table(runs: pd.DataFrame, worst: dict[int, str], key: str) -> list[int]:

@@ -9,8 +9,9 @@ import math
 import pandas as pd
 import streamlit as st
 
-from app.ngrams import highlight, repeated_share, repeated_spans
-from app.present import number
+from app.ngrams import highlight, repeated_spans
+from diagnostics.numbers import number
+from diagnostics.repetition import text_repetition
 
 STEPS_PER_PAGE = 10
 _STYLE = (
@@ -38,23 +39,23 @@ def filtered(samples: pd.DataFrame, steps: tuple[int, int], rewards: tuple[float
 
 
 def _reward_text(value) -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else number(float(value))
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else number(float(value), 3)
 
 
 def step_table(rows: pd.DataFrame, n: int) -> str:
     """One step's completions as an HTML table (prompt, completion with repeated n-grams marked, reward,
-    length, truncated, share repeated); all text escaped."""
+    length, truncated, and its repetition: the share of n-grams repeating an earlier one); all text escaped."""
     lines = [_STYLE, '<table class="gd-samples">', _COLUMNS, "<tr><th>group</th><th>prompt</th><th>completion</th>"
              "<th>reward</th><th>length</th><th>truncated</th><th>repeated</th></tr>"]
     for row in rows.itertuples(index=False):
         text = str(row.completion)
-        share = repeated_share(text, n)
+        share = text_repetition(text, n)
         truncated = '<span class="t">yes</span>' if row.truncated else "no"
         lines.append(
             f"<tr><td>{int(row.group)}</td><td class='c'>{html.escape(str(row.prompt))}</td>"
             f"<td class='c'>{highlight(text, repeated_spans(text, n)) or '<i>(empty)</i>'}</td>"
             f"<td>{_reward_text(row.reward)}</td><td>{'–' if pd.isna(row.length) else int(row.length)}</td>"
-            f"<td>{truncated}</td><td>{share:.0%}</td></tr>")
+            f"<td>{truncated}</td><td>{'–' if share is None else f'{share:.0%}'}</td></tr>")
     lines.append("</table>")
     return "".join(lines)
 
@@ -65,9 +66,9 @@ def show(samples: pd.DataFrame, n: int, page: int) -> None:
     for step in steps[page * STEPS_PER_PAGE:(page + 1) * STEPS_PER_PAGE]:
         rows = samples.loc[samples["step"] == step]
         rewards = rows["reward"].dropna()
-        summary = f"mean reward {number(float(rewards.mean()))}" if len(rewards) else "no reward"
+        summary = f"mean reward {number(float(rewards.mean()), 3)}" if len(rewards) else "no reward"
         st.markdown(f"**Step {int(step)}** · {len(rows)} completions · {summary} · mean length "
-                    f"{number(float(rows['length'].mean()))} · {int(rows['truncated'].sum())} truncated")
+                    f"{number(float(rows['length'].mean()), 3)} · {int(rows['truncated'].sum())} truncated")
         st.markdown(step_table(rows, n), unsafe_allow_html=True)
 
 

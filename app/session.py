@@ -1,7 +1,9 @@
 """What the dashboard's pages share: the run store they read, the run that is selected, and the pages.
 
-The store is opened per script run (cheap: one connection, one PRAGMA) from ``$GRPO_DOCTOR_DB``, which
-``grpo-doctor dashboard`` sets to an absolute path; nothing happens at import time.
+``open_store`` opens the store named by ``$GRPO_DOCTOR_DB`` (``grpo-doctor dashboard`` sets it to an absolute path)
+each time a page or section reads it, so one script run opens it a few times: the Runs page two or three, the Run
+page's findings panel once more per restarted child. An opening is a connection, its PRAGMAs and a schema check.
+Nothing happens at import time.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ RUN_PAGE = PAGES_DIR / "run.py"
 SAMPLES_PAGE = PAGES_DIR / "samples.py"
 COMPARE_PAGE = PAGES_DIR / "compare.py"
 IMPORT_PAGE = PAGES_DIR / "import_log.py"
+DOCS_PAGE = PAGES_DIR / "docs.py"
 
 
 def store_path() -> str:

@@ -1,5 +1,5 @@
 """The teaching content: the troubleshooting table's rows, the math behind them, and the mistakes
-in the source documents (REFERENCE §1 "known errors"), as plain data the Teach page renders.
+in the source documents (docs/source-mistakes.md), as plain data the Teach page renders.
 
 Each explanation is short markdown; formulas use the names the trainer logs, so a learner can find
 every quantity on the charts.
@@ -48,27 +48,27 @@ updates per rollout (μ > 1) does a clip fraction above 0.3 mean "too aggressive
 }
 
 KNOWN_ERRORS: list[tuple[str, str]] = [
-    ("Seed 001 calls β “the policy entropy coefficient”.",
+    ("Source doc B calls β “the policy entropy coefficient”.",
      "β weighs the KL term that keeps the policy near the reference; entropy has its own coefficient."),
-    ("Seed 001's `calculate_grpo_advantage` is GRPO.",
+    ("Source doc B's `calculate_grpo_advantage` is GRPO.",
      "It discounts each episode by γ and subtracts the leave-one-out mean of the *whole batch*: a "
      "batch-level RLOO, not GRPO's per-prompt group z-score."),
-    ("Seed 000 §2.4: “divide each sequence's token-loss sum by its own length” fixes shrinking outputs.",
+    ("Source doc A §2.4: “divide each sequence's token-loss sum by its own length” fixes shrinking outputs.",
      "That per-sequence normalisation is GRPO's original loss and the *cause* of the length bias; the fix "
      "is Dr.GRPO's constant normaliser or DAPO's token-level mean (`loss_type` dr_grpo / dapo)."),
-    ("Seed 001: “|A| > 100 means advantage explosion”.",
+    ("Source doc B: “|A| > 100 means advantage explosion”.",
      "With group z-scoring |A| ≤ (G−1)/√G (2.47 at G = 8). Anything above that bound is already a bug."),
-    ("Seed 000 §3.5: “clip fraction above 0.3 means the update is too aggressive”.",
+    ("Source doc A §3.5: “clip fraction above 0.3 means the update is too aggressive”.",
      "Only when several updates reuse a rollout (num_iterations > 1). With one update the clip fraction "
      "is exactly 0 by construction."),
-    ("Seed 000 §2.5: “TRL defaults to the k1 KL estimator”.",
+    ("Source doc A §2.5: “TRL defaults to the k1 KL estimator”.",
      "TRL uses k3 (e^lr − 1 − lr), which is never negative."),
 ]
 
 
 @dataclass(frozen=True)
 class Row:
-    """One row of the troubleshooting table (REFERENCE §3), with the math that explains it."""
+    """One row of the troubleshooting table (docs/troubleshooting.md), with the math that explains it."""
 
     symptom: str
     signature: str
@@ -82,44 +82,46 @@ class Row:
 TABLE: list[Row] = [
     Row("reward flat", "no upward trend in `reward`", "the reward cannot discriminate; lr too small; no "
         "variety inside groups", "check the reward; raise lr; raise G or temperature", "advantage normalisation",
-        "seed 000 §4.1, §4.5", "reward_flat"),
+        "docs/troubleshooting.md#reward-flat", "reward_flat"),
     Row("KL blow-up", "`kl` rising fast or above the target band", "β too small; lr too large",
-        "raise β (or the adaptive controller `kl_target`); lower lr; use k3", "KL estimators", "seed 000 §4.5",
-        "kl_blowup"),
+        "raise β (or the adaptive controller `kl_target`); lower lr; use k3", "KL estimators",
+        "docs/troubleshooting.md#kl-blow-up", "kl_blowup"),
     Row("outputs shrink", "`completions/mean_length` falls (e.g. −40% from the start)",
         "length bias of per-sequence normalisation", "`loss_type` dr_grpo or dapo",
-        "loss aggregation and length bias", "seed 000 §2.4, §4.2", "outputs_shrink"),
+        "loss aggregation and length bias", "docs/troubleshooting.md#outputs-shrink", "outputs_shrink"),
     Row("outputs explode", "length rising to the cap, `completions/clipped_ratio` climbing",
         "the reward prefers long outputs", "length penalty 0.001/token; `mask_truncated_completions`",
-        "loss aggregation and length bias", "seed 000 §4.2", "outputs_explode"),
+        "loss aggregation and length bias", "docs/troubleshooting.md#outputs-explode", "outputs_explode"),
     Row("repetition", "`repetition` rising, zero-std groups rising", "temperature too low; ε too large",
-        "raise temperature; ε decay 0.3 → 0.1", "clipping", "seed 001 §3.1", "repetition"),
+        "raise temperature; ε decay 0.3 → 0.1", "clipping", "docs/troubleshooting.md#repetition", "repetition"),
     Row("loss NaN", "any non-finite loss, gradient or KL", "NaN/inf reward; division by zero",
         "check the reward; eps; lr 1e-7 and β 0.1 for a few hundred steps, or roll back to the last checkpoint",
-        "advantage normalisation", "seed 000 §4.4", "nan_reward"),
+        "advantage normalisation", "docs/troubleshooting.md#loss-nan", "nan_reward"),
     Row("clip fraction high", "`clip_ratio/region_mean` > 0.3 (only with num_iterations > 1)",
-        "the update is too aggressive", "lower lr; raise ε", "clipping", "seed 000 §3.5", "clip_high"),
+        "the update is too aggressive", "lower lr; raise ε", "clipping", "docs/troubleshooting.md#clip-fraction-high",
+        "clip_high"),
     Row("advantage std ≈ 0", "`advantage/std` ≈ 0, `frac_reward_zero_std` high", "temperature too low; task "
         "too easy or too hard", "raise temperature; dynamic sampling; change prompts", "advantage normalisation",
-        "seed 000 §3.5, §2.9", "uniform_groups"),
+        "docs/troubleshooting.md#advantage-std-near-0", "uniform_groups"),
     Row("advantage explosion", "`advantage/abs_max` above (G−1)/√G", "a std floor or batch std; near-constant "
         "groups", "tanh compression; a larger std floor; `scale_rewards` none", "advantage normalisation",
-        "seed 001 §3.1", "advantage_explosion"),
+        "docs/troubleshooting.md#advantage-explosion", "advantage_explosion"),
     Row("baseline drift", "reward up while sample quality goes down", "stale baseline or reward hacking",
-        "a moving-average baseline; inspect the samples", "advantage normalisation", "seed 001 §3.1",
-        "reward_hacking"),
+        "a moving-average baseline; inspect the samples", "advantage normalisation",
+        "docs/troubleshooting.md#baseline-drift", "reward_hacking"),
     Row("truncation zeroes the reward", "`completions/clipped_ratio` high while `reward` sits at 0",
         "`max_completion_length` too short: answers are cut before they end", "raise `max_completion_length`; "
-        "`mask_truncated_completions`", "loss aggregation and length bias", "painpoints row 3", "truncation"),
+        "`mask_truncated_completions`", "loss aggregation and length bias",
+        "docs/troubleshooting.md#truncation-zeroes-the-reward", "truncation"),
     Row("multi-process grouping error", "`frac_reward_zero_std` and advantages differ from a 1-process run "
         "with the same batch", "group statistics computed per process before gathering the rewards (a group "
         "split across processes)", "gather every process's rewards before any group statistic",
-        "advantage normalisation", "seed 000 §2.9"),
+        "advantage normalisation", "docs/troubleshooting.md#multi-process-grouping-error"),
     Row("OOM", "the run crashes out of memory", "batch or G too large",
         "batch → 32, then G → 4, then gradient checkpointing, then LoRA", "loss aggregation and length bias",
-        "seed 000 §4.3"),
+        "docs/troubleshooting.md#oom"),
 ]
 
 #: The healthy baseline every symptom is compared with (a row of its own on the Teach page).
 HEALTHY = Row("healthy baseline", "`reward` rises, KL small, lengths steady, groups varied", "–", "–",
-              "advantage normalisation", "REFERENCE §3", "healthy")
+              "advantage normalisation", "docs/troubleshooting.md#healthy-baseline", "healthy")

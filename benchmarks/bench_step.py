@@ -37,7 +37,9 @@ from trainer.run import prepare  # noqa: E402
 from trainer.tasks import correctness, format_reward, make_prompts  # noqa: E402
 from trainer.tiny import DEFAULT_ASSET, build_model, build_tokenizer, count_parameters  # noqa: E402
 from trainer.distributed import Dist  # noqa: E402
-from trainer.train import device_clock, load_policy, load_reference, pick_device, rollout, train  # noqa: E402
+from trainer.sampling import rollout  # noqa: E402
+from trainer.startup import device_clock, load_policy, load_reference, pick_device  # noqa: E402
+from trainer.train import train  # noqa: E402
 
 PHASES = ["time/generation", "time/reference", "time/policy", "time/optimizer", "time/store"]
 

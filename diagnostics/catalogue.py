@@ -1,7 +1,8 @@
-"""The metric catalogue: canonical names, meanings, the source documents' health ranges (with the
-corrections of REFERENCE §1), and every framework's name for each metric.
+"""The metric catalogue: canonical names, meanings, the health ranges (each band's ``source`` is its section of
+docs/health-ranges.md, which says where it comes from and how the source documents are corrected), which metrics
+must stay finite, and every framework's name for each metric.
 
-Canonical names follow TRL (research/trl.md §1). ``canonical_name`` maps a logged key from TRL
+Canonical names follow the names TRL logs. ``canonical_name`` maps a logged key from TRL
 (current and old), verl, OpenRLHF, ms-swift, open-instruct, NeMo-RL or slime, with or without
 wandb's / TensorBoard's ``train/`` prefix, onto a canonical name; unknown keys keep their own name.
 """
@@ -13,10 +14,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-SEED_000 = "seed 000"  # ../shared/seeds/000_0195c9238366f256.txt
-SEED_001 = "seed 001"  # ../shared/seeds/001_a59b3f0ff2408068.txt
-
-
 @dataclass(frozen=True)
 class HealthRange:
     """A healthy band for a metric. ``low``/``high`` may be None (open); ``kind`` says how to read it:
@@ -26,7 +23,7 @@ class HealthRange:
 
     low: float | None
     high: float | None
-    source: str
+    source: str                  # where it comes from: a docs link, "docs/health-ranges.md#gradient-norm"
     kind: str = "range"
     note: str = ""
 
@@ -50,7 +47,7 @@ class Metric:
     ranges: Callable[[Mapping], HealthRange | None] | None = None
     aliases: tuple[str, ...] = ()
     note: str = ""
-    finite_required: bool = False  # a non-finite value is an emergency (000 §4.4)
+    finite_required: bool = False  # a NaN or inf is an emergency: the nonfinite rule watches these (FINITE_REQUIRED)
 
     def health(self, config: Mapping | None = None) -> HealthRange | None:
         """The health range that applies to a run with this config (None: the docs give none)."""
@@ -71,16 +68,16 @@ def _num(config: Mapping, key: str, default):
 
 
 def _advantage_abs_max_range(config: Mapping) -> HealthRange | None:
-    """|A| ≤ (G−1)/√G under group z-scoring (REFERENCE §1 known errors); seed 001 said 100."""
+    """|A| ≤ (G−1)/√G under group z-scoring; source doc B's 100 only where advantages are not z-scored per group."""
     advantage = config.get("advantage", "grpo")
     scale = str(config.get("scale_rewards", "group")).lower()
     G = _num(config, "num_generations", None)
     if advantage == "grpo" and scale in ("group", "true") and G and G >= 2:
         bound = (G - 1) / math.sqrt(G)
-        return HealthRange(None, round(bound, 4), "REFERENCE §1 (corrects " + SEED_001 + " §3.1: |A|>100)",
+        return HealthRange(None, round(bound, 4), "docs/health-ranges.md#largest-advantage",
                            note=f"(G−1)/√G with G={G:g}: above it is a bug (std floor, batch std, broken groups)")
-    return HealthRange(None, 100.0, SEED_001 + " §3.1", note="the seed's loose '|A| > 100 = explosion'; "
-                       "with group z-scoring the bound is (G−1)/√G")
+    return HealthRange(None, 100.0, "docs/health-ranges.md#largest-advantage",
+                       note="source doc B's loose '|A| > 100 = explosion'; with group z-scoring the bound is (G−1)/√G")
 
 
 GROUP_MEAN_TOLERANCE = 1e-3  # float32 sums leave ~1e-7; broken groups leave 0.1 and more
@@ -93,21 +90,22 @@ def _group_mean_range(config: Mapping) -> HealthRange | None:
         return None
     if config.get("group_by", "prompt") != "prompt":
         return None
-    return HealthRange(0.0, GROUP_MEAN_TOLERANCE, "REFERENCE §1 (multi-process: gather before group statistics)",
+    return HealthRange(0.0, GROUP_MEAN_TOLERANCE, "docs/health-ranges.md#group-mean-of-the-advantage",
                        note="0 by construction for prompt-group-centred advantages (float noise ~1e-7 is fine); "
-                            "above 0.001 = groups split across processes without the gather (painpoints row 28)")
+                            "above 0.001 = groups split across processes without the gather")
 
 
 def _clip_ratio_range(config: Mapping) -> HealthRange:
-    """> 0.3 = too aggressive (000 §3.5), but exactly 0 with one update per rollout (REFERENCE §1)."""
+    """> 0.3 = too aggressive with several updates per rollout, but exactly 0 with one (docs/source-mistakes.md)."""
     mu = _num(config, "num_iterations", None)
     spg = _num(config, "steps_per_generation", None)
     ga = _num(config, "gradient_accumulation_steps", None)
     one_update = mu == 1 and (spg is None or ga is None or spg == ga)
     if one_update:
-        return HealthRange(0.0, 0.0, "REFERENCE §1 (corrects " + SEED_000 + " §3.5)", kind="exact",
+        return HealthRange(0.0, 0.0, "docs/health-ranges.md#clip-fraction", kind="exact",
                            note="num_iterations = 1: ratio ≡ 1, so clipping is 0 by construction")
-    return HealthRange(None, 0.3, SEED_000 + " §3.5", note="only meaningful with several updates per rollout")
+    return HealthRange(None, 0.3, "docs/health-ranges.md#clip-fraction",
+                       note="only meaningful with several updates per rollout")
 
 
 CATALOGUE: tuple[Metric, ...] = (
@@ -117,22 +115,24 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("critic/score/mean", "scores", "rollout/raw_reward", "objective/scores",
                     "objective/verifiable_reward", "mean_reward", "avg_reward", "average_reward", "reward_mean",
                     "rewards_mean", "mean_rewards", "reward/mean", "rewards/mean", "total_reward", "mean_total_reward"),
-           note="should trend upward; 'reward flat' and 'sudden collapse' are read from its trend"),
+           note="should trend upward; 'reward flat' and 'sudden collapse' are read from its trend",
+           finite_required=True),
     Metric("accuracy", "share of completions with the right answer (a loop's own score, read where no reward is "
            "logged)", group="reward",
            aliases=("acc", "answer_accuracy", "train_accuracy", "train_acc", "correct_rate", "success_rate",
                     "objective/verifiable_correct_rate")),
     Metric("reward_std", "std of the total reward over the batch (TRL ≥ 0.27; per-group mean before)",
            group="reward", aliases=("group_reward_std", "reward/std", "rewards/std", "std_reward", "reward_stddev"),
-           note="falling alone is fine (F14); with rising frac_reward_zero_std it means no diversity"),
+           note="falling alone is fine (docs/field-reports.md#reward-std-falling); with rising frac_reward_zero_std "
+                "it means no diversity", finite_required=True),
     Metric("reward_max", "max total reward in the batch", group="reward", aliases=("critic/score/max",)),
     Metric("reward_min", "min total reward in the batch", group="reward", aliases=("critic/score/min",)),
     Metric("reward_gap", "max − min of the batch rewards", group="reward",
-           ranges=_fixed(0.5, 2.0, SEED_001 + " §3.2", note="the seed checks it every 100 steps")),
+           ranges=_fixed(0.5, 2.0, "docs/health-ranges.md#reward-gap", note="source doc B checks it every 100 steps")),
     Metric("frac_reward_zero_std", "share of prompt groups whose rewards are all identical (no learning signal)",
            group="reward",
            note="expected ≈ p^G + (1−p)^G for a binary reward with success rate p; dynamic sampling "
-                "would skip these groups (000 §2.9 counts 30%)"),
+                "would skip these groups (docs/health-ranges.md#share-of-uniform-groups)"),
     Metric("dynamic_sampling/draws", "rollouts drawn this step to fill the batch with groups that differ (DAPO)",
            group="reward",
            note="1 = the first draw was enough; at dynamic_sampling_max_draws the batch keeps some uniform groups"),
@@ -142,24 +142,27 @@ CATALOGUE: tuple[Metric, ...] = (
            group="reward", note="0 when dynamic sampling refilled the batch"),
     # ---- KL
     Metric("kl", "mean per-token KL to the reference (estimator per config; TRL uses k3)", group="kl",
-           ranges=_fixed(0.01, 0.05, SEED_000 + " §2.5", kind="target",
+           ranges=_fixed(0.01, 0.05, "docs/health-ranges.md#kl-to-the-reference", kind="target",
                          note="the adaptive-KL target band; KL keeps rising → raise beta"),
            aliases=("actor/kl_loss", "actor/reward_kl_penalty", "kl_penalty", "train/kl_loss",
                     "kl_div", "kl_divergence", "mean_kl", "kl_mean", "avg_kl", "ref_kl"),
-           note="0 at step 1 is expected (F4); absent when beta = 0 (F5); k1 can dip below 0 (F10)"),
+           note="0 at step 1 is expected; absent when beta = 0; k1 can dip below 0 "
+                "(docs/field-reports.md#false-alarms)",
+           finite_required=True),
     Metric("kl/per_sequence", "KL to the reference summed over each completion's tokens, averaged over "
            "completions: old TRL PPO/RLOO's objective/kl (nats per completion, not per token)", group="kl",
            aliases=("objective/kl",), note="divide by the completion length to compare with a per-token KL"),
     Metric("rollout_kl", "KL between the rollout engine's and the trainer's log-probs of the same tokens (0 when "
            "they agree)", group="kl",
            aliases=("rollout_corr/kl", "mismatch_kl", "vllm_kl", "rollout_corr/k3_kl"),
-           note="~1e-3 is kernel noise; growing toward 1 means the two disagree (painpoints row 10)"),
+           note="~1e-3 is kernel noise; growing toward 1 means the two disagree (docs/health-ranges.md#rollout-kl)"),
     Metric("kl/k1", "k1 estimate of KL, −log r with r = π_ref/π_θ (for comparison)", group="kl"),
     Metric("kl/k2", "k2 estimate of KL, (log r)²/2 (for comparison)", group="kl"),
     Metric("kl/k3", "k3 estimate of KL, r − 1 − log r ≥ 0 (for comparison)", group="kl"),
     Metric("beta", "live KL weight (adaptive controller or fixed)", group="kl",
            aliases=("actor/kl_coef", "actor/reward_kl_penalty_coeff", "objective/kl_coef"),
-           note="7B recommendation 0.01–0.04 (000 §3.4); seed 001 wrongly calls it an entropy coefficient"),
+           note="7B recommendation 0.01–0.04; source doc B wrongly calls it an entropy coefficient "
+                "(docs/health-ranges.md#beta)"),
     Metric("approx_kl", "drift between the rollout policy and the updated policy (ppo_kl)", group="kl",
            aliases=("actor/ppo_kl", "ppo_kl", "train/ppo_kl", "policy/approxkl_avg")),
     # ---- lengths
@@ -170,7 +173,8 @@ CATALOGUE: tuple[Metric, ...] = (
                     "mean_completion_length", "avg_completion_length", "mean_response_length",
                     "avg_response_length", "response_len", "completion_len", "gen_len", "mean_length",
                     "avg_length"),
-           note="should be stable; 000 §2.4: 200 → 80 tokens is collapse, 180–220 healthy"),
+           note="should be stable: 200 → 80 tokens is a collapse, 180–220 healthy "
+                "(docs/health-ranges.md#completion-length)"),
     Metric("completions/min_length", "shortest completion", unit="tokens", group="length",
            aliases=("response_length/min", "val/sequence_lengths_min", "rollout/response_len/min")),
     Metric("completions/max_length", "longest completion", unit="tokens", group="length",
@@ -180,20 +184,20 @@ CATALOGUE: tuple[Metric, ...] = (
            group="length",
            aliases=("response_length/clip_ratio", "response_clip_ratio", "truncation_rate",
                     "rollout/truncated_ratio", "truncated", "truncated_ratio", "clipped_ratio"),
-           note="≈0.6 is normal for distilled reasoning models, ≈0.98 is not (F15)"),
+           note="≈0.6 is normal for distilled reasoning models, ≈0.98 is not (docs/health-ranges.md#truncated-share)"),
     Metric("completions/mean_terminated_length", "mean length of completions that ended with EOS",
            unit="tokens", group="length"),
     # ---- advantages
     Metric("advantage/mean", "mean advantage after normalisation", group="advantage",
-           ranges=_fixed(-0.1, 0.1, SEED_001 + " §3.2", note="≈0 by construction for group-centred "
-                         "advantages (F9)"),
+           ranges=_fixed(-0.1, 0.1, "docs/health-ranges.md#advantage-mean",
+                         note="≈0 by construction for group-centred advantages"),
            aliases=("critic/advantages/mean", "val/advantages_mean", "advantages/mean", "advantage_mean",
-                    "adv_mean")),
+                    "adv_mean"), finite_required=True),
     Metric("advantage/std", "std of the advantages", group="advantage",
-           ranges=_fixed(0.3, 1.5, SEED_001 + " §3.2", note="≈0 = groups identical, no signal (000 §3.5)"),
-           aliases=("val/advantages_std", "advantages/std", "advantage_std", "adv_std")),
+           ranges=_fixed(0.3, 1.5, "docs/health-ranges.md#advantage-std", note="≈0 = groups identical, no signal"),
+           aliases=("val/advantages_std", "advantages/std", "advantage_std", "adv_std"), finite_required=True),
     Metric("advantage/abs_max", "largest |advantage| in the batch", group="advantage",
-           ranges=_advantage_abs_max_range),
+           ranges=_advantage_abs_max_range, finite_required=True),
     Metric("advantage/group_mean_abs_max", "largest |mean advantage| of any prompt group", group="advantage",
            ranges=_group_mean_range),
     Metric("advantage/max", "largest advantage", group="advantage",
@@ -214,16 +218,16 @@ CATALOGUE: tuple[Metric, ...] = (
            ranges=_clip_ratio_range),
     # ---- optimisation
     Metric("grad_norm", "gradient norm before clipping", group="optim",
-           ranges=_fixed(0.1, 1.0, SEED_001 + " §3.2",
-                         note="logged before clipping, so above max_grad_norm is normal (F8)"),
+           ranges=_fixed(0.1, 1.0, "docs/health-ranges.md#gradient-norm",
+                         note="logged before clipping, so above max_grad_norm is normal"),
            aliases=("actor/grad_norm", "actor_grad_norm", "optim/grad_norm", "train/grad_norm", "gradient_norm",
                     "total_grad_norm", "grad/norm"),
            finite_required=True),
     Metric("entropy", "mean per-token entropy of the policy (logits / temperature)", unit="nats",
            group="optim",
-           ranges=_fixed(0.01, 0.1, SEED_001 + " §3.2", kind="document",
-                         note="the seed's 'ent_coef' range; real LLM runs sit above it (0.3–2 nats at the start): "
-                              "entropy is judged against the run's own start (REFERENCE §2)"),
+           ranges=_fixed(0.01, 0.1, "docs/health-ranges.md#entropy", kind="document",
+                         note="source doc B's 'ent_coef' range; real LLM runs sit above it (0.3–2 nats at the "
+                              "start): entropy is judged against the run's own start"),
            aliases=("actor/entropy", "entropy/mean", "policy/entropy_avg", "approx_entropy",
                     "entropy_loss", "train/entropy_loss", "mean_entropy", "avg_entropy", "actor/entropy_loss",
                     "token_entropy", "policy_entropy"),
@@ -232,8 +236,8 @@ CATALOGUE: tuple[Metric, ...] = (
            "completions: old TRL PPO/RLOO's objective/entropy", unit="nats", group="optim",
            aliases=("objective/entropy",)),
     Metric("loss", "total loss of the optimizer step", group="loss",
-           ranges=_fixed(None, None, SEED_000 + " §4.4", note="only finiteness matters: NaN = emergency; "
-                         "≈0 is normal with num_iterations = 1 (F1)"),
+           ranges=_fixed(None, None, "docs/health-ranges.md#loss", note="only finiteness matters: NaN = emergency; "
+                         "≈0 is normal with num_iterations = 1"),
            aliases=("loss/total_avg", "train/loss", "total_loss"), finite_required=True),
     Metric("policy_loss", "clipped-surrogate part of the loss", group="loss",
            aliases=("actor/pg_loss", "loss/policy_avg", "train/pg_loss", "pg_loss", "actor_loss", "policy/loss",
@@ -246,11 +250,13 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("critic/vf_explained_var",)),
     Metric("learning_rate", "learning rate of the last step", group="optim",
            aliases=("actor/lr", "actor_lr", "lr"),
-           note="7B recommendation 1e-6–5e-6 (000 §3.4); 0 at step 1 under warm-up is normal (F17)"),
-    Metric("epsilon", "live clip ε (low side)", group="clip", note="seed 001 §3.1 decays it 0.3 → 0.1"),
+           note="7B recommendation 1e-6–5e-6; 0 at step 1 under warm-up is normal "
+                "(docs/health-ranges.md#learning-rate)"),
+    Metric("epsilon", "live clip ε (low side)", group="clip",
+           note="source doc B decays it 0.3 → 0.1 (docs/health-ranges.md#clip-epsilon)"),
     Metric("epsilon_high", "live clip ε (high side)", group="clip"),
     Metric("repetition", "share of repeated n-grams in the sampled completions", group="length",
-           aliases=("rollout/repetition_frac",), note="rising = collapse (001 §3.1)"),
+           aliases=("rollout/repetition_frac",), note="rising = collapse (docs/health-ranges.md#repetition)"),
     # ---- cost
     Metric("step_time", "seconds per optimizer step", unit="s", group="cost",
            aliases=("perf/time_per_step", "timing_s/step")),
@@ -258,12 +264,15 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("perf/throughput",)),
     Metric("memory/peak_gb", "peak accelerator (or process) memory", unit="GB", group="cost",
            aliases=("perf/max_memory_allocated_gb",), note="OOM ladder: batch → 32, G → 4, "
-           "gradient checkpointing, LoRA (000 §4.3)"),
+           "gradient checkpointing, LoRA (docs/troubleshooting.md#oom)"),
     Metric("num_tokens", "cumulative tokens seen", unit="tokens", group="cost"),
     Metric("epoch", "training epoch (fractional)", group="cost"),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOGUE}
+#: The metrics that must stay finite, in catalogue order: a NaN or inf in any of them is an emergency (never the loss
+#: alone: the HF Trainer hides a NaN loss in its log, docs/field-reports.md#hidden-nan).
+FINITE_REQUIRED: tuple[str, ...] = tuple(m.name for m in CATALOGUE if m.finite_required)
 
 _ALIASES: dict[str, str] = {alias: m.name for m in CATALOGUE for alias in m.aliases}
 _PREFIXES = ("train/", "train_")

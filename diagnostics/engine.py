@@ -16,13 +16,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from diagnostics import signals
-from diagnostics.findings import SEVERITIES, Finding, Fix
+from diagnostics.findings import RANK, Finding, Fix, most_severe_first
 from diagnostics.health import MetricHealth, health_summary
 from diagnostics.rules import RULES, Rule
 from diagnostics.rules.base import Episode
-from diagnostics.view import RunView
-
-RANK = {s: i for i, s in enumerate(SEVERITIES)}
+from diagnostics.series import RunSeries
 
 
 @dataclass
@@ -73,7 +71,7 @@ class Track:
 class Diagnosis:
     run: dict
     findings: list[Finding]
-    skipped: dict[str, str] = field(default_factory=dict)       # rule -> "needs kl"
+    skipped: dict[str, str] = field(default_factory=dict)       # rule -> "needs kl" (a Skip with missing_input)
     not_applicable: dict[str, str] = field(default_factory=dict)  # rule -> why it does not apply
     health: list[MetricHealth] = field(default_factory=list)
     assumed: dict = field(default_factory=dict)                 # config values taken from framework defaults
@@ -95,7 +93,7 @@ class Diagnosis:
 class Diagnoser:
     """The rules' state for one run; ``update`` examines only the steps logged since its last call."""
 
-    def __init__(self, view: RunView, rules: tuple[Rule, ...] = RULES):
+    def __init__(self, view: RunSeries, rules: tuple[Rule, ...] = RULES):
         self.view = view
         self.rules = rules
         self.tracks = {rule.id: Track() for rule in rules}
@@ -112,7 +110,7 @@ class Diagnoser:
         row = store.get_run(store.resolve_run(run))
         if config:
             row = {**row, "config": {**(row.get("config") or {}), **config}}
-        diagnoser = cls(RunView(row))
+        diagnoser = cls(RunSeries(row))
         diagnoser.config_override = dict(config or {})
         diagnoser.update(store)
         return diagnoser
@@ -127,7 +125,7 @@ class Diagnoser:
             and run["last_step"] < self.view.last_step
         if rewound or resumes != self.resumes:  # a resume rewrote steps already examined: start again
             override = self.config_override
-            self.__init__(RunView(run), self.rules)
+            self.__init__(RunSeries(run), self.rules)
             self.resumes, self.config_override = resumes, override
         self.view.extend(store)
         return self.examine()
@@ -143,9 +141,9 @@ class Diagnoser:
         view.begin_pass()
         changed = []
         for rule in self.rules:
-            reason = rule.missing(view) or (rule.gate(view) if rule.gate else None)
-            if reason:
-                (self.skipped if reason.startswith("needs") else self.not_applicable)[rule.id] = reason
+            skip = rule.skip(view)
+            if skip is not None:
+                (self.skipped if skip.missing_input else self.not_applicable)[rule.id] = skip.reason
                 continue
             self.skipped.pop(rule.id, None)
             self.not_applicable.pop(rule.id, None)
@@ -170,8 +168,7 @@ class Diagnoser:
                 track.finding, track.key = self._finding(rule, track), key
             found.append(track.finding)
         found = link_consequences(found, {rule.id: rule for rule in self.rules})
-        found = sorted(found, key=lambda f: (-RANK[f.severity], f.onset_step if f.onset_step is not None else 0,
-                                             f.rule))
+        found = sorted(found, key=most_severe_first)
         return reconcile_fixes(found)
 
     def _finding(self, rule: Rule, track: Track) -> Finding:

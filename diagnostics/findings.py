@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SEVERITIES = ("expected", "info", "warning", "critical")  # ascending; "expected" = a false alarm explained
+#: Every severity, least severe first ("expected" = a false alarm explained). Findings are listed most severe
+#: first (``most_severe_first``): by the diagnoser, the store and the dashboard.
+SEVERITIES = ("expected", "info", "warning", "critical")
+RANK = {s: i for i, s in enumerate(SEVERITIES)}  # higher is more severe
 
 
 @dataclass
@@ -39,7 +42,7 @@ class Finding:
     evidence: list[Evidence] = field(default_factory=list)
     causes: list[str] = field(default_factory=list)    # ranked, most likely first
     fixes: list[Fix] = field(default_factory=list)     # ranked
-    references: list[str] = field(default_factory=list)  # "seed 000 §4.5", "painpoints row 9"
+    references: list[str] = field(default_factory=list)  # docs links: "docs/troubleshooting.md#kl-blow-up"
     status: str = "open"            # open | resolved
     resolved_step: int | None = None
     caused_by: str | None = None    # the finding this one is a consequence of (listed under it)
@@ -53,3 +56,9 @@ class Finding:
         data["evidence"] = [Evidence(**e) for e in data.get("evidence", [])]
         data["fixes"] = [Fix(**f) for f in data.get("fixes", [])]
         return cls(**data)
+
+
+def most_severe_first(finding: Finding) -> tuple:
+    """The order findings are listed in: most severe first, then the earliest onset (none: step 0), then the
+    rule id (a sort key)."""
+    return (-RANK[finding.severity], finding.onset_step if finding.onset_step is not None else 0, finding.rule)

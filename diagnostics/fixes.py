@@ -14,6 +14,7 @@ import math
 
 from diagnostics.config_map import VERL_LOSS_AGG, framework_key
 from diagnostics.findings import Fix
+from diagnostics.numbers import number
 from diagnostics import frameworks
 from diagnostics.runconfig import RunConfig
 
@@ -81,7 +82,8 @@ def without_component(cfg: RunConfig, component: str, why: str) -> list[Fix]:
 
 
 def warmer(cfg: RunConfig) -> list[Fix]:
-    """Raise a temperature below 1: to 0.9 or by 0.3, whichever is higher, at most 1 (seed 000 §2.6: 0.7–1.0)."""
+    """Raise a temperature below 1: to 0.9 or by 0.3, whichever is higher, at most 1 (the documents' 0.7–1.0:
+    docs/sources.md#a-26-sampling-temperature-and-group-construction)."""
     t = cfg.get("temperature")
     if not isinstance(t, (int, float)) or t >= 1.0:
         return []
@@ -96,8 +98,9 @@ def drop_uniform_groups(cfg: RunConfig, why: str) -> list[Fix]:
 
 
 def text(value) -> str:
+    """A config value as ``--set`` takes it: a number by ``diagnostics.numbers.number`` (6 digits), a list spaced."""
     if isinstance(value, float):
-        return f"{value:g}"
+        return number(value, 6)
     if isinstance(value, (list, tuple)):
         return " ".join(text(v) for v in value) if value else "default"
     return str(value)

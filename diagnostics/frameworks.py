@@ -28,7 +28,7 @@ class Framework:
     token_weighted_advantage_mean: bool = False  # advantage/mean is a token mean, not 0 by construction
 
 
-# TRL's GRPOConfig defaults (research/trl.md §2); ≤ 0.16 differed: β 0.04, loss grpo, temperature 0.9.
+# TRL's GRPOConfig defaults (trl/trainer/grpo_config.py); ≤ 0.16 differed: β 0.04, loss grpo, temperature 0.9.
 _TRL = {"num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "scale_rewards": "group", "epsilon": 0.2,
         "temperature": 1.0, "num_generations": 8, "learning_rate": 1e-6, "max_grad_norm": 1.0,
         "mask_truncated_completions": False, "advantage": "grpo", "kl_estimator": "k3",

@@ -10,17 +10,7 @@ from diagnostics.findings import Finding, Fix
 from diagnostics.frameworks import framework
 from diagnostics.fixes import text as value_text
 from diagnostics.health import NO_RANGE, OUT, counts
-
-def number(x) -> str:
-    if x is None:
-        return "–"
-    if isinstance(x, float):
-        if math.isnan(x):
-            return "NaN"
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        return f"{x:.4g}"
-    return str(x)
+from diagnostics.numbers import number
 
 
 def _count(n: int, noun: str) -> str:
@@ -60,8 +50,23 @@ def finding_text(f: Finding, ours: bool) -> list[str]:
                        for e in f.evidence])
     block("cause", [[c] for c in f.causes])
     block("fix", [fix_lines(x, ours) for x in f.fixes])
-    lines.append(f"  {'see':<9} " + "; ".join(f.references))
+    if f.references:
+        lines.append(f"  {'see':<9} " + references_text(f.references))
     return lines
+
+
+def references_text(references: list[str]) -> str:
+    """Links into the docs, short: a file named once, its further sections as ``#anchor``
+    (``docs/troubleshooting.md#kl-blow-up; docs/field-reports.md#sudden-collapse, #early-kl-rise``)."""
+    out, last = "", None
+    for ref in references:
+        path, _, anchor = ref.partition("#")
+        if path == last and anchor:
+            out += f", #{anchor}"
+        else:
+            out += ("; " if out else "") + ref
+        last = path
+    return out
 
 
 def to_text(diagnosis: Diagnosis) -> str:

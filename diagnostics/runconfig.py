@@ -15,7 +15,7 @@ import numpy as np
 
 from diagnostics.frameworks import OURS, TRL_OLD_DEFAULTS, framework
 
-# TRL's metric keys by the version that added them (research/trl.md §1, "Older names").
+# TRL's metric keys by the version that added them (TRL's release notes and its trainer's logging code).
 _TRL_FIRST_SEEN = (
     ((0, 17), ("completions/clipped_ratio", "clip_ratio/low_mean", "clip_ratio/high_mean")),
     ((0, 18), ("frac_reward_zero_std",)),
@@ -43,7 +43,7 @@ def trl_version(metric_names: Iterable[str]) -> tuple[str | None, bool]:
 
 @dataclass
 class LoggedFacts:
-    """What a run's metrics say about its config, kept up to date row by row (``RunView``)."""
+    """What a run's metrics say about its config, kept up to date row by row (``RunSeries``)."""
 
     lr_peak: float | None = None      # the largest logged learning rate
     lr_last: float | None = None      # the latest
@@ -127,7 +127,7 @@ def run_config(source: str, config: Mapping | None, metric_names: Iterable[str],
     assumed = {k: v for k, v in assumed.items() if values.get(k) is None}
     cfg = RunConfig(values, fw.name, assumed, version_text)
     if values.get("beta") is None and "kl" in names:
-        assumed.pop("beta", None)  # kl is only logged when β ≠ 0 (painpoints F5)
+        assumed.pop("beta", None)  # kl is only logged when β ≠ 0 (docs/field-reports.md#kl-missing)
         cfg.inferred["beta"] = "> 0 (kl is logged; value not recorded)"
     if facts is not None:
         _read_facts(cfg, fw, facts)

@@ -100,7 +100,7 @@ CREATE INDEX metric_blocks_by_last ON metric_blocks (run_id, last_step);
 """
 
 # The run's writer holds a lease: ``pid`` and ``host`` (already there) and ``attached``, when it took the run
-# (diagnostics/store.py, ``acquire_lease``); ``heartbeat`` renews it.
+# (diagnostics/store/leases.py, ``acquire_lease``); ``heartbeat`` renews it.
 LEASE = """
 ALTER TABLE runs ADD COLUMN attached REAL;
 UPDATE runs SET attached = COALESCE(heartbeat, created) WHERE pid IS NOT NULL

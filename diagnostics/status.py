@@ -7,7 +7,7 @@ and ``grpo-doctor show`` print the same lines.
 Also each metric's early baseline (what the charts draw beside the documents' band): the median ± 2 robust σ of
 the run's own first rows.
 
-Pure functions over a ``RunView`` and its findings: no Streamlit, no torch.
+Pure functions over a ``RunSeries`` and its findings: no Streamlit, no torch.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from diagnostics.catalogue import BY_NAME, CATALOGUE, HealthRange, health
 from diagnostics.findings import Finding
 from diagnostics.rules import RULES
-from diagnostics.view import DERIVED_FROM, RunView
+from diagnostics.series import DERIVED_FROM, RunSeries
 
 #: Catalogue groups in catalogue order, then ``other`` for metrics the catalogue does not know.
 GROUPS: tuple[str, ...] = tuple(dict.fromkeys(m.group for m in CATALOGUE)) + ("other",)
@@ -115,7 +115,7 @@ class Outside:
     now: bool       # the latest value is outside
 
 
-def health_config(view: RunView) -> dict:
+def health_config(view: RunSeries) -> dict:
     """The config the health bands are read for: recorded values over those read off the metrics over assumed
     framework defaults (what ``diagnostics.health`` uses)."""
     cfg = view.config
@@ -132,7 +132,7 @@ def finding_group(finding: Finding) -> str:
     return "other"
 
 
-def _outside(view: RunView, name: str, band: HealthRange) -> Outside | None:
+def _outside(view: RunSeries, name: str, band: HealthRange) -> Outside | None:
     values = view.raw(name)[1]
     if not len(values) or band.low is None and band.high is None and math.isfinite(values[-1]):
         return None
@@ -173,14 +173,14 @@ def _outside_value(value: float, band: HealthRange) -> bool:
     return state == "above" or (state == "below" and band.kind != "target")
 
 
-def reasons(view: RunView, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],
+def reasons(view: RunSeries, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],
             resolved: Sequence[Finding] = ()) -> list[str]:
     """Why a metric outside its band is not a problem here, most telling first (empty: nothing says so): the band is
     the documents' reference only, an expected-behaviour note explains it, the rules that judge it did not fire (or
     fired and resolved), it sits within the run's own early baseline."""
     found = []
     if out.band.kind == "document":
-        found.append("the range is the documents' reference only, never a verdict alone")
+        found.append(f"the range is the documents' reference only, never a verdict alone ({out.band.source})")
     found += [f"expected: {f.title} [{f.rule}]" for f in notes if _explains(f, out)]
     readers = _readers(out.metric)
     earlier = {f.rule: f for f in resolved}
@@ -195,7 +195,7 @@ def reasons(view: RunView, out: Outside, notes: Sequence[Finding], not_checked: 
     return found
 
 
-def _why_not(view: RunView, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],
+def _why_not(view: RunSeries, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],
              resolved: Sequence[Finding]) -> str:
     found = reasons(view, out, notes, not_checked, resolved)
     if found:
@@ -203,7 +203,7 @@ def _why_not(view: RunView, out: Outside, notes: Sequence[Finding], not_checked:
     idle = [f"{r.id} {not_checked[r.id]}" for r in _readers(out.metric) if r.id in not_checked]
     if idle:
         return "not judged here: " + "; ".join(idle)
-    return f"not judged: no rule reads it, and {out.band.source}'s range alone is no evidence of a problem"
+    return f"not judged: no rule reads it, and a documented range alone is no evidence of a problem ({out.band.source})"
 
 
 def _outside_text(out: Outside) -> str:
@@ -224,7 +224,7 @@ def _span(f: Finding) -> str:
     return f" (from step {f.onset_step})"
 
 
-def group_statuses(view: RunView, findings: Iterable[Finding],
+def group_statuses(view: RunSeries, findings: Iterable[Finding],
                    not_checked: Mapping[str, str] | None = None) -> list[GroupStatus]:
     """One line per metric group the run logged (or that a finding is about), in catalogue order.
 
@@ -246,7 +246,7 @@ def group_statuses(view: RunView, findings: Iterable[Finding],
     return out
 
 
-def _group_status(view: RunView, group: str, names: list[str], found: list[Finding], config: Mapping,
+def _group_status(view: RunSeries, group: str, names: list[str], found: list[Finding], config: Mapping,
                   not_checked: Mapping[str, str]) -> GroupStatus:
     open_ = [f for f in found if f.status == "open"]
     problems = sorted((f for f in open_ if f.severity in PROBLEMS), key=lambda f: -PROBLEMS.index(f.severity))
@@ -305,5 +305,5 @@ def _range(band: HealthRange) -> str:
     return "(finite)"
 
 
-def status_lines(view: RunView, findings: Iterable[Finding], not_checked: Mapping[str, str] | None = None) -> list[str]:
+def status_lines(view: RunSeries, findings: Iterable[Finding], not_checked: Mapping[str, str] | None = None) -> list[str]:
     return [s.line() for s in group_statuses(view, findings, not_checked)]

@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest
 from app import launch
 from app.charts import (MARKS_NAME, NONFINITE_NAME, OUT_OF_RANGE_NAME, LiveFigures, blank_reason, metric_figure,
                         metric_spec, overlay_figure, short_label)
-from app.ngrams import highlight, repeated_share, repeated_spans
+from app.ngrams import highlight, repeated_spans
 from app.restarts import framework_snippet, verdict
 from app.present import grouped, ordered
 from app.transforms import downsample, ema
@@ -216,7 +216,7 @@ def test_run_page_draws_a_chart_per_health_metric_with_band_and_nan_markers(stor
     grad = charts["grad_norm"]
     (band,) = [s for s in grad["layout"]["shapes"] if s["type"] == "rect"]
     assert (band["y0"], band["y1"]) == (0.1, 1.0)
-    assert "seed 001" in band["name"]
+    assert health("grad_norm").source in band["name"]  # where the range comes from
     (marks,) = [t for t in grad["data"] if t["name"] == NONFINITE_NAME]
     assert marks["x"] == [3, 5]
     (outside,) = [t for t in grad["data"] if t["name"] == OUT_OF_RANGE_NAME]
@@ -573,7 +573,7 @@ def test_import_page_by_path(store_path, tmp_path):
 
 
 # ------------------------------------------------------------------------------------- empty store
-@pytest.mark.parametrize("page", ["run", "samples", "compare"])
+@pytest.mark.parametrize("page", ["runs", "run", "samples", "compare"])
 def test_pages_on_an_empty_store(tmp_path, monkeypatch, page):
     monkeypatch.setenv("GRPO_DOCTOR_DB", str(tmp_path / "empty.db"))
     at = app().run()
@@ -615,7 +615,7 @@ def test_band_covers_the_health_range():
     fig = metric_figure(series({1: 0.5, 2: 3.0}), health("grad_norm"), "grad_norm")
     (band,) = fig.layout.shapes
     assert band.type == "rect" and (band.y0, band.y1) == (0.1, 1.0)
-    assert band.showlegend and "0.1 – 1.0" in band.name and "seed 001 §3.2" in band.name
+    assert band.showlegend and "0.1 – 1.0" in band.name and health("grad_norm").source in band.name
 
 
 def test_target_band_and_open_band():
@@ -753,10 +753,10 @@ def test_metric_order_and_groups():
 # ------------------------------------------------------------------------------------- diagnostics/status.py
 def test_status_lines_agree_with_the_findings():
     from diagnostics.status import group_statuses, status_lines
-    from diagnostics.view import RunView
+    from diagnostics.series import RunSeries
 
     steps = np.arange(1, 41)
-    view = RunView({"id": 1, "name": "x", "source": "jsonl", "config": {"num_generations": 8}})
+    view = RunSeries({"id": 1, "name": "x", "source": "jsonl", "config": {"num_generations": 8}})
     view.add({"reward": (steps, np.full(40, 0.5)), "frac_reward_zero_std": (steps, np.linspace(0, 1, 40)),
               "kl": (steps, np.linspace(0.01, 3.0, 40)), "grad_norm": (steps, np.full(40, 4.0)),
               "advantage/std": (steps, np.where(steps < 20, 0.8, 0.05)), "step_time": (steps, np.ones(40))})
@@ -820,9 +820,8 @@ def test_repeated_ngrams():
     text = "the cat sat on the mat and the cat sat down"
     spans = repeated_spans(text, 3)
     assert [text[s:e] for s, e in spans] == ["the cat sat", "the cat sat"]
-    assert repeated_spans("12121212", 3) == [(0, 8)]  # too few words: characters
+    assert repeated_spans("12121212", 3) == [(0, 8)]  # no space: characters
     assert repeated_spans("abcdefg", 3) == []
-    assert repeated_share("abab", 2) == 1.0 and repeated_share("", 3) == 0.0
     assert highlight("<b>a</b> x", [(0, 3)]) == "<mark>&lt;b&gt;</mark>a&lt;/b&gt; x"
 
 

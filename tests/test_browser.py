@@ -153,6 +153,7 @@ def test_start_a_run_watch_it_then_restart_a_sick_one_with_a_fix(dashboard, page
         finding.locator("summary").click()  # not the first finding: open it (its buttons render after the summary)
     restart.first.wait_for(timeout=30_000)
     shot(page, "4-finding")
+    page.screenshot(path=str(SHOTS / "readme-run-page.png"), clip={"x": 0, "y": 0, "width": 1400, "height": 1450})
     restart.first.click()
     page.get_by_text(re.compile("(Started|Starting child) kl-run-fix")).first.wait_for(timeout=30_000)
     child = wait_for(lambda: run_named(db, "kl-run-fix"), 120, "the child run in the store")

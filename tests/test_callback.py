@@ -134,6 +134,33 @@ def test_without_stop_on_a_finding_does_not_stop_training(tmp_path):
     assert not control.should_training_stop
 
 
+def test_ms_swift_arguments_are_read_in_ms_swift_terms(tmp_path):
+    """ms-swift's GRPOConfig subclasses TRL's, so its keys look like TRL's, but it truncates with
+    ``overlong_filter`` (TRL's inherited ``mask_truncated_completions`` stays False, unused) and picks the advantage
+    with ``advantage_estimator``: arguments from a ``swift.*`` class make an ms-swift run read with its names.
+    (benchmarks/check_ms_swift.sh runs the real ms-swift, which cannot share this venv.)"""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class GRPOConfig(TrainingArguments):  # the fields of swift.rlhf_trainers.arguments.GRPOConfig that matter here
+        num_generations: int = 4
+        beta: float = 0.04
+        mask_truncated_completions: bool = False
+        overlong_filter: bool = True
+        advantage_estimator: str = "rloo"
+        kl_in_reward: bool = True
+
+    GRPOConfig.__module__ = "swift.rlhf_trainers.arguments"
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), report_to=[], use_cpu=True)
+    feed(GRPODoctorCallback(db=tmp_path / "runs.db", run_name="swift"), args, [(1, {"loss": 0.1, "reward": 0.5})])
+    with RunStore(tmp_path / "runs.db") as store:
+        run = store.get_run("swift")
+    assert run["source"] == "ms-swift"
+    config = run["config"]
+    assert (config["mask_truncated_completions"], config["advantage"], config["kl_in_reward"]) == (True, "rloo", True)
+    assert (config["num_generations"], config["beta"]) == (4, 0.04)
+
+
 def test_a_process_that_dies_mid_training_leaves_a_crashed_run(tmp_path):
     script = f"""
 import sys

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from diagnostics.catalogue import BY_NAME, CATALOGUE, canonical_name, canonical_row, health
+from diagnostics.catalogue import BY_NAME, CATALOGUE, FINITE_REQUIRED, canonical_name, canonical_row, health
+from test_docs_links import section
 
 ALIASES = [
     # (framework, logged key, canonical name)
@@ -94,7 +95,8 @@ def test_every_metric_documented_and_every_range_sourced():
 
 def test_docs_ranges():
     assert (health("grad_norm").low, health("grad_norm").high) == (0.1, 1.0)
-    assert "001" in health("grad_norm").source and "§3.2" in health("grad_norm").source
+    assert health("grad_norm").source == "docs/health-ranges.md#gradient-norm"
+    assert "source doc B §3.2" in section(health("grad_norm").source)  # the docs say where the band comes from
     assert (health("advantage/std").low, health("advantage/std").high) == (0.3, 1.5)
     assert (health("advantage/mean").low, health("advantage/mean").high) == (-0.1, 0.1)
     assert health("kl").kind == "target" and health("kl").status(0.001) == "below"
@@ -105,7 +107,7 @@ def test_docs_ranges():
 def test_advantage_bound_is_corrected(G):
     band = health("advantage/abs_max", {"num_generations": G, "advantage": "grpo", "scale_rewards": "group"})
     assert band.high == pytest.approx((G - 1) / math.sqrt(G), abs=1e-4)
-    assert "REFERENCE" in band.source
+    assert f"G={G:g}" in band.note and "far below 100" in section(band.source)
     # without group z-scoring the tight bound does not apply
     assert health("advantage/abs_max", {"num_generations": G, "scale_rewards": "none"}).high == 100.0
 
@@ -114,7 +116,7 @@ def test_clip_ratio_is_exactly_zero_with_one_update_per_rollout():
     band = health("clip_ratio/region_mean", {"num_iterations": 1})
     assert band.kind == "exact" and band.status(0.0) == "in range" and band.status(0.01) == "above"
     band = health("clip_ratio/region_mean", {"num_iterations": 4})
-    assert band.high == 0.3 and band.status(0.2) == "in range" and "000" in band.source
+    assert band.high == 0.3 and band.status(0.2) == "in range" and "source doc A §3.5" in section(band.source)
 
 
 def test_catalogue_covers_reference_section_2():
@@ -127,7 +129,8 @@ def test_catalogue_covers_reference_section_2():
 
 
 def test_the_documents_entropy_band_is_shown_but_never_marks_a_run_unhealthy():
-    """REFERENCE §2: real LLM runs sit above seed 001's 0.01–0.1; the band is the documents', for reference."""
+    """docs/health-ranges.md#entropy: real LLM runs sit above source doc B's 0.01–0.1; the band is the documents',
+    for reference."""
     import numpy as np
     import pandas as pd
 
@@ -153,3 +156,13 @@ def test_group_mean_band_allows_float_noise_and_applies_only_to_prompt_groups():
     for group_by in ("length_quantile", "reward_bucket"):
         assert health("advantage/group_mean_abs_max", {"advantage": "grpo", "group_by": group_by}) is None
     assert health("advantage/group_mean_abs_max", {"advantage": "reinforce"}) is None
+
+
+def test_the_nonfinite_rule_watches_the_catalogues_finite_required_metrics():
+    """One list: the metrics whose NaN is an emergency are marked in the catalogue, and that is what the rule reads
+    (never the loss alone: a NaN loss can be hidden in the log while grad_norm shows it)."""
+    from diagnostics.rules.optim import NONFINITE, WATCHED
+
+    assert WATCHED == FINITE_REQUIRED == tuple(m.name for m in CATALOGUE if m.finite_required)
+    assert NONFINITE.requires == (FINITE_REQUIRED,)
+    assert {"reward", "loss", "grad_norm", "kl", "entropy", "advantage/abs_max"} <= set(FINITE_REQUIRED)

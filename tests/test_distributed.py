@@ -147,7 +147,7 @@ def test_world_size_guard(monkeypatch):
 
     monkeypatch.setattr(accelerate, "Accelerator", OneProcess)
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(distributed.LaunchError, match="WORLD_SIZE is 2 but accelerate set up 1 process"):
+    with pytest.raises(distributed.WorldSizeError, match="WORLD_SIZE is 2 but accelerate set up 1 process"):
         distributed.setup()
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert distributed.setup().world_size == 1

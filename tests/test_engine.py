@@ -16,16 +16,16 @@ from diagnostics.engine import Diagnoser, Track, diagnose
 from diagnostics.findings import Evidence, Finding, Fix
 from diagnostics.fixes import make_fix
 from diagnostics.health import IN_RANGE, NO_RANGE, OUT, health_summary
-from diagnostics.rules.base import Rule
+from diagnostics.rules.base import Rule, Skip
 from diagnostics.runconfig import run_config
 from diagnostics.store import RunStore
-from diagnostics.view import RunView
+from diagnostics.series import RunSeries
 
 
 def step_by_step(fixture) -> Diagnoser:
     """The fixture's run fed to a diagnoser one step at a time."""
     whole = build(fixture).view
-    live = Diagnoser(RunView(whole.run, events=whole.events))
+    live = Diagnoser(RunSeries(whole.run, events=whole.events))
     steps = np.unique(np.concatenate([s.steps.array for s in whole.series.values()]))
     for step in steps:
         fresh = {}
@@ -73,6 +73,26 @@ def test_a_finding_opens_after_open_after_rows_and_keeps_its_first_onset():
     assert (track.status, track.resolved_step) == ("resolved", 13)
     feed(track, rule, "xxx", nxt)               # back again: reopened, first onset kept
     assert (track.status, track.onset, track.start, track.resolved_step) == ("open", 6, 17, None)
+
+
+def test_a_skipped_rule_is_not_checked_or_not_applicable_by_its_type_not_its_wording():
+    """A rule that cannot run is either missing an input (``needs``: the run is not checked for it) or does not apply
+    to the run (``not_applicable``), whatever its reason says; the reason is what the report prints."""
+    from diagnostics.rules.base import needs, not_applicable
+
+    def probe(id, gate, requires=()):
+        return Rule(id=id, title=id, requires=requires, detect=None, explain=None, references=("x",), read="x",
+                    gate=gate)
+
+    rules = (probe("absent_input", None, requires=("kl",)),
+             probe("no_config", lambda view: needs("num_generations in the run's config")),
+             probe("worded_like_a_need", lambda view: not_applicable("needs nothing here: beta = 0")),
+             probe("unrecorded", lambda view: Skip("max_grad_norm not recorded", missing_input=True)))
+    diagnoser = Diagnoser(RunSeries({"id": 1, "name": "r", "source": "jsonl", "config": {}}), rules)
+    diagnoser.examine()
+    assert diagnoser.skipped == {"absent_input": "needs kl", "no_config": "needs num_generations in the run's config",
+                                 "unrecorded": "max_grad_norm not recorded"}
+    assert diagnoser.not_applicable == {"worded_like_a_need": "needs nothing here: beta = 0"}
 
 
 def test_expected_notes_never_resolve():
@@ -216,7 +236,7 @@ def test_trl_defaults_are_assumed_and_said_to_be():
 
 
 def test_health_summary_reads_ranges_for_the_config():
-    view = RunView({"id": 1, "name": "h", "source": "grpo-doctor", "config": {"num_iterations": 1}})
+    view = RunSeries({"id": 1, "name": "h", "source": "grpo-doctor", "config": {"num_iterations": 1}})
     steps = np.arange(1, 5)
     view.add({"grad_norm": (steps, np.array([0.5, 0.5, 5.0, 0.5])), "clip_ratio/region_mean": (steps, np.full(4, 0.1)),
               "kl": (steps, np.array([0.0, 0.001, 0.002, math.nan])), "reward": (steps, np.ones(4))})

@@ -1,5 +1,9 @@
-"""trainer/grpo_math.py against independent float64 re-implementations (plain Python / numpy loops, never the
-module itself), plus hypothesis properties from REFERENCE.md §1 and research/trl.md §2–3."""
+"""trainer/grpo_math.py (and trainer/tokens.py) against independent float64 re-implementations (plain Python /
+numpy loops, never the module itself), plus hypothesis properties of the math in docs/variants.md.
+
+Every row of every variant table (grpo_math.ADVANTAGES, SCALE_REWARDS, GROUP_BY, LOSS_TYPES, KL_ESTIMATORS) is
+checked against its own float64 reference, found by name in a REF_* dict here: a new row without a reference fails
+(KeyError), so adding a variant means adding its reference too."""
 from __future__ import annotations
 
 import math
@@ -11,7 +15,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from trainer import grpo_math as gm
+from trainer import grpo_math as gm, tokens
 
 torch.set_num_threads(1)
 
@@ -48,17 +52,22 @@ def ref_batch_std(rewards):
     return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
 
 
+#: scale_rewards name → (rewards, ids) → the std dividing each centred reward (None: no division)
+REF_SCALE_REWARDS = {
+    "group": lambda rewards, ids: [ref_group_stats(rewards, ids)[g][1] for g in ids],
+    "batch": lambda rewards, ids: [ref_batch_std(rewards)] * len(rewards),
+    "none": lambda rewards, ids: None,
+}
+
+
 def ref_grpo(rewards, ids, scale="group", eps=1e-4):
     stats = ref_group_stats(rewards, ids)
-    bstd = ref_batch_std(rewards)
+    std = REF_SCALE_REWARDS[scale](rewards, ids)
     out = []
-    for r, g in zip(rewards, ids):
-        mean, std, _ = stats[g]
-        a = r - mean
-        if scale == "group":
-            a = a / (std + eps)
-        elif scale == "batch":
-            a = a / (bstd + eps)
+    for i, (r, g) in enumerate(zip(rewards, ids)):
+        a = r - stats[g][0]
+        if std is not None:
+            a = a / (std[i] + eps)
         out.append(0.0 if math.isnan(a) else a)
     return out
 
@@ -105,14 +114,22 @@ def ref_surrogate(logp, old, adv, el, eh):
     return loss, low, high
 
 
+def _token_mean(rows, L):
+    return sum(sum(r) for r in rows) / max(sum(len(r) for r in rows), 1)
+
+
+#: loss_type → (rows of masked-in per-token losses, max_completion_length) → the loss
+REF_LOSS_TYPES = {
+    "grpo": lambda rows, L: sum((sum(r) / len(r) if r else 0.0) for r in rows) / len(rows),
+    "bnpo": _token_mean,
+    "dapo": _token_mean,  # on one batch without the global token count (test_dapo_global_token_count has it)
+    "dr_grpo": lambda rows, L: sum(sum(r) for r in rows) / (len(rows) * L),
+}
+
+
 def ref_aggregate(loss, mask, loss_type, L=None):
     rows = [[l for l, m in zip(lr, mr) if m] for lr, mr in zip(loss, mask)]
-    if loss_type == "grpo":
-        return sum((sum(r) / len(r) if r else 0.0) for r in rows) / len(rows)
-    total = sum(sum(r) for r in rows)
-    if loss_type in ("bnpo", "dapo"):
-        return total / max(sum(len(r) for r in rows), 1)
-    return total / (len(rows) * L)
+    return REF_LOSS_TYPES[loss_type](rows, L)
 
 
 def ref_completion_mask(ids, eos):
@@ -188,26 +205,12 @@ def test_prompt_group_ids():
     assert gm.prompt_group_ids(2, 4).dtype == torch.long
 
 
-@pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("n_bins", [2, 4, 5])
-def test_length_quantile_group_ids_matches_loop(seed, n_bins):
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 60, size=int(rng.integers(3, 40)))
-    edges = [np.percentile(lengths.astype(np.float64), 100 * k / n_bins) for k in range(1, n_bins)]
-    expected = [sum(1 for e in edges if x > e) for x in lengths]
-    got = gm.length_quantile_group_ids(torch.tensor(lengths), n_bins=n_bins)
-    assert got.tolist() == expected
-    assert got.min() >= 0 and got.max() < n_bins
+def ref_length_quantile(lengths, n_bins=4):
+    edges = [np.percentile(np.asarray(lengths, dtype=np.float64), 100 * k / n_bins) for k in range(1, n_bins)]
+    return [sum(1 for e in edges if x > e) for x in lengths]
 
 
-def test_length_quantile_fixes_seed_digitize_extra_bin():
-    lengths = torch.arange(1, 9)  # 1..8, quartile edges 2.75, 4.5, 6.25
-    assert gm.length_quantile_group_ids(lengths).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_reward_bucket_group_ids_matches_loop(seed):
-    rewards, ids = random_batch(seed)
+def ref_reward_bucket(rewards, ids):
     means = {}
     for g in dict.fromkeys(ids):
         vals = [r for r, i in zip(rewards, ids) if i == g and not math.isnan(r)]
@@ -220,7 +223,36 @@ def test_reward_bucket_group_ids_matches_loop(seed):
         z = (means[i] - mu) / sd if sd > 0 and not math.isnan(means[i]) else 0.0
         z = min(max(z, -2.0), 2.0)
         expected.append(min(int(math.floor((z + 2) / 4 * 4)), 3))
-    assert gm.reward_bucket_group_ids(T64(rewards), torch.tensor(ids)).tolist() == expected
+    return expected
+
+
+#: group_by → (rewards, lengths, prompt ids) → group ids
+REF_GROUP_BY = {
+    "prompt": lambda rewards, lengths, ids: list(ids),
+    "length_quantile": lambda rewards, lengths, ids: ref_length_quantile(lengths),
+    "reward_bucket": lambda rewards, lengths, ids: ref_reward_bucket(rewards, ids),
+}
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("n_bins", [2, 4, 5])
+def test_length_quantile_group_ids_matches_loop(seed, n_bins):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 60, size=int(rng.integers(3, 40)))
+    got = gm.length_quantile_group_ids(torch.tensor(lengths), n_bins=n_bins)
+    assert got.tolist() == ref_length_quantile(lengths.tolist(), n_bins)
+    assert got.min() >= 0 and got.max() < n_bins
+
+
+def test_length_quantile_fixes_seed_digitize_extra_bin():
+    lengths = torch.arange(1, 9)  # 1..8, quartile edges 2.75, 4.5, 6.25
+    assert gm.length_quantile_group_ids(lengths).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_reward_bucket_group_ids_matches_loop(seed):
+    rewards, ids = random_batch(seed)
+    assert gm.reward_bucket_group_ids(T64(rewards), torch.tensor(ids)).tolist() == ref_reward_bucket(rewards, ids)
 
 
 def test_reward_bucket_constant_rewards_one_bucket():
@@ -264,7 +296,7 @@ def test_group_std_all_nan_and_singleton_groups():
 
 
 @pytest.mark.parametrize("seed", range(8))
-@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+@pytest.mark.parametrize("scale", gm.SCALE_REWARDS)
 def test_grpo_advantages_match_loop(seed, scale):
     rewards, ids = random_batch(seed)
     got = gm.grpo_advantages(T64(rewards), torch.tensor(ids), scale_rewards=scale)
@@ -410,26 +442,25 @@ def test_prop_rloo_is_scaled_dr_grpo_for_full_groups(groups):
 # ------------------------------------------------------------------------------------------------------------
 
 
-def test_kl_estimators_match_loop():
+#: kl_estimator → lr = log π_ref − log π_θ of one token → its KL estimate
+REF_KL_ESTIMATORS = {
+    "k1": lambda lr: -lr,
+    "k2": lambda lr: lr * lr / 2,
+    "k3": lambda lr: math.exp(min(max(lr, -20.0), 20.0)) - 1 - min(max(lr, -20.0), 20.0),  # lr clamped to ±20
+}
+
+
+@pytest.mark.parametrize("name", gm.KL_ESTIMATORS)
+def test_kl_estimators_match_loop(name):
     rng = np.random.default_rng(0)
     logp = rng.normal(-2, 1.5, size=(3, 5))
     ref = rng.normal(-2, 1.5, size=(3, 5))
-    ref[0, 0] = logp[0, 0] + 30.0  # lr = 30 → clamped to 20
-    ref[0, 1] = logp[0, 1] - 30.0  # lr = −30 → clamped to −20
-    k1, k2, k3 = [], [], []
-    for i in range(3):
-        for t in range(5):
-            lr = ref[i, t] - logp[i, t]
-            k1.append(-lr)
-            k2.append(lr * lr / 2)
-            c = min(max(lr, -20.0), 20.0)
-            k3.append(math.exp(c) - 1 - c)
-    lp, rp = torch.tensor(logp), torch.tensor(ref)
-    close(gm.kl_k1(lp, rp).flatten(), k1)
-    close(gm.kl_k2(lp, rp).flatten(), k2)
-    close(gm.kl_k3(lp, rp).flatten(), k3)
-    assert torch.isfinite(gm.kl_k3(lp, rp)).all()
-    assert set(gm.KL_ESTIMATORS) == {"k1", "k2", "k3"} and gm.KL_ESTIMATORS["k3"] is gm.kl_k3
+    ref[0, 0] = logp[0, 0] + 30.0  # lr = 30 → clamped to 20 (k3)
+    ref[0, 1] = logp[0, 1] - 30.0  # lr = −30 → clamped to −20 (k3)
+    expected = [REF_KL_ESTIMATORS[name](ref[i, t] - logp[i, t]) for i in range(3) for t in range(5)]
+    got = gm.KL_ESTIMATORS[name](torch.tensor(logp), torch.tensor(ref))
+    close(got.flatten(), expected)
+    assert torch.isfinite(got).all()
 
 
 @FAST
@@ -529,7 +560,7 @@ def random_loss_and_mask(seed, N=5, T=7):
 
 
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("loss_type", gm.LOSS_TYPES)
+@pytest.mark.parametrize("loss_type", gm.LOSS_TYPES)  # every row, against REF_LOSS_TYPES
 def test_aggregate_loss_matches_loop(seed, loss_type):
     loss, mask = random_loss_and_mask(seed)
     got = gm.aggregate_loss(torch.tensor(loss), torch.tensor(mask), loss_type, max_completion_length=10)
@@ -635,7 +666,7 @@ def test_linear_schedule(step, expected):
 @pytest.mark.parametrize("chunk", [1, 2 * 4 * 11, None])  # one row, two rows, everything at once
 def test_selective_log_softmax_and_entropy_match_loop(monkeypatch, chunk):
     if chunk is not None:
-        monkeypatch.setattr(gm, "CHUNK_ELEMENTS", chunk)
+        monkeypatch.setattr(tokens, "CHUNK_ELEMENTS", chunk)
     rng = np.random.default_rng(2)
     N, T, V = 3, 4, 11
     logits = rng.normal(0, 3, size=(N, T, V))
@@ -648,20 +679,20 @@ def test_selective_log_softmax_and_entropy_match_loop(monkeypatch, chunk):
             exp_lp.append(ls[ids[i, t]])
             exp_h.append(-sum(math.exp(v) * v for v in ls if v != -math.inf))
     lt = torch.tensor(logits)
-    close(gm.selective_log_softmax(lt, torch.tensor(ids)).flatten(), exp_lp)
-    close(gm.token_entropy(lt).flatten(), exp_h)
+    close(tokens.selective_log_softmax(lt, torch.tensor(ids)).flatten(), exp_lp)
+    close(tokens.token_entropy(lt).flatten(), exp_h)
 
 
 def test_entropy_uniform_and_low_precision_upcast():
     V = 7
-    close(gm.token_entropy(torch.zeros(2, 3, V, dtype=torch.float64)).flatten(), [math.log(V)] * 6)
+    close(tokens.token_entropy(torch.zeros(2, 3, V, dtype=torch.float64)).flatten(), [math.log(V)] * 6)
     logits = torch.randn(2, 3, V).to(torch.bfloat16)
     ids = torch.randint(0, V, (2, 3))
-    lp = gm.selective_log_softmax(logits, ids)
+    lp = tokens.selective_log_softmax(logits, ids)
     assert lp.dtype == torch.float32 and lp.shape == (2, 3)
     ref = torch.log_softmax(logits.double(), -1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     close(lp, ref.tolist(), tol=1e-5)
-    assert gm.token_entropy(logits).dtype == torch.float32
+    assert tokens.token_entropy(logits).dtype == torch.float32
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -675,7 +706,7 @@ def test_completion_mask_matches_loop(seed, eos):
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, 12, size=(6, 9)).tolist()
     ids[0] = [5] * 9  # no eos → truncated
-    mask, trunc = gm.completion_mask(torch.tensor(ids), eos)
+    mask, trunc = tokens.completion_mask(torch.tensor(ids), eos)
     e_mask, e_trunc = ref_completion_mask(ids, eos if isinstance(eos, list) else [eos])
     assert mask.tolist() == e_mask and trunc.tolist() == e_trunc
 
@@ -685,7 +716,7 @@ def test_completion_mask_when_pad_equals_eos():
     ids = torch.tensor([[7, 8, eos, pad, pad],  # eos at 2, then pad == eos
                         [eos, pad, pad, pad, pad],  # empty answer: only the eos counts
                         [7, 8, 9, 10, 11]])  # truncated
-    mask, trunc = gm.completion_mask(ids, eos)
+    mask, trunc = tokens.completion_mask(ids, eos)
     assert mask.tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
     assert mask.sum(-1).tolist() == [3, 1, 5]  # not all 5 (the `!= pad` bug would give [2, 0, 5] or all T)
     assert trunc.tolist() == [False, False, True]
@@ -694,16 +725,16 @@ def test_completion_mask_when_pad_equals_eos():
 def test_repetition_rate_hand_example_and_loop():
     ids = torch.tensor([[1, 2, 3, 1, 2, 3, 1], [1, 2, 9, 9, 9, 9, 9]])
     mask = torch.tensor([[1] * 7, [1, 1, 0, 0, 0, 0, 0]])  # row 2 has 2 tokens < n: left out
-    assert gm.repetition_rate(ids, mask, n=3) == pytest.approx(2 / 5)
-    assert gm.repetition_rate(ids, None, n=3) == pytest.approx((2 / 5 + 2 / 5) / 2)
-    assert math.isnan(gm.repetition_rate(ids, torch.zeros_like(mask), n=3))
+    assert tokens.repetition_rate(ids, mask, n=3) == pytest.approx(2 / 5)
+    assert tokens.repetition_rate(ids, None, n=3) == pytest.approx((2 / 5 + 2 / 5) / 2)
+    assert math.isnan(tokens.repetition_rate(ids, torch.zeros_like(mask), n=3))
     rng = np.random.default_rng(4)
     rand = rng.integers(0, 3, size=(5, 12))
     lengths = rng.integers(0, 13, size=5)
     rmask = (np.arange(12)[None, :] < lengths[:, None]).astype(np.int64)
     rows = [row[:n].tolist() for row, n in zip(rand, lengths)]
     for n in (1, 2, 3):
-        got = gm.repetition_rate(torch.tensor(rand), torch.tensor(rmask), n=n)
+        got = tokens.repetition_rate(torch.tensor(rand), torch.tensor(rmask), n=n)
         expected = ref_repetition(rows, n)
         assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
 
@@ -799,12 +830,61 @@ def test_masked_whiten_and_explained_variance_match_loop():
 def test_group_mean_abs_max_is_zero_for_group_estimators_only():
     rewards, ids = random_batch(21, nan_frac=0.0)
     r, g = T64(rewards), torch.tensor(ids)
-    for adv in (gm.grpo_advantages(r, g), gm.dr_grpo_advantages(r, g), gm.rloo_advantages(r, g)):
-        assert gm.group_mean_abs_max(adv, g).item() < 1e-9
+    for name in gm.GROUP_CENTRED:  # the estimators the trainer logs advantage/group_mean_abs_max for
+        assert gm.group_mean_abs_max(gm.ADVANTAGES[name](r, g, gm.AdvantageContext()), g).item() < 1e-9
     batch_baseline = gm.reinforce_advantages(r, float(r.mean()))
     stats = ref_group_stats(rewards, ids)
     expected = max(abs(stats[k][0] - float(r.mean())) for k in stats)
     assert gm.group_mean_abs_max(batch_baseline, g).item() == pytest.approx(expected)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Every row of the advantage and grouping tables, by name (the loss, scaling and KL tables: above)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _group_case(ref):
+    """(the row's arguments, the float64 expectation) for a group estimator, on a random batch with NaNs."""
+    def case(seed):
+        rewards, ids = random_batch(seed)
+        ctx = gm.AdvantageContext(scale_rewards="group", baseline=0.5)
+        return (T64(rewards), torch.tensor(ids), ctx), ref(rewards, ids)
+    return case
+
+
+def _gae_case(seed):
+    rng = np.random.default_rng(seed)
+    lengths = [7, 3, 1, 5, 0]
+    rewards, values = rng.normal(0, 1, size=(5, 7)), rng.normal(0, 1, size=(5, 7))
+    mask = (np.arange(7)[None, :] < np.array(lengths)[:, None]).astype(np.float64)
+    ctx = gm.AdvantageContext(values=torch.tensor(values), mask=torch.tensor(mask), gamma=0.95, lam=0.9)
+    return (torch.tensor(rewards), None, ctx), ref_gae(rewards.tolist(), values.tolist(), lengths, 0.95, 0.9)[0]
+
+
+#: advantage → seed → ((rewards, group_ids, ctx), expected advantages)
+REF_ADVANTAGES = {
+    "grpo": _group_case(ref_grpo),
+    "dr_grpo": _group_case(lambda rewards, ids: ref_grpo(rewards, ids, "none")),
+    "rloo": _group_case(ref_rloo),
+    "reinforce": _group_case(lambda rewards, ids: [0.0 if math.isnan(r) else r - 0.5 for r in rewards]),
+    "gae": _gae_case,
+}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("name", gm.ADVANTAGES)
+def test_every_advantage_row_matches_its_float64_reference(name, seed):
+    args, expected = REF_ADVANTAGES[name](seed)
+    close(gm.ADVANTAGES[name](*args), expected)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("name", gm.GROUP_BY)
+def test_every_grouping_row_matches_its_float64_reference(name, seed):
+    rewards, ids = random_batch(seed)
+    lengths = np.random.default_rng(seed).integers(1, 30, size=len(rewards)).tolist()
+    got = gm.GROUP_BY[name](T64(rewards), torch.tensor(lengths), torch.tensor(ids))
+    assert got.tolist() == REF_GROUP_BY[name](rewards, lengths, ids)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -816,8 +896,8 @@ def test_functions_run_on_cuda_and_match_cpu():
     lengths = torch.randint(1, 50, (20,))
     assert torch.equal(gm.length_quantile_group_ids(lengths.cuda()).cpu(), gm.length_quantile_group_ids(lengths))
     cids = torch.randint(0, 5, (4, 9))
-    mask, trunc = gm.completion_mask(cids.cuda(), [0, 1])
-    assert torch.equal(mask.cpu(), gm.completion_mask(cids, [0, 1])[0])
+    mask, trunc = tokens.completion_mask(cids.cuda(), [0, 1])
+    assert torch.equal(mask.cpu(), tokens.completion_mask(cids, [0, 1])[0])
     logits = torch.randn(2, 3, 11, dtype=torch.float64)
     toks = torch.randint(0, 11, (2, 3))
-    close(gm.selective_log_softmax(logits.cuda(), toks.cuda()).cpu(), gm.selective_log_softmax(logits, toks).tolist())
+    close(tokens.selective_log_softmax(logits.cuda(), toks.cuda()).cpu(), tokens.selective_log_softmax(logits, toks).tolist())

@@ -202,9 +202,9 @@ def test_config_read_off_the_metrics(store, tmp_path):
     path.write_text(json.dumps({"log_history": rows}))
     run = import_runs(store, path)[0].run_id
     result = diagnose(store, run, save=False)
-    from diagnostics.view import RunView
+    from diagnostics.series import RunSeries
 
-    view = RunView(store.get_run(run))
+    view = RunSeries(store.get_run(run))
     view.extend(store)
     cfg = view.config
     assert cfg.get("learning_rate") == 3e-6 and "peak of the logged learning_rate" in cfg.describe("learning_rate")

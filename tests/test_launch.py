@@ -294,3 +294,26 @@ def test_a_dashboard_launch_is_tied_to_the_server(tmp_path, monkeypatch):
     launch._LAUNCHED.pop(4242)
     assert seen["env"][PARENT_ENV] == str(os.getpid()) and seen["env"]["PYTHONUNBUFFERED"] == "1"
     assert "preexec_fn" not in seen and seen["start_new_session"]
+
+
+# --------------------------------------------------------------------------------------------- the CLI's children
+def test_wait_child_returns_the_exit_code_and_a_signal_as_a_shell_does():
+    assert launch.wait_child([sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
+    killed = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    assert launch.wait_child([sys.executable, "-c", killed]) == 128 + signal.SIGTERM
+    env = {**os.environ, "GRPO_DOCTOR_PROBE": "7"}
+    assert launch.wait_child([sys.executable, "-c", "import os, sys; sys.exit(int(os.environ['GRPO_DOCTOR_PROBE']))"],
+                             env) == 7
+
+
+def test_a_background_trainer_is_asked_to_stop_when_the_block_ends(tmp_path):
+    """SIGTERM at the end of the block (a trainer finishes its step and saves a checkpoint), not SIGKILL."""
+    stopped = tmp_path / "stopped"
+    child = ("import pathlib, signal, sys, time\n"
+             f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(stopped)!r}).write_text('ok'), sys.exit(0)))\n"
+             f"pathlib.Path({str(tmp_path / 'up')!r}).write_text('up')\n"
+             "time.sleep(60)\n")
+    with launch.in_background([sys.executable, "-c", child]) as trainer:
+        wait_for(lambda: (tmp_path / "up").exists(), 30, "the child to start")
+        assert trainer.poll() is None
+    assert trainer.returncode == 0 and stopped.read_text() == "ok"

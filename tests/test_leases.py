@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app import cli
+from app import cli, launch
 from diagnostics import store as store_module
 from diagnostics.store import LeaseHeld, LeaseLost, RunStore
 from trainer import lifeline
@@ -121,16 +122,16 @@ def test_a_writer_that_lost_its_lease_writes_nothing_more(tmp_path, monkeypatch)
     """Host a stalls past the timeout and host b takes the run over: a's next step, event, status or heartbeat
     is refused, so every step comes from the lease's holder."""
     db = tmp_path / "runs.db"
-    monkeypatch.setattr(store_module.socket, "gethostname", lambda: "a")
+    monkeypatch.setattr(socket, "gethostname", lambda: "a")
     with RunStore(db) as old:
         run = old.create_run("k", pid=os.getpid())
         old.log_step(run, 1, {"reward": 1.0})
         old_lease = old.leases[run]
         old.conn.execute("UPDATE runs SET heartbeat = ? WHERE id = ?", (time.time() - 120, run))
-        monkeypatch.setattr(store_module.socket, "gethostname", lambda: "b")
+        monkeypatch.setattr(socket, "gethostname", lambda: "b")
         with RunStore(db) as new:
             assert new.acquire_lease(run).took_over.startswith(f"pid {os.getpid()} on host a (its heartbeat")
-            monkeypatch.setattr(store_module.socket, "gethostname", lambda: "a")
+            monkeypatch.setattr(socket, "gethostname", lambda: "a")
             for write in (lambda: old.log_step(run, 2, {"reward": 2.0}), lambda: old.add_event(run, 2, "x"),
                           lambda: old.set_status(run, "finished"), lambda: old.renew_lease(old_lease)):
                 with pytest.raises(LeaseLost, match=r"^run 'k' was taken over by pid \d+ on host b; this process"):
@@ -190,7 +191,7 @@ def test_grpo_doctor_train_refuses_a_resume_at_once_in_one_line(tmp_path, sleepe
     _written_run(db, sleeper.pid)
     before = _snapshot(db)
     started = []
-    monkeypatch.setattr(cli, "_wait_child", lambda *a, **k: started.append(a) or 0)
+    monkeypatch.setattr(launch, "wait_child", lambda *a, **k: started.append(a) or 0)
     assert cli.main(["--db", str(db), "train", "--resume_from", "k@1", "--max_steps", "5"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"grpo-doctor: error: run 'k' is being written by pid {sleeper.pid}")

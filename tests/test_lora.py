@@ -14,7 +14,7 @@ from trainer.config import parse_config
 from trainer.policy import PolicyModel
 from trainer.run import main
 from trainer.tiny import DEFAULT_ASSET
-from trainer.train import load_model, load_policy, load_reference
+from trainer.startup import load_model, load_policy, load_reference
 
 torch.set_num_threads(1)
 SMALL = ["--per_device_train_batch_size", "16", "--num_generations", "8"]

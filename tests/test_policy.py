@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
-from trainer import grpo_math as gm
+from trainer import tokens
 from trainer.policy import PolicyModel, positions
 from trainer.sampling import generate, sample_next, top_p_filter
 from trainer.tiny import DEFAULT_ASSET, build_tokenizer
@@ -33,7 +33,7 @@ def batch(lm, G=4, max_new_tokens=8):
     torch.manual_seed(1)
     ids = generate(lm, enc.input_ids, enc.attention_mask, G, max_new_tokens, 1.0, 1.0, [TOK.eos_token_id],
                    TOK.pad_token_id)
-    mask, _ = gm.completion_mask(ids, TOK.eos_token_id)
+    mask, _ = tokens.completion_mask(ids, TOK.eos_token_id)
     return enc.input_ids, enc.attention_mask, ids, mask.float(), G
 
 
@@ -55,14 +55,14 @@ def test_shared_prompt_forward_equals_the_full_forward(make):
     out = policy(*inputs, temperature=0.7, with_entropy=True)
     logits = full_forward_logits(lm, *inputs).float() / 0.7
     m = completion_mask.bool()
-    torch.testing.assert_close(out.logp[m], gm.selective_log_softmax(logits, completion_ids)[m], atol=2e-5, rtol=0)
-    torch.testing.assert_close(out.entropy[m], gm.token_entropy(logits)[m], atol=2e-5, rtol=0)
+    torch.testing.assert_close(out.logp[m], tokens.selective_log_softmax(logits, completion_ids)[m], atol=2e-5, rtol=0)
+    torch.testing.assert_close(out.entropy[m], tokens.token_entropy(logits)[m], atol=2e-5, rtol=0)
 
     # the gradient of a masked loss reaches the prompt's computation through the repeated cache
     (out.logp * completion_mask).sum().backward()
     shared = {n: p.grad.clone() for n, p in lm.named_parameters() if p.grad is not None}
     lm.zero_grad()
-    (gm.selective_log_softmax(full_forward_logits(lm, *inputs).float() / 0.7, completion_ids)
+    (tokens.selective_log_softmax(full_forward_logits(lm, *inputs).float() / 0.7, completion_ids)
      * completion_mask).sum().backward()
     for name, p in lm.named_parameters():
         torch.testing.assert_close(shared[name], p.grad, atol=1e-4, rtol=1e-3)

@@ -12,7 +12,7 @@ import pytest
 
 from diagnostics.engine import Diagnoser
 from diagnostics.rules import BY_ID, RULES
-from diagnostics.view import RunView
+from diagnostics.series import RunSeries
 
 OURS = {"num_generations": 8, "beta": 0.04, "loss_type": "dapo", "num_iterations": 1, "scale_rewards": "group",
         "advantage": "grpo", "group_by": "prompt", "epsilon": 0.2, "epsilon_high": None, "temperature": 1.0,
@@ -282,6 +282,13 @@ FIXTURES = [
             notes=("learning_rate_zero_at_start",)),
     Fixture("reference is not the starting policy", {"kl_mismatch_at_start": "critical", "kl_blowup": "info"},
             metrics={"kl": 1.1 + noise(N, 0.05)}, cause="reference is not the starting policy"),
+    Fixture("reference is not the starting policy, several updates per rollout",
+            {"kl_mismatch_at_start": "critical", "kl_blowup": "info"}, config={"num_iterations": 4},
+            metrics={"kl": 1.1 + noise(N, 0.05)}, cause="reference is not the starting policy"),
+    # healthy-28 of the 40 healthy runs (num_iterations 4): step 1's KL is the mean over its 4 passes, 0.48 after a
+    # large first update, then back to 0.08 and 0.02: drift within the step, not a reference that differs
+    Fixture("a first step's own updates move KL, several updates per rollout", {}, config={"num_iterations": 4},
+            metrics={"kl": np.concatenate([[0.4773, 0.0789, 0.021], H["kl"][3:]])}),
     Fixture("a log that starts late cannot tell where KL started", {},
             metrics={"kl": 0.02 + np.abs(noise(N, 0.002))}, n=N),
     Fixture("a reward function that never varies, while the others teach", {"reward_component_constant": "info"},
@@ -355,7 +362,7 @@ def build(fixture: Fixture) -> Diagnoser:
     metrics = {**healthy_metrics(fixture.n), **fixture.metrics}
     steps = np.arange(1, fixture.n + 1)
     config = OURS if fixture.source == "grpo-doctor" else {}
-    view = RunView({"id": 1, "name": fixture.name, "source": fixture.source,
+    view = RunSeries({"id": 1, "name": fixture.name, "source": fixture.source,
                     "config": {**config, **fixture.config}}, events=fixture.events)
     view.add({k: (steps, np.asarray(v, dtype=float)) for k, v in metrics.items() if v is not None})
     diagnoser = Diagnoser(view)
@@ -392,6 +399,17 @@ def test_fixture_findings(fixture):
             assert f.causes and f.fixes
 
 
+def test_the_first_metric_to_go_non_finite_is_the_first_evidence():
+    """nonfinite lists its metrics in the order they went NaN (the first tells the cause; the dashboard overlays the
+    first evidence metric on a restart): the loss at step 40 before grad_norm at 41."""
+    n = 60
+    grad = np.where(np.arange(1, n + 1) >= 41, math.nan, healthy_metrics(n)["grad_norm"])
+    loss = np.where(np.arange(1, n + 1) >= 40, math.nan, healthy_metrics(n)["loss"])
+    (finding,) = [f for f in build(Fixture("nan", {}, metrics={"grad_norm": grad, "loss": loss}, n=n)).findings()
+                  if f.rule == "nonfinite"]
+    assert [(e.metric, e.step) for e in finding.evidence[:2]] == [("loss", 40), ("grad_norm", 41)]
+
+
 def test_every_rule_is_exercised_by_a_fixture():
     raised = {rule for fixture in FIXTURES for rule in fixture.problems} | {n for f in FIXTURES for n in f.notes}
     assert {r.id for r in RULES} - raised == set()
@@ -399,11 +417,10 @@ def test_every_rule_is_exercised_by_a_fixture():
 
 def test_rule_ids_are_unique_and_documented():
     assert len(BY_ID) == len(RULES)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Diagnoser"):readme.index("## Performance")]
+    rules_doc = (Path(__file__).resolve().parents[1] / "docs" / "rules.md").read_text()
     for rule in RULES:
         assert rule.id.replace("_", "").isalnum() and rule.title and rule.read and rule.references
-        assert f"`{rule.id}`" in section, f"README's Diagnoser section does not explain {rule.id}"
+        assert f"`{rule.id}`" in rules_doc, f"docs/rules.md does not explain {rule.id}"
 
 
 def test_fix_changes_are_valid_trainer_options():
@@ -453,7 +470,7 @@ def test_correlation_kept_up_to_date_equals_a_fresh_one():
     x = 200 + np.cumsum(rng.normal(size=n))
     y = -0.5 * x + rng.normal(size=n) * 3
     y[rng.integers(0, n, 30)] = np.nan                   # a logged NaN: the value as of that step is the one before
-    view = RunView({"id": 1, "name": "r", "source": "grpo-doctor", "config": {}})
+    view = RunSeries({"id": 1, "name": "r", "source": "grpo-doctor", "config": {}})
 
     def fresh(upto):
         keep = steps <= upto
@@ -465,6 +482,6 @@ def test_correlation_kept_up_to_date_equals_a_fresh_one():
         for upto in (hi, max(hi - 50, 1), hi):              # the latest step, an earlier episode, the latest again
             assert correlation_upto(view, "x", "y", upto) == pytest.approx(fresh(upto), abs=1e-9)
     assert correlation_upto(view, "x", "y", n) < -0.9
-    flat = RunView({"id": 2, "name": "c", "source": "grpo-doctor", "config": {}})
+    flat = RunSeries({"id": 2, "name": "c", "source": "grpo-doctor", "config": {}})
     flat.add({"x": (steps, x), "y": (steps, np.full(n, 0.3))})
     assert correlation_upto(flat, "x", "y", n) == 0.0     # a constant: no correlation, not noise

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from diagnostics.findings import SEVERITIES, Finding, most_severe_first
 from diagnostics.schema import MIGRATIONS, SchemaTooNew
-from diagnostics.store import RunNotFound, RunStore, StoreError, default_db_path
+from diagnostics.store import Run, RunNotFound, RunStore, StoreError, default_db_path
 
 
 @pytest.fixture
@@ -98,6 +99,55 @@ def test_runs_by_name_or_id_and_lineage(store):
     runs = store.list_runs().set_index("name")
     assert runs.loc["child", "parent"] == "parent" and runs.loc["child", "parent_step"] == 40
     assert store.unique_name("child") == "child-2"
+
+
+def _parent_and_child(store) -> tuple[int, int]:
+    """A parent with a step and a writer; a child restarted from it with neither yet."""
+    parent = store.create_run("parent", pid=os.getpid())
+    store.log_step(parent, 7, {"reward": 1.0})
+    return parent, store.create_run("child", parent="parent", parent_step=7, config={"beta": 0.1})
+
+
+def test_runs_read_back_as_runs_whose_integers_stay_integers(store):
+    parent, child = _parent_and_child(store)
+    runs = store.runs()
+    assert [r.name for r in runs] == ["child", "parent"] and all(isinstance(r, Run) for r in runs)  # newest first
+    new, old = runs
+    assert new.last_step is None and new.pid is None and new.host is None  # absent: None, never NaN
+    assert (new.id, new.parent_id, new.parent, new.parent_step, new.config) == (child, parent, "parent", 7, {"beta": 0.1})
+    assert type(old.last_step) is type(old.pid) is type(new.parent_id) is type(new.parent_step) is int
+    assert (old.last_step, old.pid) == (7, os.getpid())
+    assert store.get_run("child") == new and store.get_run(parent) == old
+
+
+def test_a_run_still_reads_as_a_mapping(store):
+    _, child = _parent_and_child(store)
+    run = store.get_run(child)
+    assert run["name"] == "child" and run.get("last_step") is None and run.get("nope", 1) == 1
+    assert dict(run, status="x")["status"] == "x" and {**run}["parent_step"] == 7 and "pid" in run
+    with pytest.raises(KeyError):
+        run["nope"]
+
+
+def test_the_runs_table_has_none_not_nan_for_absent_integers(store):
+    _parent_and_child(store)
+    table = store.list_runs().set_index("name")
+    assert table.loc["child", "last_step"] is None and table.loc["child", "pid"] is None
+    assert table.loc["parent", "parent_id"] is None and table.loc["parent", "parent"] is None
+    assert type(table.loc["parent", "last_step"]) is int and table.loc["parent", "pid"] == os.getpid()
+    assert type(table.loc["child", "parent_step"]) is int
+
+
+def test_stored_findings_come_back_in_the_diagnosers_order(store):
+    """Most severe first, then by onset (none counts as step 0, as the diagnoser sorts), then by rule."""
+    run = store.create_run("r")
+    made = [Finding(rule, rule, severity, onset, onset) for rule, severity, onset in (
+        ("e", "expected", 1), ("i", "info", 2), ("w2", "warning", None), ("c", "critical", 9), ("w1", "warning", 0))]
+    store.save_findings(run, made)
+    read = store.findings(run)
+    assert [f.rule for f in read] == ["c", "w1", "w2", "i", "e"]
+    assert [f.rule for f in read] == [f.rule for f in sorted(made, key=most_severe_first)]
+    assert list(dict.fromkeys(f.severity for f in read)) == list(reversed(SEVERITIES))
 
 
 def test_samples_and_events(store):

@@ -140,8 +140,40 @@ def test_variant_trains(tmp_path, variant):
         assert "advantage/group_mean_abs_max" not in wide.columns
 
 
+def test_several_updates_per_rollout_log_the_update_means_and_the_rollout_policys_kl(tmp_path, monkeypatch):
+    """num_iterations = 3: the logged loss, its parts and grad_norm are the means of the three updates' values (not
+    the first or the last one's); entropy and KL are the rollout policy's, from the first pass, before the step's own
+    updates (what the adaptive β and the KL rules judge)."""
+    from trainer import update
+
+    updates: list[dict[str, float]] = []
+    passes: list[dict[str, float]] = []
+
+    def recording(into, f):
+        def wrapped(*args, **kwargs):
+            out = f(*args, **kwargs)
+            into.append({k: float(v) for k, v in out.items()})
+            return out
+        return wrapped
+
+    monkeypatch.setattr(update, "update_metrics", recording(updates, update.update_metrics))
+    monkeypatch.setattr(update, "policy_metrics", recording(passes, update.policy_metrics))
+    store, run, status = run_inprocess(tmp_path, "--num_iterations", "3", "--learning_rate", "1e-3", max_steps=2)
+    wide = store.metrics(run)
+    assert status == "finished" and len(updates) == 2 * 3 and len(passes) == 2
+    for step in (1, 2):
+        three = updates[3 * (step - 1):3 * step]
+        for key in ["loss", "policy_loss", "kl_loss", "grad_norm"]:
+            assert wide.loc[step, key] == pytest.approx(sum(u[key] for u in three) / 3, rel=1e-5, abs=1e-7), key
+        assert three[0]["grad_norm"] != three[2]["grad_norm"]  # the updates differ: the mean is not one of them
+        for key in ["entropy", "kl/k1", "kl/k2", "kl/k3"]:
+            assert wide.loc[step, key] == pytest.approx(passes[step - 1][key], rel=1e-5, abs=1e-7), key
+    assert wide.loc[1, "kl/k3"] == pytest.approx(0.0, abs=1e-6)  # step 1's first pass: the policy is the reference
+    assert wide.loc[2, "kl"] == wide.loc[2, "kl/k3"]
+
+
 def test_ppo_warmup_then_grpo(tmp_path):
-    """seed 001 §4.2 cold start: GAE with the value head for the first steps, then the group advantage."""
+    """A cold start: GAE with the value head for the first steps, then the group advantage."""
     store, run, status = run_inprocess(tmp_path, "--ppo_warmup_steps", "2", max_steps=4)
     wide = store.metrics(run)
     assert status == "finished"

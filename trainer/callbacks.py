@@ -61,6 +61,14 @@ def versions() -> dict[str, str]:
     return found
 
 
+def framework_of(args, raw: Mapping) -> str:
+    """Whose names the arguments use: ms-swift's argument classes (``swift.*``) subclass TRL's, so their keys look
+    like TRL's, but ms-swift's own knobs (``overlong_filter``, ``advantage_estimator``) decide; else from the keys."""
+    if type(args).__module__.partition(".")[0] == "swift":
+        return "ms-swift"
+    return dialect_of(raw)
+
+
 def log_row(logs: Mapping) -> dict[str, float]:
     """An ``on_log`` dict as a metrics row: numbers only (None, TRL's "no value", as NaN), evaluation keys
     (``eval_*``) under ``eval/``, under the catalogue's names. HF's end-of-training summary gives an empty row."""
@@ -147,7 +155,7 @@ class GRPODoctorCallback(TrainerCallback):
         if not main and self.stop_on is None:
             return  # only process zero writes; the others need a store only to diagnose for stop_on
         raw = args.to_dict()
-        framework = dialect_of(raw)
+        framework = framework_of(args, raw)
         config = {**normalise_config(raw, framework), "framework_versions": versions()}
         self.store = RunStore(self.db if main else ":memory:")
         name = self.run_name or self.store.unique_name(Path(args.output_dir).name or framework)

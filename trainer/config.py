@@ -16,11 +16,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ADVANTAGES = ("grpo", "dr_grpo", "rloo", "reinforce", "gae")
-SCALE_REWARDS = ("group", "batch", "none")
-GROUP_BY = ("prompt", "length_quantile", "reward_bucket")
-LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
-KL_ESTIMATORS = ("k1", "k2", "k3")
+from trainer.variant_names import ADVANTAGES, GROUP_BY, KL_ESTIMATORS, LOSS_TYPES, SCALE_REWARDS
+
 KL_IN = ("loss", "reward")
 EPSILON_SCHEDULES = ("constant", "linear")
 DEVICES = ("auto", "cpu", "cuda")
@@ -29,6 +26,10 @@ REWARD_ERRORS = ("raise", "mask", "skip")
 ON_STORE_ERROR = ("stop", "continue")
 REPORT_TO = ("wandb", "none")
 WANDB_MODES = ("offline", "online")
+
+
+def _one_of(names: tuple[str, ...]) -> str:
+    return " | ".join(names)
 
 
 class ConfigError(ValueError):
@@ -69,43 +70,43 @@ class GRPOConfig:
     max_completion_length: int | None = field(default=None, metadata={"help": "new tokens per completion (default: the task's)"})
     # --- optimisation
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate"})
-    warmup_steps: int = field(default=0, metadata={"help": "steps at warmup_lr before learning_rate (seed 000 §5.4)"})
-    warmup_lr: float | None = field(default=None, metadata={"help": "learning rate during warm-up (seed 000: 5e-7 for 50 steps); None = linear ramp from 0"})
+    warmup_steps: int = field(default=0, metadata={"help": "steps at warmup_lr before learning_rate"})
+    warmup_lr: float | None = field(default=None, metadata={"help": "learning rate during warm-up (e.g. 5e-7 for 50 steps); None = linear ramp from 0"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (the logged grad_norm is before clipping)"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
     num_iterations: int = field(default=1, metadata={"help": "μ: optimisation passes per rollout (1 = on-policy, ratio ≡ 1)"})
     # --- advantages
-    advantage: str = field(default="grpo", metadata={"help": "grpo | dr_grpo | rloo | reinforce (EMA baseline) | gae (PPO with a value head)"})
-    scale_rewards: str = field(default="group", metadata={"help": "group | batch | none: which std divides the advantage"})
-    group_by: str = field(default="prompt", metadata={"help": "prompt | length_quantile | reward_bucket (seed 001 §2.1: a batch-level baseline, not per prompt)"})
+    advantage: str = field(default="grpo", metadata={"help": f"{_one_of(ADVANTAGES)}: the advantage estimator; reinforce keeps an EMA baseline, gae trains a value head (PPO) (docs/variants.md#advantage-estimators)"})
+    scale_rewards: str = field(default="group", metadata={"help": f"{_one_of(SCALE_REWARDS)}: which std divides the advantage (docs/variants.md#reward-scaling)"})
+    group_by: str = field(default="prompt", metadata={"help": f"{_one_of(GROUP_BY)}: whose rewards make a completion's baseline; all but prompt are batch-level (docs/variants.md#grouping)"})
     reinforce_baseline_decay: float = field(default=0.9, metadata={"help": "EMA decay of the reinforce baseline"})
-    reinforce_baseline_every: int = field(default=5, metadata={"help": "update the reinforce baseline every k steps (seed 001 §3.1: 5)"})
+    reinforce_baseline_every: int = field(default=5, metadata={"help": "update the reinforce baseline every k steps"})
     advantage_clip: str | None = field(default=None, metadata={"help": "None | tanh | a number c (clamp to ±c)"})
     dynamic_sampling: bool = field(default=False, metadata={"help": "DAPO: drop prompt groups whose rewards are all equal and draw new prompts until the batch is full (or dynamic_sampling_max_draws)"})
     dynamic_sampling_max_draws: int = field(default=4, metadata={"help": "with dynamic_sampling: at most this many rollouts a step (verl: max_num_gen_batches); then the remaining slots keep uniform groups, out of the loss"})
-    length_penalty: float = field(default=0.0, metadata={"help": "r ← r − c·length (seed 000 §4.2: 0.001)"})
-    reward_clip: float | None = field(default=None, metadata={"help": "clamp rewards to ±c (seed 000 §4.6: 1.0)"})
+    length_penalty: float = field(default=0.0, metadata={"help": "r ← r − c·length (e.g. 0.001)"})
+    reward_clip: float | None = field(default=None, metadata={"help": "clamp rewards to ±c (e.g. 1.0)"})
     mask_truncated_completions: bool = field(default=False, metadata={"help": "no loss on completions that hit max_completion_length"})
     # --- PPO: GAE with a value head on the policy (advantage=gae, or the first ppo_warmup_steps steps)
-    ppo_warmup_steps: int = field(default=0, metadata={"help": "seed 001 §4.2 cold start: PPO (GAE) for the first N steps, then `advantage`"})
-    gamma: float = field(default=1.0, metadata={"help": "GAE discount γ (TRL PPO: 1.0; seed 001: 0.95)"})
-    lam: float = field(default=0.95, metadata={"help": "GAE λ (seed 000 §2.2: 0.9–0.95)"})
+    ppo_warmup_steps: int = field(default=0, metadata={"help": "cold start: PPO (GAE, a value head) for the first N steps, then `advantage`"})
+    gamma: float = field(default=1.0, metadata={"help": "GAE discount γ (TRL PPO: 1.0)"})
+    lam: float = field(default=0.95, metadata={"help": "GAE λ (0.9–0.95 is usual)"})
     vf_coef: float = field(default=0.1, metadata={"help": "weight of the value loss (TRL PPO: 0.1)"})
     cliprange_value: float = field(default=0.2, metadata={"help": "clip of the value update around the rollout's values (TRL PPO)"})
     # --- loss
-    loss_type: str = field(default="dapo", metadata={"help": "grpo | bnpo | dapo | dr_grpo (research/trl.md §2)"})
+    loss_type: str = field(default="dapo", metadata={"help": f"{_one_of(LOSS_TYPES)}: how the per-token loss is averaged (docs/variants.md#loss-aggregation)"})
     epsilon: float = field(default=0.2, metadata={"help": "ε_low of the clipped ratio"})
     epsilon_high: float | None = field(default=None, metadata={"help": "ε_high (None = epsilon; DAPO clip-higher 0.28)"})
     epsilon_schedule: str = field(default="constant", metadata={"help": "constant | linear (ε from epsilon_start to epsilon_end over max_steps)"})
-    epsilon_start: float = field(default=0.3, metadata={"help": "linear schedule start (seed 001 §3.1)"})
+    epsilon_start: float = field(default=0.3, metadata={"help": "linear schedule start"})
     epsilon_end: float = field(default=0.1, metadata={"help": "linear schedule end"})
     beta: float = field(default=0.04, metadata={"help": "KL weight (0 = no reference model)"})
-    kl_estimator: str = field(default="k3", metadata={"help": "k1 | k2 | k3 (TRL uses k3)"})
+    kl_estimator: str = field(default="k3", metadata={"help": f"{_one_of(KL_ESTIMATORS)}: the per-token KL to the reference (TRL uses k3; docs/variants.md#kl-estimators)"})
     kl_in: str = field(default="loss", metadata={"help": "loss (GRPO: +β·KL per token) | reward (PPO: r − β·Σ k1)"})
     kl_target: float | None = field(default=None, metadata={"help": "adaptive KL controller target (0.01–0.05); None = fixed beta"})
     kl_horizon: int = field(default=50, metadata={"help": "adaptive KL horizon, in steps"})
     # --- LoRA (the `lora` extra: peft); the reference is the base with the adapter disabled
-    lora_r: int = field(default=0, metadata={"help": "LoRA rank (0 = full fine-tuning; seed 000 §4.3: 16–64)"})
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank (0 = full fine-tuning; 16–64 is usual)"})
     lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (default 2·lora_r)"})
     lora_dropout: float = field(default=0.05, metadata={"help": "dropout on the LoRA input (TRL: 0.05)"})
     lora_target_modules: list[str] = field(default_factory=list, metadata={"help": "module names to adapt, or all-linear (default: peft's choice for the architecture)"})
@@ -129,124 +130,122 @@ class GRPOConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(GRPOConfig)}
 
 
-def _choice(messages, name, value, choices):
-    if value not in choices:
-        messages.append(f"{name}: {value!r} is not one of {', '.join(choices)}")
+#: field → its allowed values (a list field: each of its values).
+CHOICES = {"advantage": ADVANTAGES, "scale_rewards": SCALE_REWARDS, "group_by": GROUP_BY, "loss_type": LOSS_TYPES,
+           "kl_estimator": KL_ESTIMATORS, "kl_in": KL_IN, "epsilon_schedule": EPSILON_SCHEDULES, "device": DEVICES,
+           "nonfinite_rewards": NONFINITE_REWARDS, "reward_errors": REWARD_ERRORS, "on_store_error": ON_STORE_ERROR,
+           "wandb_mode": WANDB_MODES, "report_to": REPORT_TO}
+
+
+def _uses_ppo(c: GRPOConfig) -> bool:
+    return c.advantage == "gae" or bool(c.ppo_warmup_steps)
+
+
+def _kl_adaptive(c: GRPOConfig) -> bool:
+    return c.kl_target is not None
+
+
+def _positive(v) -> bool:  # NaN fails
+    return v > 0
+
+
+def _unit(v) -> bool:  # [0, 1)
+    return 0 <= v < 1
+
+
+def _at_least(low):  # NaN passes (an integer field in all but beta and length_penalty)
+    return lambda v: not v < low
+
+
+def _optional(ok):  # None means "not set"
+    return lambda v: v is None or ok(v)
+
+
+#: (field, ok(value), what it must be, applies(config) or None): one message "field: must be … (got value)" each.
+BOUNDS = (
+    ("num_generations", _at_least(2), ">= 2 to form a group", None),
+    ("per_device_train_batch_size", _at_least(1), ">= 1", None),
+    ("temperature", lambda v: v > 0 and math.isfinite(v), "> 0", None),
+    ("top_p", lambda v: 0 < v <= 1, "in (0, 1]", None),
+    ("max_completion_length", _optional(_at_least(1)), ">= 1", None),
+    ("learning_rate", _positive, "> 0", None),
+    ("warmup_steps", _at_least(0), ">= 0", None),
+    ("max_steps", _at_least(1), ">= 1", None),
+    ("save_steps", _at_least(0), ">= 0", None),
+    ("num_iterations", _at_least(1), ">= 1", None),
+    ("max_grad_norm", _positive, "> 0", None),
+    ("epsilon", _unit, "in [0, 1)", None),
+    ("beta", _at_least(0), ">= 0", None),
+    ("kl_target", _optional(_positive), "> 0", None),
+    ("kl_horizon", _at_least(1), ">= 1", _kl_adaptive),
+    ("reinforce_baseline_decay", _unit, "in [0, 1)", None),
+    ("reinforce_baseline_every", _at_least(1), ">= 1", None),
+    ("reward_clip", _optional(_positive), "> 0", None),
+    ("length_penalty", _at_least(0), ">= 0", None),
+    ("ppo_warmup_steps", _at_least(0), ">= 0", None),
+    ("gamma", lambda v: 0 <= v <= 1, "in [0, 1]", _uses_ppo),
+    ("lam", lambda v: 0 <= v <= 1, "in [0, 1]", _uses_ppo),
+    ("vf_coef", _positive, "> 0", _uses_ppo),
+    ("cliprange_value", _positive, "> 0", _uses_ppo),
+    ("dynamic_sampling_max_draws", _at_least(1), ">= 1", None),
+    ("lora_r", _at_least(0), ">= 0", None),
+    ("lora_alpha", _optional(_positive), "> 0", None),
+    ("lora_dropout", _unit, "in [0, 1)", None),
+    ("sample_groups_to_log", _at_least(0), ">= 0", None),
+    ("torch_threads", _at_least(1), ">= 1", None),
+)
+
+
+def _bad_advantage_clip(value: str | None) -> bool:
+    if value is None or value == "tanh":
+        return False
+    try:
+        return not float(value) > 0
+    except ValueError:
+        return True
+
+
+#: (bad(config), message(config)): values that are each fine but do not work together (or need more than a bound).
+CONFLICTS = (
+    (lambda c: c.num_generations >= 2 and c.per_device_train_batch_size % c.num_generations,
+     lambda c: f"per_device_train_batch_size ({c.per_device_train_batch_size}) must be a multiple of "
+               f"num_generations ({c.num_generations})"),
+    (lambda c: c.epsilon_high is not None and c.epsilon_high < c.epsilon,
+     lambda c: f"epsilon_high ({c.epsilon_high}) must be >= epsilon ({c.epsilon}): clip-higher widens the upper side"),
+    (lambda c: c.epsilon_schedule == "linear" and not (_unit(c.epsilon_end) and _unit(c.epsilon_start)),
+     lambda c: "epsilon_start and epsilon_end: must be in [0, 1)"),
+    (lambda c: _kl_adaptive(c) and c.beta == 0,
+     lambda c: "kl_target needs beta > 0: the adaptive controller scales beta"),
+    (lambda c: c.kl_in == "reward" and c.beta == 0, lambda c: "kl_in=reward needs beta > 0"),
+    (lambda c: c.kl_estimator == "k1" and c.kl_in == "loss" and c.beta > 0,
+     lambda c: "kl_estimator=k1 with the KL in the loss: the gradient of k1 = log π − log π_ref is 0 in expectation "
+               "over the policy's own samples, so beta would hold nothing back; use k3 (or k2), or kl_in=reward"),
+    (lambda c: _bad_advantage_clip(c.advantage_clip),
+     lambda c: f"advantage_clip: expected 'tanh' or a positive number (got {c.advantage_clip!r})"),
+    (lambda c: c.reward_weights and len(c.reward_weights) != max(len(c.reward_funcs), 1),
+     lambda c: f"reward_weights: {len(c.reward_weights)} weights for {len(c.reward_funcs)} reward functions"),
+    (lambda c: c.ppo_warmup_steps > 0 and c.advantage == "gae",
+     lambda c: "ppo_warmup_steps: only with a group advantage to switch to (advantage is already gae)"),
+    (lambda c: _uses_ppo(c) and c.dynamic_sampling,
+     lambda c: "dynamic_sampling needs a group advantage: GAE has no groups to drop"),
+    (lambda c: c.dynamic_sampling and c.group_by != "prompt",
+     lambda c: f"dynamic_sampling needs group_by=prompt: it drops prompts whose completions all score the same, "
+               f"while group_by={c.group_by} takes the baseline from other groups"),
+    (lambda c: c.lora_r == 0 and (c.lora_alpha is not None or c.lora_target_modules),
+     lambda c: "lora_alpha and lora_target_modules need lora_r > 0"),
+    (lambda c: c.run_name is not None and not c.run_name.strip(), lambda c: "run_name: must not be empty"),
+)
 
 
 def validate(c: GRPOConfig) -> list[str]:
     """One message per bad value or bad combination (empty when the config is usable)."""
-    m: list[str] = []
-    _choice(m, "advantage", c.advantage, ADVANTAGES)
-    _choice(m, "scale_rewards", c.scale_rewards, SCALE_REWARDS)
-    _choice(m, "group_by", c.group_by, GROUP_BY)
-    _choice(m, "loss_type", c.loss_type, LOSS_TYPES)
-    _choice(m, "kl_estimator", c.kl_estimator, KL_ESTIMATORS)
-    _choice(m, "kl_in", c.kl_in, KL_IN)
-    _choice(m, "epsilon_schedule", c.epsilon_schedule, EPSILON_SCHEDULES)
-    _choice(m, "device", c.device, DEVICES)
-    _choice(m, "nonfinite_rewards", c.nonfinite_rewards, NONFINITE_REWARDS)
-    _choice(m, "reward_errors", c.reward_errors, REWARD_ERRORS)
-    _choice(m, "on_store_error", c.on_store_error, ON_STORE_ERROR)
-    _choice(m, "wandb_mode", c.wandb_mode, WANDB_MODES)
-    for value in c.report_to:
-        _choice(m, "report_to", value, REPORT_TO)
-    if c.num_generations < 2:
-        m.append(f"num_generations: must be >= 2 to form a group (got {c.num_generations})")
-    elif c.per_device_train_batch_size % c.num_generations:
-        m.append(f"per_device_train_batch_size ({c.per_device_train_batch_size}) must be a multiple of "
-                 f"num_generations ({c.num_generations})")
-    if c.per_device_train_batch_size < 1:
-        m.append(f"per_device_train_batch_size: must be >= 1 (got {c.per_device_train_batch_size})")
-    if not c.temperature > 0 or not math.isfinite(c.temperature):
-        m.append(f"temperature: must be > 0 (got {c.temperature})")
-    if not 0 < c.top_p <= 1:
-        m.append(f"top_p: must be in (0, 1] (got {c.top_p})")
-    if c.max_completion_length is not None and c.max_completion_length < 1:
-        m.append(f"max_completion_length: must be >= 1 (got {c.max_completion_length})")
-    if not c.learning_rate > 0:
-        m.append(f"learning_rate: must be > 0 (got {c.learning_rate})")
-    if c.warmup_steps < 0:
-        m.append(f"warmup_steps: must be >= 0 (got {c.warmup_steps})")
-    if c.max_steps < 1:
-        m.append(f"max_steps: must be >= 1 (got {c.max_steps})")
-    if c.save_steps < 0:
-        m.append(f"save_steps: must be >= 0 (got {c.save_steps})")
-    if c.num_iterations < 1:
-        m.append(f"num_iterations: must be >= 1 (got {c.num_iterations})")
-    if not c.max_grad_norm > 0:
-        m.append(f"max_grad_norm: must be > 0 (got {c.max_grad_norm})")
-    if not 0 <= c.epsilon < 1:
-        m.append(f"epsilon: must be in [0, 1) (got {c.epsilon})")
-    if c.epsilon_high is not None and c.epsilon_high < c.epsilon:
-        m.append(f"epsilon_high ({c.epsilon_high}) must be >= epsilon ({c.epsilon}): clip-higher widens the upper side")
-    if c.epsilon_schedule == "linear" and not (0 <= c.epsilon_end < 1 and 0 <= c.epsilon_start < 1):
-        m.append("epsilon_start and epsilon_end: must be in [0, 1)")
-    if c.beta < 0:
-        m.append(f"beta: must be >= 0 (got {c.beta})")
-    if c.kl_target is not None:
-        if not c.kl_target > 0:
-            m.append(f"kl_target: must be > 0 (got {c.kl_target})")
-        if c.beta == 0:
-            m.append("kl_target needs beta > 0: the adaptive controller scales beta")
-        if c.kl_horizon < 1:
-            m.append(f"kl_horizon: must be >= 1 (got {c.kl_horizon})")
-    if c.kl_in == "reward" and c.beta == 0:
-        m.append("kl_in=reward needs beta > 0")
-    if c.kl_estimator == "k1" and c.kl_in == "loss" and c.beta > 0:
-        m.append("kl_estimator=k1 with the KL in the loss: the gradient of k1 = log π − log π_ref is 0 in expectation "
-                 "over the policy's own samples, so beta would hold nothing back; use k3 (or k2), or kl_in=reward")
-    if not 0 <= c.reinforce_baseline_decay < 1:
-        m.append(f"reinforce_baseline_decay: must be in [0, 1) (got {c.reinforce_baseline_decay})")
-    if c.reinforce_baseline_every < 1:
-        m.append(f"reinforce_baseline_every: must be >= 1 (got {c.reinforce_baseline_every})")
-    if c.advantage_clip is not None and c.advantage_clip != "tanh":
-        try:
-            if not float(c.advantage_clip) > 0:
-                raise ValueError
-        except ValueError:
-            m.append(f"advantage_clip: expected 'tanh' or a positive number (got {c.advantage_clip!r})")
-    if c.reward_clip is not None and not c.reward_clip > 0:
-        m.append(f"reward_clip: must be > 0 (got {c.reward_clip})")
-    if c.length_penalty < 0:
-        m.append(f"length_penalty: must be >= 0 (got {c.length_penalty})")
-    if c.reward_weights and len(c.reward_weights) != max(len(c.reward_funcs), 1):
-        m.append(f"reward_weights: {len(c.reward_weights)} weights for {len(c.reward_funcs)} reward functions")
-    if c.ppo_warmup_steps < 0:
-        m.append(f"ppo_warmup_steps: must be >= 0 (got {c.ppo_warmup_steps})")
-    elif c.ppo_warmup_steps and c.advantage == "gae":
-        m.append("ppo_warmup_steps: only with a group advantage to switch to (advantage is already gae)")
-    if c.advantage == "gae" or c.ppo_warmup_steps:
-        if not 0 <= c.gamma <= 1:
-            m.append(f"gamma: must be in [0, 1] (got {c.gamma})")
-        if not 0 <= c.lam <= 1:
-            m.append(f"lam: must be in [0, 1] (got {c.lam})")
-        if not c.vf_coef > 0:
-            m.append(f"vf_coef: must be > 0 (got {c.vf_coef})")
-        if not c.cliprange_value > 0:
-            m.append(f"cliprange_value: must be > 0 (got {c.cliprange_value})")
-        if c.dynamic_sampling:
-            m.append("dynamic_sampling needs a group advantage: GAE has no groups to drop")
-    if c.dynamic_sampling and c.group_by != "prompt":
-        m.append(f"dynamic_sampling needs group_by=prompt: it drops prompts whose completions all score the same, "
-                 f"while group_by={c.group_by} takes the baseline from other groups")
-    if c.dynamic_sampling_max_draws < 1:
-        m.append(f"dynamic_sampling_max_draws: must be >= 1 (got {c.dynamic_sampling_max_draws})")
-    if c.lora_r < 0:
-        m.append(f"lora_r: must be >= 0 (got {c.lora_r})")
-    elif c.lora_r == 0 and (c.lora_alpha is not None or c.lora_target_modules):
-        m.append("lora_alpha and lora_target_modules need lora_r > 0")
-    if c.lora_alpha is not None and not c.lora_alpha > 0:
-        m.append(f"lora_alpha: must be > 0 (got {c.lora_alpha})")
-    if not 0 <= c.lora_dropout < 1:
-        m.append(f"lora_dropout: must be in [0, 1) (got {c.lora_dropout})")
-    if c.sample_groups_to_log < 0:
-        m.append(f"sample_groups_to_log: must be >= 0 (got {c.sample_groups_to_log})")
-    if c.torch_threads < 1:
-        m.append(f"torch_threads: must be >= 1 (got {c.torch_threads})")
-    if c.run_name is not None and not c.run_name.strip():
-        m.append("run_name: must not be empty")
-    return m
+    messages = [f"{name}: {value!r} is not one of {', '.join(choices)}"
+                for name, choices in CHOICES.items()
+                for value in (getattr(c, name) if isinstance(getattr(c, name), list) else [getattr(c, name)])
+                if value not in choices]
+    messages += [f"{name}: must be {need} (got {getattr(c, name)})" for name, ok, need, applies in BOUNDS
+                 if (applies is None or applies(c)) and not ok(getattr(c, name))]
+    return messages + [message(c) for bad, message in CONFLICTS if bad(c)]
 
 
 def unknown_key_message(key: str) -> str:

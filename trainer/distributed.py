@@ -1,8 +1,8 @@
 """Several training processes (``accelerate launch``, ``torchrun``): who is who, and the few collectives.
 
 Each process samples and scores its own share of the prompts (whole groups); the rewards, lengths and other
-per-completion numbers are then gathered from every process BEFORE any group or batch statistic (seed 000
-§4.6 pitfall 4: per-process statistics are wrong as soon as a statistic spans processes), every process keeps
+per-completion numbers are then gathered from every process BEFORE any group or batch statistic (per-process
+statistics are wrong as soon as a statistic spans processes, as a group may), every process keeps
 its slice of the advantages, and DDP averages the gradients. Token-level metrics are reduced as (sum, count),
 never as a mean of per-process means. Only process 0 writes the run store, the checkpoints and the wandb mirror.
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 
-class LaunchError(RuntimeError):
-    """The processes are not what the launcher promised (a user error: one line, exit 2)."""
+class WorldSizeError(RuntimeError):
+    """The processes are not the ``WORLD_SIZE`` the launcher promised (a user error: one line, exit 2)."""
 
 
 @dataclass
@@ -87,12 +87,12 @@ def setup(cpu: bool = False) -> Dist:
     """The processes as the launcher set them up; refuses a world size that disagrees with ``WORLD_SIZE``.
 
     Some launch commands silently start one process, or several that each believe they are rank 0 of 1
-    (shared/STACK.md): both would train on the wrong batch and write the store twice.
+    (a known trap of some launch configurations): both would train on the wrong batch and write the store twice.
     """
     try:
         expected = int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
-        raise LaunchError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not a number") from None
+        raise WorldSizeError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not a number") from None
     if expected <= 1:
         return Dist()
     from accelerate import Accelerator
@@ -100,11 +100,11 @@ def setup(cpu: bool = False) -> Dist:
     try:
         accelerator = Accelerator(cpu=cpu or not torch.cuda.is_available())
     except (ValueError, RuntimeError) as e:  # WORLD_SIZE set by hand, with no launcher's rendezvous
-        raise LaunchError(f"WORLD_SIZE is {expected} but the processes cannot be set up: "
+        raise WorldSizeError(f"WORLD_SIZE is {expected} but the processes cannot be set up: "
                           f"{str(e).splitlines()[0]}") from None
     seen = accelerator.num_processes
     if seen != expected:
-        raise LaunchError(
+        raise WorldSizeError(
             f"WORLD_SIZE is {expected} but accelerate set up {seen} process(es) (distributed type "
             f"{accelerator.distributed_type}); on CPU launch with `ACCELERATE_USE_CPU=true accelerate launch "
             f"--multi_gpu --num_processes {expected} ...` or `torchrun --nproc_per_node {expected} ...`")

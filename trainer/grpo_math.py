@@ -1,16 +1,20 @@
 """The GRPO family's math as small pure tensor functions.
 
-Every function is stateless and framework-free (no model, no config object), so the training loop picks
-variants by name and the tests check each one against a float64 loop. Notation: N samples (completions),
-T completion tokens, V vocabulary, M the 0/1 loss mask, r the reward (advantages) or the ratio π_θ/π_old
-(surrogate). Sources: REFERENCE.md §1, research/trl.md §2–3 (TRL main), seed 000/001 where cited.
+Every function is stateless and framework-free (no model, no config object), and each family of variants is
+one name → function table (``ADVANTAGES``, ``SCALE_REWARDS``, ``GROUP_BY``, ``LOSS_TYPES``, ``KL_ESTIMATORS``)
+whose keys are the config's choices (``trainer.variant_names``); the training loop picks a row by name and
+tests/test_grpo_math.py checks every row against a float64 loop. The math of each row: docs/variants.md.
+Notation: N samples (completions), T completion tokens, V vocabulary, M the 0/1 loss mask, r the reward
+(advantages) or the ratio π_θ/π_old (surrogate).
 
-Rewards and advantages are computed in float32 at least (float64 stays float64): seed 001 §2.3.
+Rewards and advantages are computed in float32 at least (float64 stays float64): in bf16 a group of rewards
+near 1 loses the differences the advantage is made of.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -27,8 +31,8 @@ def prompt_group_ids(n_prompts: int, G: int, device: torch.device | str | None =
 def length_quantile_group_ids(lengths: torch.Tensor, n_bins: int = 4) -> torch.Tensor:
     """id_i = #{k : len_i > q_{k/n_bins}}, k = 1..n_bins−1 (q linear-interpolated length percentiles).
 
-    Seed 001 §2.1 "group by length percentile". Its `np.digitize(lengths, percentile([0,25,50,75,100]))` puts
-    the single longest sample in a bin of its own; here bin k holds q_{k/n} < len ≤ q_{(k+1)/n}, ids in
+    docs/variants.md#length_quantile. `np.digitize(lengths, percentile([0,25,50,75,100]))`, the usual recipe,
+    puts the single longest sample in a bin of its own; here bin k holds q_{k/n} < len ≤ q_{(k+1)/n}, ids in
     [0, n_bins). This is a batch-level baseline by length, not GRPO's per-prompt group.
     """
     x = lengths.double()  # (N,)
@@ -40,11 +44,11 @@ def length_quantile_group_ids(lengths: torch.Tensor, n_bins: int = 4) -> torch.T
 def reward_bucket_group_ids(rewards: torch.Tensor, prompt_ids: torch.Tensor, n_buckets: int = 4) -> torch.Tensor:
     """id_i = min(⌊(z_p + 2)/4 · n_buckets⌋, n_buckets−1) for i's prompt p, z = clip((m_p − mean m)/std m, −2, 2).
 
-    Seed 001 §2.1 "mixed-ability grouping by initial score": m_p is the prompt's mean reward (its difficulty for
+    docs/variants.md#reward_bucket, mixed-ability grouping: m_p is the prompt's mean reward (its difficulty for
     the policy now), z-scored over the batch's prompts (ddof=1; a prompt with no finite reward, or a zero std,
     gets z = 0) and cut into n_buckets equal-width buckets over [−2, 2]. A bucket holds whole prompt groups of
     similar difficulty whose completions still differ in reward; bucketing each completion by its own reward
-    (the seed's literal code) would put equal rewards together and leave every advantage 0 under a 0/1 reward.
+    would put equal rewards together and leave every advantage 0 under a 0/1 reward.
     """
     r = _as_float(rewards)  # (N,)
     inv, k = _dense(prompt_ids)
@@ -58,6 +62,15 @@ def reward_bucket_group_ids(rewards: torch.Tensor, prompt_ids: torch.Tensor, n_b
     return torch.floor((z + 2.0) / 4.0 * n_buckets).long().clamp(max=n_buckets - 1)[inv]  # (N,)
 
 
+#: config.group_by → (rewards (N,), lengths (N,), prompt_ids (N,)) → group ids (N,): whose rewards form the
+#: baseline of a completion's advantage. docs/variants.md#grouping
+GROUP_BY: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "prompt": lambda rewards, lengths, prompt_ids: prompt_ids,
+    "length_quantile": lambda rewards, lengths, prompt_ids: length_quantile_group_ids(lengths),
+    "reward_bucket": lambda rewards, lengths, prompt_ids: reward_bucket_group_ids(rewards, prompt_ids),
+}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # NaN-aware group reductions (index_add_ over dense group indices). Each returns one value per SAMPLE (N,),
 # the statistic of that sample's group, so that it broadcasts against the rewards.
@@ -67,6 +80,11 @@ def reward_bucket_group_ids(rewards: torch.Tensor, prompt_ids: torch.Tensor, n_b
 def _as_float(x: torch.Tensor) -> torch.Tensor:
     """float64 stays float64; everything else (bf16, fp16, ints) is computed in float32."""
     return x if x.dtype == torch.float64 else x.float()
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    """The ``reduce`` of one process: nothing to add up."""
+    return x
 
 
 def _dense(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -115,7 +133,7 @@ def _group_extreme(values: torch.Tensor, inv: torch.Tensor, k: int, reduce: str)
 
 
 def _nan_to_zero(x: torch.Tensor) -> torch.Tensor:
-    """A NaN advantage (NaN reward, all-NaN group) contributes nothing: TRL sets it to 0 (trl.md §3)."""
+    """A NaN advantage (NaN reward, all-NaN group) contributes nothing: 0, as TRL sets it."""
     return torch.where(torch.isnan(x), 0.0, x)
 
 
@@ -123,20 +141,25 @@ def _nan_to_zero(x: torch.Tensor) -> torch.Tensor:
 # Advantages
 # ---------------------------------------------------------------------------------------------------------
 
-SCALE_REWARDS = ("group", "batch", "none")
+#: config.scale_rewards → (rewards (N,), group_ids (N,)) → the std (N,) that divides the centred reward, or None
+#: for no division. The mean stays per group under every row (TRL). docs/variants.md#reward-scaling
+SCALE_REWARDS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor | None]] = {
+    "group": group_std,                                                         # each group's own std (ddof=1)
+    "batch": lambda rewards, group_ids: group_std(rewards, torch.zeros_like(group_ids)),  # one std, whole batch
+    "none": lambda rewards, group_ids: None,                                    # no division
+}
 
 
 def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, scale_rewards: str = "group",
                     eps: float = 1e-4) -> torch.Tensor:
-    """A = (r − mean_g) / (std + eps); std = group std (ddof=1), batch std, or none (no division)."""
+    """A = (r − mean_g) / (std + eps), std = SCALE_REWARDS[scale_rewards] (none: A = r − mean_g)."""
+    if scale_rewards not in SCALE_REWARDS:
+        raise ValueError(f"scale_rewards must be one of {tuple(SCALE_REWARDS)}, got {scale_rewards!r}")
     r = _as_float(rewards)  # (N,)
     adv = r - group_mean(r, group_ids)  # (N,)
-    if scale_rewards == "group":
-        adv = adv / (group_std(r, group_ids) + eps)
-    elif scale_rewards == "batch":  # the mean stays per group (TRL)
-        adv = adv / (group_std(r, torch.zeros_like(group_ids)) + eps)
-    elif scale_rewards != "none":
-        raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
+    std = SCALE_REWARDS[scale_rewards](r, group_ids)  # (N,) or None
+    if std is not None:
+        adv = adv / (std + eps)
     return _nan_to_zero(adv)  # (N,)
 
 
@@ -172,11 +195,15 @@ def advantage_bound(G: int) -> float:
     return (G - 1) / math.sqrt(G)
 
 
-def group_mean_abs_max(adv: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """max_g |mean_{i∈g} A_i| over the prompt groups: 0 by construction for grpo, dr_grpo and rloo.
+#: The ADVANTAGES rows whose advantages have mean 0 in every group by construction (see group_mean_abs_max).
+GROUP_CENTRED = ("grpo", "dr_grpo", "rloo")
 
-    painpoints row 28 "unit-test per-group mean(A) = 0": above ~1e-3 the baseline was not the prompt's group
-    (a group split across processes without a gather, mis-strided groups, or a batch baseline by config).
+
+def group_mean_abs_max(adv: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """max_g |mean_{i∈g} A_i| over the prompt groups: 0 by construction for the GROUP_CENTRED estimators.
+
+    Every group baseline centres its group, so above ~1e-3 the baseline was not the prompt's group (a group split
+    across processes without a gather, mis-strided groups, or a batch baseline by config).
     """
     return group_mean(_as_float(adv), group_ids).abs().max()  # () scalar
 
@@ -184,7 +211,7 @@ def group_mean_abs_max(adv: torch.Tensor, group_ids: torch.Tensor) -> torch.Tens
 def clip_advantages(adv: torch.Tensor, mode: str | float | None, scale: float = 1.0) -> torch.Tensor:
     """None → A; "tanh" → c·tanh(A/c), c = scale (≈ A when |A| ≪ c, |out| < c); number c → clamp(A, −c, c).
 
-    Seed 001 §3.1 "tanh-compress exploding advantages". scale=1 (default) is plain tanh. With
+    tanh compresses an exploding advantage smoothly instead of cutting it. scale=1 (default) is plain tanh. With
     scale = advantage_bound(G), small |A| is kept, A = bound/2 shrinks by 8%, and nothing exceeds the bound.
     """
     if mode is None:
@@ -212,7 +239,7 @@ def dynamic_sampling_mask(rewards: torch.Tensor, group_ids: torch.Tensor, atol: 
 
 def shape_rewards(rewards: torch.Tensor, lengths: torch.Tensor, length_penalty: float = 0.0,
                   reward_clip: float | None = None) -> torch.Tensor:
-    """r ← clamp(r − c·len, ±reward_clip) (seed 000 §4.2: c = 0.001; §4.6: clip to ±1); NaN stays NaN."""
+    """r ← clamp(r − c·len, ±reward_clip) (c = 0.001 and a ±1 clip are common starting values); NaN stays NaN."""
     r = _as_float(rewards)  # (N,)
     r = r - length_penalty * lengths.to(r.dtype)  # (N,)
     return r if reward_clip is None else r.clamp(-reward_clip, reward_clip)
@@ -241,7 +268,8 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.expm1(lr) - lr  # (N, T) expm1, not exp − 1: keeps k3 ≥ 0 in float32 for |lr| ≪ 1
 
 
-KL_ESTIMATORS = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+#: config.kl_estimator → (logp, ref_logp) → per-token KL (N, T). docs/variants.md#kl-estimators
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -268,47 +296,81 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
     return per_token_loss, low_clipped, high_clipped
 
 
-LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
+def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Σ x·M: masked positions are ignored even if NaN/inf."""
+    return torch.where(mask.bool(), x, 0.0).sum()
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Σ x·M / max(Σ M, 1): token-weighted; masked positions are ignored even if NaN/inf."""
-    m = mask.bool()
-    return torch.where(m, x, 0.0).sum() / m.sum().clamp(min=1)
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, reduce=_identity) -> torch.Tensor:
+    """reduce(Σ x·M) / max(reduce(Σ M), 1): token-weighted; masked positions are ignored even if NaN/inf.
+
+    reduce sums over processes (default: one process), so N processes give the mean of the gathered batch.
+    """
+    return reduce(masked_sum(x, mask)) / reduce(mask.bool().sum()).clamp(min=1)
+
+
+def masked_means(xs: Sequence[torch.Tensor], mask: torch.Tensor, reduce=_identity) -> torch.Tensor:
+    """(K,) masked_mean of each x over one mask, the K sums reduced together (one collective, not K)."""
+    sums = reduce(torch.stack([masked_sum(x, mask) for x in xs]))  # (K,)
+    return sums / reduce(mask.bool().sum()).clamp(min=1)
+
+
+# Loss aggregations: ℓM (N, T) is the per-token loss with masked positions already 0 (garbage cannot leak in),
+# m (N, T) the bool mask. docs/variants.md#loss-aggregation
+
+
+def sequence_mean_loss(lm: torch.Tensor, m: torch.Tensor, max_completion_length: int | None,
+                       n_loss_tokens: float | None) -> torch.Tensor:
+    """grpo: mean_i(Σ_t ℓM / |o_i|); |o_i| ≥ 1 guards empty rows (they add 0 but still count, as TRL)."""
+    return (lm.sum(-1) / m.sum(-1).clamp(min=1)).mean()
+
+
+def batch_token_mean_loss(lm: torch.Tensor, m: torch.Tensor, max_completion_length: int | None,
+                          n_loss_tokens: float | None) -> torch.Tensor:
+    """bnpo: Σ ℓM / Σ M over the batch given."""
+    return lm.sum() / m.sum().clamp(min=1)
+
+
+def global_token_mean_loss(lm: torch.Tensor, m: torch.Tensor, max_completion_length: int | None,
+                           n_loss_tokens: float | None) -> torch.Tensor:
+    """dapo: Σ ℓM / n_loss_tokens, the loss tokens of the whole generation batch (TRL's N_global / processes),
+    so that micro-batches and processes add up to one global token mean; without it, bnpo on the batch given."""
+    return lm.sum() / (n_loss_tokens if n_loss_tokens is not None else m.sum().clamp(min=1))
+
+
+def constant_length_loss(lm: torch.Tensor, m: torch.Tensor, max_completion_length: int | None,
+                         n_loss_tokens: float | None) -> torch.Tensor:
+    """dr_grpo: Σ ℓM / (N·max_completion_length), a constant normaliser whatever the lengths."""
+    if max_completion_length is None:
+        raise ValueError("loss_type 'dr_grpo' needs max_completion_length")
+    return lm.sum() / (lm.shape[0] * max_completion_length)
+
+
+#: config.loss_type → (ℓM, M, max_completion_length, n_loss_tokens) → the scalar loss.
+LOSS_TYPES: dict[str, Callable[..., torch.Tensor]] = {
+    "grpo": sequence_mean_loss,
+    "bnpo": batch_token_mean_loss,
+    "dapo": global_token_mean_loss,
+    "dr_grpo": constant_length_loss,
+}
 
 
 def aggregate_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, loss_type: str,
                    max_completion_length: int | None = None, n_loss_tokens: float | None = None) -> torch.Tensor:
-    """grpo: mean_i(Σ_t ℓM / |o_i|); bnpo/dapo: Σ ℓM / Σ M; dr_grpo: Σ ℓM / (N·max_completion_length).
-
-    research/trl.md §2. grpo guards empty rows with |o_i| ≥ 1 (they add 0 but still count in the mean, as TRL).
-    dapo: pass n_loss_tokens = loss tokens of the whole generation batch (TRL's N_global) so micro-batches
-    add up to one global token mean; without it dapo equals bnpo on the batch given.
-    """
+    """The per-token loss (N, T) reduced to a scalar by the LOSS_TYPES row ``loss_type``."""
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {tuple(LOSS_TYPES)}, got {loss_type!r}")
     m = mask.bool()  # (N, T)
-    lm = torch.where(m, per_token_loss, 0.0)  # (N, T) ℓ·M, masked garbage cannot leak in
-    if loss_type == "grpo":
-        return (lm.sum(-1) / m.sum(-1).clamp(min=1)).mean()
-    if loss_type in ("bnpo", "dapo"):
-        denom = n_loss_tokens if (loss_type == "dapo" and n_loss_tokens is not None) else m.sum().clamp(min=1)
-        return lm.sum() / denom
-    if loss_type == "dr_grpo":
-        if max_completion_length is None:
-            raise ValueError("loss_type 'dr_grpo' needs max_completion_length")
-        return lm.sum() / (lm.shape[0] * max_completion_length)
-    raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    lm = torch.where(m, per_token_loss, 0.0)  # (N, T) ℓ·M
+    return LOSS_TYPES[loss_type](lm, m, max_completion_length, n_loss_tokens)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# PPO with a value head: GAE, the critic loss and its diagnostics (seed 000 §2.2; TRL's PPOTrainer).
+# PPO with a value head: GAE, the critic loss and its diagnostics (docs/variants.md#gae; TRL's PPOTrainer).
 # Token t of a completion is the action; V_t is the value of the state before it. Reductions that span the
 # batch take ``reduce`` (a sum over processes; identity in one process) so that N processes give the same
 # numbers as one process on the gathered batch.
 # ---------------------------------------------------------------------------------------------------------
-
-
-def _identity(x: torch.Tensor) -> torch.Tensor:
-    return x
 
 
 def token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -335,7 +397,13 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tens
         next_adv = (delta + gamma * lam * next_adv) * m[:, t]  # (N,) a masked step passes nothing back
         next_value = v[:, t]
         adv[:, t] = next_adv
-    return adv, (adv + v) * m
+    return adv, value_targets(adv, values, mask)
+
+
+def value_targets(adv: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """R_t = A_t + V_t on the masked tokens, 0 elsewhere: (N, T), the critic's targets."""
+    m = mask.to(values.dtype)  # (N, T)
+    return (adv + values * m) * m
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
@@ -345,7 +413,7 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
     return 0.5 * torch.max((values - returns) ** 2, (v_clipped - returns) ** 2)  # (N, T)
 
 
-def _masked_mean_var(x: torch.Tensor, mask: torch.Tensor, reduce) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_mean_var(x: torch.Tensor, mask: torch.Tensor, reduce=_identity) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean, unbiased variance) of x over the masked entries of the whole (reduced) batch; two passes."""
     m = mask.to(x.dtype)
     n = reduce(m.sum())
@@ -356,16 +424,46 @@ def _masked_mean_var(x: torch.Tensor, mask: torch.Tensor, reduce) -> tuple[torch
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, reduce=_identity, eps: float = 1e-8) -> torch.Tensor:
     """(x − mean_M) / sqrt(var_M + eps) on the masked entries, 0 elsewhere (TRL's PPO whitens advantages)."""
-    mean, var = _masked_mean_var(x, mask, reduce)
+    mean, var = masked_mean_var(x, mask, reduce)
     return (x - mean) * torch.rsqrt(var + eps) * mask.to(x.dtype)  # (N, T)
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
                        reduce=_identity) -> torch.Tensor:
     """EV = 1 − Var_M(R − V) / Var_M(R): 1 = perfect critic, 0 = no better than a constant, < 0 worse."""
-    _, var_err = _masked_mean_var(returns - values, mask, reduce)
-    _, var_r = _masked_mean_var(returns, mask, reduce)
+    _, var_err = masked_mean_var(returns - values, mask, reduce)
+    _, var_r = masked_mean_var(returns, mask, reduce)
     return 1.0 - var_err / var_r  # () NaN when the returns do not vary
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The advantage estimators, one signature: (rewards, group_ids, ctx) → advantages.
+# docs/variants.md#advantage-estimators
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdvantageContext:
+    """What an estimator may need besides (rewards, group_ids); each row reads only its own fields."""
+
+    scale_rewards: str = "group"         # grpo: the SCALE_REWARDS row
+    baseline: float = 0.0                # reinforce: the scalar baseline b
+    values: torch.Tensor | None = None   # gae: the rollout's V_t, (N, T)
+    mask: torch.Tensor | None = None     # gae: the tokens that carry a reward and a value, (N, T)
+    gamma: float = 1.0                   # gae: discount
+    lam: float = 0.95                    # gae: λ
+
+
+#: config.advantage → (rewards, group_ids, ctx) → advantages. The group rows take one score per completion (N,)
+#: and return (N,); gae takes token rewards (N, T) (group_ids unused) and returns raw GAE advantages (N, T),
+#: before whitening (value_targets turns them into the critic's targets).
+ADVANTAGES: dict[str, Callable[[torch.Tensor, torch.Tensor, AdvantageContext], torch.Tensor]] = {
+    "grpo": lambda rewards, group_ids, ctx: grpo_advantages(rewards, group_ids, ctx.scale_rewards),
+    "dr_grpo": lambda rewards, group_ids, ctx: dr_grpo_advantages(rewards, group_ids),
+    "rloo": lambda rewards, group_ids, ctx: rloo_advantages(rewards, group_ids),
+    "reinforce": lambda rewards, group_ids, ctx: reinforce_advantages(rewards, ctx.baseline),
+    "gae": lambda rewards, group_ids, ctx: gae_advantages(rewards, ctx.values, ctx.mask, ctx.gamma, ctx.lam)[0],
+}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -380,99 +478,8 @@ def adaptive_kl_beta(beta: float, kl: float, target: float, horizon: float, n_st
 
 
 def linear_schedule(start: float, end: float, step: int, total_steps: int) -> float:
-    """v = start + (end − start)·min(step/total_steps, 1); end from total_steps on (seed 001 §3.1: ε 0.3→0.1)."""
+    """v = start + (end − start)·min(step/total_steps, 1); end from total_steps on (e.g. ε 0.3 → 0.1)."""
     if total_steps <= 0:
         return float(end)
     frac = min(max(step / total_steps, 0.0), 1.0)
     return start + (end - start) * frac
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Token-level quantities from logits. Both take logits ALREADY divided by the sampling temperature
-# (TRL: log-probs and entropy use logits / temperature), and go a chunk of rows at a time so that the peak
-# extra memory is about CHUNK_ELEMENTS floats instead of a full (N, T, V) log_softmax, without a Python loop
-# per row on small batches. bf16/fp16 chunks are upcast to float32.
-# ---------------------------------------------------------------------------------------------------------
-
-CHUNK_ELEMENTS = 1 << 24  # 64 MB of float32 per chunk
-
-
-def _row_chunks(logits: torch.Tensor) -> int:
-    """Rows per chunk: as many (T, V) rows as fit in CHUNK_ELEMENTS (at least one)."""
-    per_row = max(logits[0].numel(), 1) if logits.shape[0] else 1
-    return max(CHUNK_ELEMENTS // per_row, 1)
-
-
-def selective_log_softmax(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """log π(y_t) = z_t[y_t] − logsumexp(z_t): (N, T, V) logits, (N, T) ids → (N, T) log-probs."""
-    rows = _row_chunks(logits)
-    out = []
-    for z, y in zip(logits.split(rows), ids.split(rows)):  # (n, T, V), (n, T)
-        z = _as_float(z)
-        chosen = z.gather(-1, y.unsqueeze(-1)).squeeze(-1)  # (n, T)
-        out.append(chosen - torch.logsumexp(z, dim=-1))  # (n, T)
-    return torch.cat(out) if out else logits.new_zeros(ids.shape, dtype=torch.float32)  # (N, T)
-
-
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """H_t = −Σ_v p_v log p_v over the full vocabulary, p = softmax(z_t); (N, T, V) → (N, T)."""
-    out = []
-    for z in logits.split(_row_chunks(logits)):  # (n, T, V)
-        logp = torch.log_softmax(_as_float(z), dim=-1)  # (n, T, V)
-        p = logp.exp()
-        out.append(-(p * torch.where(p > 0, logp, 0.0)).sum(-1))  # (n, T) 0·log 0 = 0 for −inf logits
-    return torch.cat(out) if out else logits.new_zeros(logits.shape[:-1], dtype=torch.float32)  # (N, T)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Completion bookkeeping
-# ---------------------------------------------------------------------------------------------------------
-
-
-def completion_mask(completion_ids: torch.Tensor,
-                    eos_token_id: int | Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """M_{i,t} = [t ≤ first EOS position of row i]; truncated_i = no EOS in row i (then M_i ≡ 1).
-
-    Built from the EOS *position*, never from `ids != pad` (painpoints row 14): with pad == eos such a mask
-    drops the EOS token itself; with post-EOS slots filled with EOS (pad ≠ eos) it makes every length T.
-    eos_token_id may be a list (models with several stop tokens).
-    """
-    ids = completion_ids  # (N, T)
-    eos = torch.as_tensor(eos_token_id, dtype=ids.dtype, device=ids.device).reshape(-1)  # (E,)
-    is_eos = torch.isin(ids, eos)  # (N, T)
-    has_eos = is_eos.any(-1)  # (N,)
-    T = ids.shape[-1]
-    first_eos = torch.where(has_eos, is_eos.int().argmax(-1), T)  # (N,) argmax returns the first max
-    positions = torch.arange(T, device=ids.device).unsqueeze(0)  # (1, T)
-    mask = (positions <= first_eos.unsqueeze(-1)).long()  # (N, T)
-    return mask, ~has_eos
-
-
-def repetition_sum_count(token_ids: torch.Tensor | Sequence[Sequence[int]], mask: torch.Tensor | None = None,
-                         n: int = 3) -> tuple[float, int]:
-    """(Σ over completions with ≥ n tokens of #{n-grams equal to an earlier n-gram} / #n-grams, how many).
-
-    Only masked-in tokens count (mask None = all). A (sum, count) pair so processes can add theirs up.
-    Pure Python over lists: N·T is small next to a forward pass.
-    """
-    ids = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else [list(r) for r in token_ids]
-    keep = [[True] * len(r) for r in ids] if mask is None else mask.bool().tolist()
-    total, count = 0.0, 0
-    for row, row_keep in zip(ids, keep):
-        toks = [t for t, k in zip(row, row_keep) if k]
-        grams = [tuple(toks[j:j + n]) for j in range(len(toks) - n + 1)]
-        if not grams:
-            continue
-        total += 1.0 - len(set(grams)) / len(grams)  # repeats = total − distinct
-        count += 1
-    return total, count
-
-
-def repetition_rate(token_ids: torch.Tensor | Sequence[Sequence[int]], mask: torch.Tensor | None = None,
-                    n: int = 3) -> float:
-    """mean over completions with ≥ n tokens of #{n-grams equal to an earlier n-gram of it} / #n-grams.
-
-    NaN when no completion has n tokens (nothing to measure).
-    """
-    total, count = repetition_sum_count(token_ids, mask, n)
-    return total / count if count else math.nan

@@ -1,7 +1,7 @@
 """LoRA through peft (the optional ``lora`` extra): wrap the policy, and take the reference from it.
 
-The reference of a LoRA run is the same base model with the adapter switched off (seed 000 §4.3 says to give
-the reference "the same LoRA": wrong, its KL would then measure nothing): one copy of the base weights in
+The reference of a LoRA run is the same base model with the adapter switched off (giving the reference "the
+same LoRA", as some guides say, is wrong: its KL would then measure nothing): one copy of the base weights in
 memory, and KL measured against the model the run started from. Checkpoints hold only the adapter.
 """
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from trainer import grpo_math as gm
+from trainer import tokens
 
 
 def cache_kwarg(lm: nn.Module) -> str:
@@ -100,9 +100,9 @@ class PolicyModel(nn.Module):
         entropy = None
         if with_entropy:
             with torch.no_grad():  # a metric: no gradient, no autograd bookkeeping
-                entropy = gm.token_entropy(logits)
+                entropy = tokens.token_entropy(logits)
         return TokenOutputs(
-            logp=gm.selective_log_softmax(logits, completion_ids),
+            logp=tokens.selective_log_softmax(logits, completion_ids),
             entropy=entropy,
             values=self.value_head(hidden).float() if with_values else None,
         )

@@ -2,7 +2,7 @@
 
 A reward function has TRL's signature ``f(prompts, completions, **columns) -> list[float | None]``;
 None or NaN means "no score" for that sample. The total is the weighted sum over functions that
-scored (``nansum``); a sample no function scored gets NaN (research/trl.md §3).
+scored (``nansum``); a sample no function scored gets NaN, as in TRL.
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ from diagnostics.fs import UNSAFE_ENV
 from diagnostics.store import Lease, LeaseHeld, LeaseLost, RunStore, StoreError, default_db_path
 from trainer.checkpoint import CheckpointError, load_state
 from trainer.config import FIELDS, ConfigError, GRPOConfig, overrides_to_argv, parse_config
-from trainer.distributed import LaunchError, setup
+from trainer.distributed import WorldSizeError, setup
 
-USER_ERRORS = (ConfigError, StoreError, CheckpointError, LaunchError)
+USER_ERRORS = (ConfigError, StoreError, CheckpointError, WorldSizeError)
 
 
 def launch_parser() -> argparse.ArgumentParser:
@@ -91,7 +91,7 @@ def _db_from(argv: list[str]) -> str:
 
 def prepare(argv: list[str]):
     """Parse the command line and create or attach the run: returns (config, Session)."""
-    from trainer.train import Session
+    from trainer.record import Session
 
     launch, rest = launch_parser().parse_known_args(argv)
     if launch.resume_from and launch.restart_from:
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         dist = setup(cpu=_wants_cpu(argv))
-    except LaunchError as e:
+    except WorldSizeError as e:
         return _report(e)
     from trainer.train import Session, train
 

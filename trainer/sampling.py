@@ -1,4 +1,5 @@
-"""Sampling G completions per prompt with a KV cache: the lean generation loop of the trainer.
+"""Sampling G completions per prompt with a KV cache: the lean generation loop of the trainer, and the
+``Rollout`` it makes (the completions, their mask and their text).
 
 Against ``model.generate(num_return_sequences=G)`` it does the same sampling (temperature, then nucleus
 ``top_p``, then a multinomial draw) with less work: each prompt is prefilled once and its cache repeated G
@@ -9,11 +10,59 @@ tests/test_sampling.py checks it against ``generate`` token for token where samp
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from trainer.config import GRPOConfig
 from trainer.policy import cache_kwarg, output_cache, positions, run_prompts
+from trainer.tokens import completion_mask
+
+
+@dataclass
+class Rollout:
+    prompt_ids: torch.Tensor       # (n_p, P) prompts, left-padded
+    prompt_mask: torch.Tensor      # (n_p, P) 0 on padding
+    completion_ids: torch.Tensor   # (N, T) N = n_p·G, prompt-major
+    completion_mask: torch.Tensor  # (N, T) 1 up to and including the first EOS (float)
+    truncated: torch.Tensor        # (N,) no EOS within max_completion_length
+    prompt_tokens: int             # attended prompt tokens, counted once per completion
+    prompts: list[str]             # (N,) prompt text per completion
+    completions: list[str]         # (N,) decoded completion, without EOS/pad
+    G: int
+
+    def model_inputs(self) -> tuple:
+        """What ``PolicyModel.forward`` takes first."""
+        return self.prompt_ids, self.prompt_mask, self.completion_ids, self.completion_mask, self.G
+
+
+def eos_token_ids(lm, tokenizer) -> list[int]:
+    """The tokenizer's EOS and the generation config's (models such as Llama 3 stop on several)."""
+    ids = {tokenizer.eos_token_id}
+    extra = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
+    ids.update(extra if isinstance(extra, (list, tuple)) else [extra])
+    return sorted(i for i in ids if i is not None)
+
+
+@torch.no_grad()
+def rollout(lm, tokenizer, rows: list[dict], config: GRPOConfig, max_new_tokens: int, device) -> Rollout:
+    """Sample G completions for each prompt (prompt-major order) and decode them."""
+    G = config.num_generations
+    enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True)
+    prompt_tokens = enc["attention_mask"].sum()  # counted on the host: no device sync
+    enc = enc.to(device)
+    eos = eos_token_ids(lm, tokenizer)
+    completion_ids = generate(lm, enc["input_ids"], enc["attention_mask"], G, max_new_tokens,
+                              config.temperature, config.top_p, eos, tokenizer.pad_token_id)  # (N, T)
+    mask, truncated = completion_mask(completion_ids, eos)
+    rows_ids = [ids[:n] for ids, n in zip(completion_ids.tolist(), mask.sum(1).tolist())]
+    return Rollout(
+        prompt_ids=enc["input_ids"], prompt_mask=enc["attention_mask"], completion_ids=completion_ids,
+        completion_mask=mask.float(), truncated=truncated, prompt_tokens=int(prompt_tokens) * G,
+        prompts=[r["prompt"] for r in rows for _ in range(G)],
+        completions=tokenizer.batch_decode(rows_ids, skip_special_tokens=True), G=G,
+    )
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -1,5 +1,6 @@
-"""Labelled symptom reproductions on the embedded tiny model: one row of REFERENCE §3's troubleshooting
-table per scenario, with the trainer options that make it appear and the diagnoser rule that must find it.
+"""Labelled symptom reproductions on the embedded tiny model: one row of the troubleshooting table
+(docs/troubleshooting.md) per scenario, with the trainer options that make it appear and the diagnoser rule
+that must find it.
 
 ``benchmarks/eval_diagnoser.py`` trains each one and scores the rules on it; a teaching page can replay
 recorded runs of the same table. Every option is a ``grpo-doctor train`` flag (``trainer/config.py``);
@@ -19,26 +20,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diagnostics.judge import Margin
+from diagnostics.repetition import repeated_share
 
 COMMON = ("--per_device_train_batch_size", "64", "--save_steps", "0")
 
 
 def repeats(prompts, completions, **_) -> list[float]:
-    """A reward that pays for repetitive text: 1 − distinct/total character 3-grams (0 under 3 characters).
+    """A reward that pays for repetitive text: the completion's repetition (``diagnostics.repetition``: the
+    share of 3-grams repeating an earlier one) over its characters, spaces included; 0 under 3 characters.
 
     The tiny adder's answers are 1–3 digits, too short to repeat themselves; this reward stands for a
-    reward model that favours templated, padded text (painpoints row 23)."""
-    scores = []
-    for text in completions:
-        grams = [text[i:i + 3] for i in range(len(text) - 2)]
-        scores.append(1.0 - len(set(grams)) / len(grams) if grams else 0.0)
-    return scores
+    reward model that favours templated, padded text."""
+    return [repeated_share(text) or 0.0 for text in completions]
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    row: str                    # the troubleshooting row (REFERENCE §3) or painpoints row it reproduces
+    row: str                    # the troubleshooting row (docs/troubleshooting.md) it reproduces
     options: tuple[str, ...]    # grpo-doctor train flags, on top of COMMON
     max_steps: int
     seed: int = 0
@@ -108,7 +107,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              onset_by=10, why="batch-std scaling of a reward that is 1.0 for nearly all: one odd sample gets |A| ≈ 7",
              # never above the group bound (G−1)/√G for G = 8 (float rounding allowed)
              fixed_when=(Margin("advantage/abs_max", "lower", "limit", 7 / 8 ** 0.5 * (1 + 1e-6), stat="max"),)),
-    Scenario("truncation", "truncation zeroes the reward (painpoints row 3)",
+    Scenario("truncation", "truncation zeroes the reward",
              ("--max_completion_length", "2", "--reward_funcs", "correctness"), 30, rule="truncation", onset_by=5,
              why="a 2-token cap on answers of 2–4 tokens (digits and EOS): 99% of the completions are cut before "
                  "their EOS and three-digit sums can never be right (mean reward 0.15, against 0.29 with a cap of 4)",

@@ -4,7 +4,7 @@ Everything is built locally (no hub access). The tokenizer maps every character
 to one token (WordLevel vocab + empty-regex Split + Fuse decoder) and pads on the
 left, as generation needs. The model is a small ``LlamaConfig`` causal LM; Llama
 (not Qwen2) so that ``AutoTokenizer`` returns a plain ``PreTrainedTokenizerFast``
-that keeps spaces (see shared/STACK.md).
+that keeps spaces.
 
 Loading a saved folder (what the trainer should do)::
 

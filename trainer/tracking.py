@@ -3,7 +3,7 @@ truth, and every step's metrics also go to wandb under the same names (no ``trai
 
 Off by default. When on, the mode is always set explicitly (``--wandb_mode``, default ``offline``: files under
 OUTPUT_DIR/wandb, no network and no API key; ``wandb sync`` uploads them later): a wandb run with no mode and no
-key would stop at start-up (shared/STACK.md). A resumed run continues the same wandb run (its id is kept in
+key would stop at start-up. A resumed run continues the same wandb run (its id is kept in
 the checkpoint's trainer state).
 """
 

@@ -27,11 +27,11 @@ def follow() -> None:
 def others() -> None:
     if not st.toggle("Show the other metrics", key="run.others", help="those the docs give no health range for"):
         return
-    view = run_view.load(run_id, diagnose=False)
-    if view is None:
+    tick = run_view.load(run_id, with_findings=False)
+    if tick is None:
         return
-    rest = [n for n in view.names() if n not in run_view.health_metrics(view.names(), view.config())]
-    run_view.charts(view, rest, smoothing, key="run.other")
+    rest = [n for n in tick.names() if n not in run_view.health_metrics(tick.names(), tick.config())]
+    run_view.charts(tick, rest, smoothing, key="run.other")
 
 
 follow()

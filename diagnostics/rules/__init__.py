@@ -1,14 +1,16 @@
-"""The diagnoser's rules, in the order findings are listed: problems first, expected-behaviour notes last.
+"""The diagnoser's rules. ``RULES`` is the order the engine runs them in, and the order of the "not checked" list;
+findings are listed by severity, then onset, then rule id (``engine.Diagnoser.findings``), whatever this order.
 
 Each rule is a ``Rule`` (``diagnostics.rules.base``): a stable id, the symptom, the metrics it needs,
-a detector over the run's series, and an explanation with evidence, ranked causes and fixes.
+a detector over the run's series, an explanation with evidence, ranked causes and fixes, and links into the
+docs (``docs/troubleshooting.md``, ``docs/field-reports.md``).
 """
 
-from diagnostics.rules import expected, kl, length, optim, policy, reward
+from diagnostics.rules import expected, groups, kl, length, optim, policy, reward
 from diagnostics.rules.base import Rule
 
-RULES: tuple[Rule, ...] = (*optim.RULES[:1], *reward.RULES, *kl.RULES, *length.RULES, *optim.RULES[1:],
-                           *policy.RULES, *expected.RULES)
+RULES: tuple[Rule, ...] = (optim.NONFINITE, *reward.RULES, *groups.RULES, *kl.RULES, *length.RULES,
+                           *(r for r in optim.RULES if r is not optim.NONFINITE), *policy.RULES, *expected.RULES)
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 
 __all__ = ["RULES", "BY_ID", "Rule"]

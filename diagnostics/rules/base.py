@@ -17,11 +17,9 @@ import numpy as np
 
 from diagnostics import signals
 from diagnostics.findings import Evidence, Fix
-from diagnostics.view import DERIVED_FROM, MIN_WINDOW_ROWS, RunView
+from diagnostics.series import DERIVED_FROM, MIN_WINDOW_ROWS, RunSeries
 
-W = 10            # optimizer steps in a window (RunView.rows turns steps into logged rows)
-REF_TABLE = "REFERENCE §3"
-PAINPOINTS = "painpoints row"
+W = 10            # optimizer steps in a window (RunSeries.rows turns steps into logged rows)
 
 
 @dataclass(frozen=True)
@@ -39,8 +37,28 @@ class Explanation:
     fixes: list[Fix] = field(default_factory=list)
 
 
-Detector = Callable[[RunView, "int | None"], "tuple[np.ndarray, np.ndarray]"]
-Explainer = Callable[[RunView, Episode], Explanation]
+@dataclass(frozen=True)
+class Skip:
+    """Why a rule did not run on a run. ``missing_input``: something it reads was never logged or recorded, so the
+    run is *not checked* for the symptom (it may have it); otherwise the rule does not apply to this run's config."""
+
+    reason: str
+    missing_input: bool
+
+
+def needs(what: str) -> Skip:
+    """Not checked: ``needs kl``."""
+    return Skip("needs " + what, missing_input=True)
+
+
+def not_applicable(why: str) -> Skip:
+    """The rule does not apply here: ``beta = 0: no KL term``."""
+    return Skip(why, missing_input=False)
+
+
+Detector = Callable[[RunSeries, "int | None"], "tuple[np.ndarray, np.ndarray]"]
+Explainer = Callable[[RunSeries, Episode], Explanation]
+Gate = Callable[[RunSeries], "Skip | None"]
 
 
 @dataclass(frozen=True)
@@ -50,41 +68,45 @@ class Rule:
     requires: tuple                    # each entry a metric name, or a tuple of alternatives
     detect: Detector
     explain: Explainer
-    references: tuple[str, ...]
-    read: str                          # how to read it (README's Diagnoser section)
-    gate: Callable[[RunView], str | None] | None = None  # why the rule does not apply to this run
+    references: tuple[str, ...]        # links into the docs: "docs/troubleshooting.md#kl-blow-up"
+    read: str                          # how to read it, in a sentence or three
+    gate: Gate | None = None           # why the rule cannot run on this run (None: it can)
     open_after: int = 1                # consecutive logged rows the symptom must hold to open a finding
     clear_after: int = W               # steps without it (their rows in a row) to resolve the finding
     expected: bool = False             # a false alarm explained: never resolves, never a warning
     # The config keys the verdict rests on: when one of them is only a framework default (not recorded, not read
     # off the metrics), the finding is downgraded to info with "verify: ..." (a warning never rests on an assumption).
-    rests_on: Callable[[RunView], tuple[str, ...]] | None = None
+    rests_on: Callable[[RunSeries], tuple[str, ...]] | None = None
     # Findings this symptom is a consequence of (root cause first): when one of them is open at warning or above from
     # an earlier or the same step, this finding is listed under it as a consequence (info), not as an equal problem.
     follows_from: tuple[str, ...] = ()
 
-    def missing(self, view: RunView) -> str | None:
+    def missing(self, view: RunSeries) -> Skip | None:
         """``needs kl`` / ``needs frac_reward_zero_std or advantage/std`` when an input was never logged."""
         for need in self.requires:
             options = (need,) if isinstance(need, str) else need
             if not any(view.has(name) for name in options):
-                return "needs " + " or ".join(DERIVED_FROM.get(name, name) for name in options)
+                return needs(" or ".join(DERIVED_FROM.get(name, name) for name in options))
         return None
+
+    def skip(self, view: RunSeries) -> Skip | None:
+        """Why the rule cannot run on this run yet: a missing input first, then its gate; None when it can."""
+        return self.missing(view) or (self.gate(view) if self.gate else None)
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def rows(view: RunView, name: str, since: int | None) -> tuple[int, np.ndarray, np.ndarray]:
+def rows(view: RunSeries, name: str, since: int | None) -> tuple[int, np.ndarray, np.ndarray]:
     """(lo, steps after ``since``, all finite values) of a metric."""
     steps, values = view.finite(name)
     lo = view.first_row_after(name, since)
     return lo, steps[lo:], values
 
 
-def first_present(view: RunView, *names: str) -> str | None:
+def first_present(view: RunSeries, *names: str) -> str | None:
     return next((n for n in names if view.has(n)), None)
 
 
-def level(view: RunView, name: str, since: int | None, test: Callable[[np.ndarray], np.ndarray],
+def level(view: RunSeries, name: str, since: int | None, test: Callable[[np.ndarray], np.ndarray],
           min_periods: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """A level rule: ``test`` on the W-step rolling median (NaN-safe: no verdict before min_periods rows)."""
     lo, steps, _ = rows(view, name, since)
@@ -93,7 +115,7 @@ def level(view: RunView, name: str, since: int | None, test: Callable[[np.ndarra
         return steps, np.asarray(test(med), dtype=bool) & ~np.isnan(med)
 
 
-def medians(view: RunView, name: str, since: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def medians(view: RunSeries, name: str, since: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(steps after ``since``, their row numbers in the metric's series, the W-step rolling median there)."""
     lo, steps, _ = rows(view, name, since)
     return steps, row_index(lo, len(steps)), view.roll(name, W, "median", lo)
@@ -103,7 +125,7 @@ def row_index(lo: int, n_new: int) -> np.ndarray:
     return np.arange(lo, lo + n_new)
 
 
-def median_noise(view: RunView, name: str, w: int = W) -> float:
+def median_noise(view: RunSeries, name: str, w: int = W) -> float:
     """σ of a w-step rolling median of the metric (a window of at least MIN_WINDOW_ROWS rows), from the noise of its
     first 3w steps' rows, and never fewer than 10 of them (0 while there are fewer than 3)."""
     n = max(view.rows(w, name), MIN_WINDOW_ROWS)
@@ -111,13 +133,13 @@ def median_noise(view: RunView, name: str, w: int = W) -> float:
     return 1.25 * signals.robust_sigma(values) / math.sqrt(n)
 
 
-def start_window(view: RunView, name: str, w: int = W) -> int:
+def start_window(view: RunSeries, name: str, w: int = W) -> int:
     """Steps of a starting window that holds at least MIN_WINDOW_ROWS rows: a level to compare a trend against
     (a single first row of a sparse log is too noisy for that; a collapse is judged against ``rows(W)`` rows)."""
     return max(w, MIN_WINDOW_ROWS * view.interval_of(name))
 
 
-def correlation_upto(view: RunView, x_name: str, y_name: str, upto: int) -> float:
+def correlation_upto(view: RunSeries, x_name: str, y_name: str, upto: int) -> float:
     """Pearson correlation, step by step up to ``upto``, of ``x_name``'s finite values with ``y_name``'s value
     as of the same steps (rows where it has none yet are left out); 0 when either is constant.
 
@@ -150,11 +172,11 @@ def correlation_upto(view: RunView, x_name: str, y_name: str, upto: int) -> floa
     return float(np.clip((sxy - sx * sy / count) / math.sqrt(vx * vy), -1.0, 1.0))
 
 
-def at(view: RunView, name: str, step: int, note: str = "") -> Evidence:
+def at(view: RunSeries, name: str, step: int, note: str = "") -> Evidence:
     return Evidence(step=int(step), metric=name, value=view.value_at(name, step), note=note)
 
 
-def smoothed(view: RunView, name: str, step: int, w: int = W) -> float:
+def smoothed(view: RunSeries, name: str, step: int, w: int = W) -> float:
     """Median of the metric's finite values over the last w steps at or before ``step`` (``rows(w)`` rows)."""
     steps, values = view.finite(name)
     i = int(np.searchsorted(steps, step, side="right"))
@@ -162,11 +184,11 @@ def smoothed(view: RunView, name: str, step: int, w: int = W) -> float:
     return float(np.median(window)) if len(window) else math.nan
 
 
-def smoothed_evidence(view: RunView, name: str, step: int, note: str, w: int = W) -> Evidence:
+def smoothed_evidence(view: RunSeries, name: str, step: int, note: str, w: int = W) -> Evidence:
     return Evidence(step=int(step), metric=name, value=smoothed(view, name, step, w), note=note)
 
 
-def reward_fell(view: RunView, ep: Episode, why: str) -> Evidence | None:
+def reward_fell(view: RunSeries, ep: Episode, why: str) -> Evidence | None:
     """Evidence that the reward's 10-step median fell by more than 10% over the episode, or None."""
     if not view.has("reward"):
         return None
@@ -176,7 +198,7 @@ def reward_fell(view: RunView, ep: Episode, why: str) -> Evidence | None:
     return None
 
 
-def start_step(view: RunView, name: str) -> int:
+def start_step(view: RunSeries, name: str) -> int:
     steps = view.finite(name)[0]
     return int(steps[0]) if len(steps) else 0
 

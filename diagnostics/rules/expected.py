@@ -1,4 +1,4 @@
-"""False alarms explained, never raised (painpoints.md part B): metric shapes that look wrong but are
+"""False alarms explained, never raised (docs/field-reports.md#false-alarms): metric shapes that look wrong but are
 expected, each an ``expected`` note a user can read. A note never resolves and never counts as a
 warning, in the CLI's exit code or anywhere else."""
 
@@ -10,16 +10,18 @@ import numpy as np
 
 from diagnostics import signals
 from diagnostics.frameworks import framework
-from diagnostics.rules.base import Episode, Explanation, Rule, W, at, level, median_noise, row_index, rows
+from diagnostics.rules.base import (
+    Episode, Explanation, Rule, Skip, W, at, level, median_noise, not_applicable, row_index, rows
+)
 from diagnostics.rules.policy import CLIP
-from diagnostics.view import RunView
+from diagnostics.series import RunSeries
 
 
-def note(id: str, title: str, requires: tuple, detect, why: Callable[[RunView], str] | str, metric: str,
+def note(id: str, title: str, requires: tuple, detect, why: Callable[[RunSeries], str] | str, metric: str,
          reference: str, gate=None) -> Rule:
     """An expected-behaviour note: its evidence is the metric at the first step it applied."""
 
-    def explain(view: RunView, ep: Episode) -> Explanation:
+    def explain(view: RunSeries, ep: Episode) -> Explanation:
         name = metric if view.has(metric) else next(iter(view.names()), metric)
         text = why(view) if callable(why) else why
         return Explanation("expected", [at(view, name, ep.onset, "first seen")], [text], [])
@@ -28,22 +30,22 @@ def note(id: str, title: str, requires: tuple, detect, why: Callable[[RunView], 
                 references=(reference,), read=why if isinstance(why, str) else title, expected=True)
 
 
-def _values_after(view: RunView, name: str, since):
+def _values_after(view: RunSeries, name: str, since):
     lo, steps, values = rows(view, name, since)
     return steps, values[lo:]
 
 
-def _first_row(view: RunView, name: str, since, test) -> tuple[np.ndarray, np.ndarray]:
+def _first_row(view: RunSeries, name: str, since, test) -> tuple[np.ndarray, np.ndarray]:
     lo, steps, values = rows(view, name, since)
     return steps, (row_index(lo, len(steps)) == 0) & test(values[lo:])
 
 
-def _beta_positive(view: RunView) -> str | None:
+def _beta_positive(view: RunSeries) -> Skip | None:
     cfg = view.config
-    return None if (cfg.get("beta") or 0) > 0 or "beta" in cfg.inferred else "beta = 0"
+    return None if (cfg.get("beta") or 0) > 0 or "beta" in cfg.inferred else not_applicable("beta = 0")
 
 
-# ---------------------------------------------------------------------------------------- F1–F3: the loss
+# ---------------------------------------------------------------------------------------- the loss
 def _loss_zero(view, since):
     steps, active = level(view, "loss", since, lambda m: np.abs(m) < 1e-3)
     return steps, active & (view.asof_roll("grad_norm", W, steps) > 1e-6)
@@ -62,11 +64,11 @@ def _loss_negative(view, since):
     return steps, values < -1e-6
 
 
-# ---------------------------------------------------------------------------------------- F4, F5, F10, F11: KL
-def _kl_absent_gate(view: RunView) -> str | None:
+# ---------------------------------------------------------------------------------------- KL
+def _kl_absent_gate(view: RunSeries) -> Skip | None:
     if view.has("kl"):
-        return "kl is logged"
-    return None if view.config.get("beta") == 0 else "beta is not 0"
+        return not_applicable("kl is logged")
+    return None if view.config.get("beta") == 0 else not_applicable("beta is not 0")
 
 
 def _kl_absent(view, since):
@@ -77,7 +79,7 @@ def _kl_absent(view, since):
     return steps, np.ones(len(steps), dtype=bool)
 
 
-def _kl_absent_why(view: RunView) -> str:
+def _kl_absent_why(view: RunSeries) -> str:
     return (f"KL is not logged because it is not computed when β = 0 (no reference model): "
             f"{view.config.describe('beta')}. TRL's default β is 0 since v0.19.")
 
@@ -106,12 +108,12 @@ def _kl_spike(view, since):
     return steps, out
 
 
-# ---------------------------------------------------------------------------------------- F6, F7: clipping
-def _clip_gate(view: RunView) -> str | None:
-    return None if view.config.one_update_per_rollout() is not None else "num_iterations not recorded"
+# ---------------------------------------------------------------------------------------- clipping
+def _clip_gate(view: RunSeries) -> Skip | None:
+    return None if view.config.one_update_per_rollout() is not None else not_applicable("num_iterations not recorded")
 
 
-def _clip_metric(view: RunView) -> str:
+def _clip_metric(view: RunSeries) -> str:
     return next((n for n in CLIP if view.has(n)), CLIP[0])
 
 
@@ -121,7 +123,7 @@ def _clip_expected(view, since):
     return level(view, _clip_metric(view), since, lambda m: m > 0, min_periods=1)
 
 
-def _clip_why(view: RunView) -> str:
+def _clip_why(view: RunSeries) -> str:
     cfg = view.config
     if cfg.one_update_per_rollout():
         return (f"clip ratio ≡ 0 is expected: with one update per rollout ({cfg.describe('num_iterations')}) the "
@@ -131,13 +133,15 @@ def _clip_why(view: RunView) -> str:
             f"({cfg.describe('num_iterations')}" + (f", {spg} mini-batches per rollout" if spg else "") + ").")
 
 
-def _sequence_gate(view: RunView) -> str | None:
-    return None if view.config.get("importance_sampling_level") == "sequence" else "token-level ratios"
+def _sequence_gate(view: RunSeries) -> Skip | None:
+    return None if view.config.get("importance_sampling_level") == "sequence" else not_applicable("token-level ratios")
 
 
-# ---------------------------------------------------------------------------------------- F8, F9, F12, F14, F15, F17
-def _grad_gate(view: RunView) -> str | None:
-    return None if isinstance(view.config.get("max_grad_norm"), (int, float)) else "max_grad_norm not recorded"
+# ------------------------------------------------------------------------ gradients, advantages, entropy, lengths
+def _grad_gate(view: RunSeries) -> Skip | None:
+    if isinstance(view.config.get("max_grad_norm"), (int, float)):
+        return None
+    return not_applicable("max_grad_norm not recorded")
 
 
 def _grad_above(view, since):
@@ -151,7 +155,7 @@ def _adv_mean(view, since):
     return level(view, "advantage/mean", since, lambda m: np.abs(m) < 1e-3, min_periods=1)
 
 
-def _adv_mean_why(view: RunView) -> str:
+def _adv_mean_why(view: RunSeries) -> str:
     if framework(view.config.framework).token_weighted_advantage_mean:
         return ("verl's critic/advantages/mean is not 0: it is a token-weighted mean of per-sequence advantages, "
                 "so longer completions count more.")
@@ -189,57 +193,61 @@ RULES = (
          "loss ≈ 0 is expected: with one update per rollout the ratio is 1 and the advantages are group-centred, "
          "so the policy term's value is ~0 while its gradient is not (with β = 0 the whole loss is ~0). Loss is "
          "not a progress signal: watch the reward. It is a problem only when grad_norm is 0 too.",
-         "loss", "painpoints F1"),
+         "loss", "docs/field-reports.md#loss-near-0"),
     note("loss_rising", "Loss rises with KL", ("loss", "kl"), _loss_rising,
          "a rising loss is expected here: its value is mostly β·KL, and KL grows as the policy moves away from "
-         "the reference (it keeps rising after the reward saturates).", "loss", "painpoints F2",
+         "the reference (it keeps rising after the reward saturates).", "loss",
+         "docs/field-reports.md#loss-rising-from-0",
          gate=_beta_positive),
     note("loss_negative", "Negative loss", ("loss",), _loss_negative,
          "a negative loss is expected: the policy-gradient term with negative advantages can outweigh the "
-         "KL term, and its value depends on the loss normalisation.", "loss", "painpoints F3"),
+         "KL term, and its value depends on the loss normalisation.", "loss", "docs/field-reports.md#negative-loss"),
     note("kl_zero_at_start", "KL is 0 at the first step", ("kl",),
          lambda view, since: _first_row(view, "kl", since, lambda v: np.abs(v) < 1e-8),
          "KL = 0 at the first step is expected: the reference is a copy of the starting policy.", "kl",
-         "painpoints F4"),
-    note("kl_absent", "No KL is logged", (), _kl_absent, _kl_absent_why, "kl", "painpoints F5",
+         "docs/field-reports.md#kl-0-at-step-1"),
+    note("kl_absent", "No KL is logged", (), _kl_absent, _kl_absent_why, "kl", "docs/field-reports.md#kl-missing",
          gate=_kl_absent_gate),
     note("clip_expected", "Clip ratio is 0 (or above 0 with several updates)", (CLIP,), _clip_expected, _clip_why,
-         "clip_ratio/region_mean", "painpoints F6", gate=_clip_gate),
+         "clip_ratio/region_mean", "docs/field-reports.md#clip-fraction-0", gate=_clip_gate),
     note("clip_sequence_level", "Clip fraction 1–30% with sequence-level ratios", (CLIP,),
          lambda view, since: level(view, _clip_metric(view), since, lambda m: (m > 0.01) & (m <= 0.3)),
          "sequence-level importance ratios (GSPO) clip 10–30% of sequences where token-level GRPO clips far "
-         "less; the usual thresholds do not apply.", "clip_ratio/region_mean", "painpoints F7",
+         "less; the usual thresholds do not apply.", "clip_ratio/region_mean",
+         "docs/field-reports.md#clip-fraction-under-gspo",
          gate=_sequence_gate),
     note("grad_norm_above_max", "grad_norm above max_grad_norm", ("grad_norm",), _grad_above,
          lambda view: f"grad_norm above {view.config.describe('max_grad_norm')} is expected: it is logged before "
                       "clipping, so it shows the raw norm the clip then scales down.",
-         "grad_norm", "painpoints F8", gate=_grad_gate),
+         "grad_norm", "docs/field-reports.md#gradient-norm-above-max_grad_norm", gate=_grad_gate),
     note("advantage_mean", "Mean advantage", ("advantage/mean",), _adv_mean, _adv_mean_why, "advantage/mean",
-         "painpoints F9"),
+         "docs/field-reports.md#advantage-mean-near-0"),
     note("kl_small_negative", "Small negative KL", ("kl",), _kl_small_negative,
          "a slightly negative KL is expected from the k1 estimator's noise (TRL warns only below −1).", "kl",
-         "painpoints F10"),
+         "docs/field-reports.md#small-negative-kl"),
     note("kl_single_spike", "Single-step KL spike that recovered", ("kl",), _kl_spike,
          "a KL spike that comes back down within two steps was observed not to damage training.", "kl",
-         "painpoints F11"),
+         "docs/field-reports.md#single-kl-spikes"),
     note("entropy_slight_rise", "Entropy rising slightly", ("entropy",), _entropy_rise,
          "a slight rise in entropy below 1 nat is exploration, not a problem (see entropy_blowup for a real one).",
-         "entropy", "painpoints F12"),
+         "entropy", "docs/field-reports.md#entropy-rising-slightly"),
     note("reward_std_falling", "reward_std falling", ("reward_std",), _reward_std_falling,
          "a falling reward_std means the model answers more consistently; it matters only together with rising "
-         "frac_reward_zero_std or entropy collapse.", "reward_std", "painpoints F14"),
+         "frac_reward_zero_std or entropy collapse.", "reward_std", "docs/field-reports.md#reward-std-falling"),
     note("truncation_moderate", "Half or more of the completions truncated", ("completions/clipped_ratio",),
          lambda view, since: level(view, "completions/clipped_ratio", since, lambda m: (m >= 0.5) & (m < 0.8),
                                    min_periods=1),
          "truncating around 0.6 of completions is normal for distilled long-reasoning models (about 0.075 for "
-         "others); 0.98 is not (see truncation).", "completions/clipped_ratio", "painpoints F15"),
+         "others); 0.98 is not (see truncation).", "completions/clipped_ratio",
+         "docs/field-reports.md#high-truncation-in-reasoning-models"),
     note("learning_rate_zero_at_start", "learning_rate = 0 at the first step", ("learning_rate",),
          lambda view, since: _first_row(view, "learning_rate", since, lambda v: v == 0),
-         "learning_rate = 0 at step 1 is expected under warm-up.", "learning_rate", "painpoints F17"),
+         "learning_rate = 0 at step 1 is expected under warm-up.", "learning_rate",
+         "docs/field-reports.md#metric-artefacts"),
     note("per_function_std", "Per-function reward std > 0 while every group is uniform",
          ("frac_reward_zero_std",), _per_function_std,
          "not a contradiction: rewards/<f>/std is taken over the whole batch (across groups), "
          "frac_reward_zero_std within each group; both together mean each group is uniform (see uniform_groups).",
-         "frac_reward_zero_std", "painpoints row 2"),
+         "frac_reward_zero_std", "docs/field-reports.md#per-function-std-vs-group-std"),
 )
 

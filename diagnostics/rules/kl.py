@@ -8,22 +8,21 @@ from diagnostics import signals
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, make_fix, scaled
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, fmt, medians, reward_fell, rows, smoothed,
-    smoothed_evidence, start_step
+    Episode, Explanation, Rule, W, fmt, medians, reward_fell, rows, smoothed, smoothed_evidence, start_step
 )
-from diagnostics.view import RunView
+from diagnostics.series import RunSeries
 
-TARGET_HIGH = 0.05   # seed 000 §2.5: the adaptive controller's target band is 0.01–0.05
+TARGET_HIGH = 0.05   # the adaptive controller's target band, 0.01–0.05 (docs/health-ranges.md#kl-to-the-reference)
 EXTREME = 1.0        # nats per token: the policy's tokens are e-fold likelier or rarer than the reference's
 HOLD = 4             # a blow-up lasts while KL stays above this many times the target's top
 
 
-def _upper(view: RunView) -> float:
+def _upper(view: RunSeries) -> float:
     target = view.config.get("kl_target")
     return 2 * float(target) if isinstance(target, (int, float)) and target > 0 else TARGET_HIGH
 
 
-def _blowup_detect(view: RunView, since):
+def _blowup_detect(view: RunSeries, since):
     steps, idx, med = medians(view, "kl", since)
     earlier, before = _back(view, idx, W), _back(view, idx, 2 * W)  # the median 1 and 2 windows earlier
     before2 = _back(view, idx, 3 * W)
@@ -45,7 +44,7 @@ def _blowup_detect(view: RunView, since):
         return steps, _while_high(view, opening, med > HOLD * upper, idx[0] if len(idx) else 0)
 
 
-def _while_high(view: RunView, opening: np.ndarray, high: np.ndarray, lo: int) -> np.ndarray:
+def _while_high(view: RunSeries, opening: np.ndarray, high: np.ndarray, lo: int) -> np.ndarray:
     """A blow-up, once seen, lasts while KL stays above HOLD × the target: a KL that stopped rising at ten times the
     target has not recovered. ``in[i] = opening[i] or (high[i] and in[i-1])``, vectorised over the rows, with the
     state at the end of the last pass kept in ``view.memo``."""
@@ -61,7 +60,7 @@ def _while_high(view: RunView, opening: np.ndarray, high: np.ndarray, lo: int) -
     return active
 
 
-def _back(view: RunView, idx: np.ndarray, steps_back: int) -> np.ndarray:
+def _back(view: RunSeries, idx: np.ndarray, steps_back: int) -> np.ndarray:
     """The W-step rolling median of KL ``steps_back`` steps before each row (NaN where there is none)."""
     out = np.full(len(idx), np.nan)
     back = idx - view.rows(steps_back, "kl")
@@ -72,7 +71,7 @@ def _back(view: RunView, idx: np.ndarray, steps_back: int) -> np.ndarray:
     return out
 
 
-def _blowup_explain(view: RunView, ep: Episode) -> Explanation:
+def _blowup_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     now = smoothed(view, "kl", ep.last)
     upper = _upper(view)
@@ -116,7 +115,9 @@ def k1_in_loss(cfg) -> bool:
 KL_BLOWUP = Rule(
     id="kl_blowup", title="KL to the reference is blowing up", follows_from=("kl_mismatch_at_start",),
     requires=("kl",), detect=_blowup_detect, explain=_blowup_explain, open_after=3, clear_after=2 * W,
-    references=(REF_TABLE + " KL blow-up", "seed 000 §2.5, §4.5", PAINPOINTS + "s 9, 19, 20"),
+    references=("docs/troubleshooting.md#kl-blow-up",
+                "docs/field-reports.md#sudden-collapse",
+                "docs/field-reports.md#kl-grows-whatever-beta"),
     read="The 10-step median KL is above the target band (0.05, or 2 × kl_target) and either tripled since "
          "10 logged steps before or rose by half twice running (each rise from the higher of the two windows before "
          "it, as a rise out of a dip is noise; and not from the first 10 steps, where KL warms up from 0); or it "
@@ -129,9 +130,13 @@ KL_BLOWUP = Rule(
 # ---------------------------------------------------------------------------------------- kl_mismatch_at_start
 NEGATIVE_WARNING = 0.1  # a negative KL estimate this far below 0 is a warning; nearer 0 and steady, info
 AT_START = 0.1  # nats per token in the first W steps: the policy starts where the reference is, so KL starts at ~0
+# Logged rows that must all be high (onset: the first). With several updates per rollout a step's KL is the mean over
+# its passes (TRL's and our trainer's), so step 1's KL holds that step's own updates: a large first update is drift
+# the next rows show going back, while a reference that differs keeps every row high (healthy run 28: 0.48, 0.08).
+OPEN_AFTER = 3
 
 
-def _start_detect(view: RunView, since):
+def _start_detect(view: RunSeries, since):
     """From the first logged row on, within the first W optimizer steps (a log that starts later cannot tell), KL is
     0.1 nats per token or more (twice the top of the target band). KL that starts at 0 and then rises is a blow-up."""
     lo, steps, values = rows(view, "kl", since)
@@ -145,7 +150,7 @@ def _start_detect(view: RunView, since):
     return steps, active
 
 
-def _start_explain(view: RunView, ep: Episode) -> Explanation:
+def _start_explain(view: RunSeries, ep: Episode) -> Explanation:
     steps, values = view.finite("kl")
     evidence = [Evidence(int(steps[0]), "kl", float(values[0]), "KL at the first logged step (0 when the policy starts "
                                                                    "as the reference)"),
@@ -162,20 +167,21 @@ def _start_explain(view: RunView, ep: Episode) -> Explanation:
 
 KL_MISMATCH_AT_START = Rule(
     id="kl_mismatch_at_start", title="KL is far from 0 from the first steps: the reference is not the starting policy",
-    requires=("kl",), detect=_start_detect, explain=_start_explain, open_after=1,
-    references=(REF_TABLE + " KL blow-up", PAINPOINTS + " 19"),
-    read="KL is 0.1 nats per token or more from the first logged row on, within the first 10 steps. The policy "
-         "starts as the reference, so KL starts at ~0 (F4): a KL this large before the updates could move it means "
-         "the two models differ, not that β is too small.",
+    requires=("kl",), detect=_start_detect, explain=_start_explain, open_after=OPEN_AFTER,
+    references=("docs/troubleshooting.md#kl-blow-up",
+                "docs/field-reports.md#early-kl-rise"),
+    read="KL is 0.1 nats per token or more in each of the first three logged rows, within the first 10 steps. "
+         "The policy starts as the reference, so KL starts at ~0: a KL this large before the updates could move "
+         "it means the two models differ, not that β is too small.",
 )
 
 
-def _kl_metric(view: RunView) -> str:
+def _kl_metric(view: RunSeries) -> str:
     """KL itself, else the loss's β·KL term (the same sign when β > 0)."""
     return "kl" if view.has("kl") or not view.has("kl_loss") else "kl_loss"
 
 
-def _negative_detect(view: RunView, since):
+def _negative_detect(view: RunSeries, since):
     """A W-step median below −1, or a sustained negative estimate: 80% of the window's values below 0 and its median
     below 0 by more than 3 × the window's own spread over √n (a true KL's estimate scatters around a value ≥ 0)."""
     name = _kl_metric(view)
@@ -187,7 +193,7 @@ def _negative_detect(view: RunView, since):
         return steps, (med < -1.0) | sustained
 
 
-def _negative_explain(view: RunView, ep: Episode) -> Explanation:
+def _negative_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     name = _kl_metric(view)
     note = "10-step median, below 0 in most rows"
@@ -210,7 +216,7 @@ def _negative_explain(view: RunView, ep: Episode) -> Explanation:
 KL_NEGATIVE = Rule(
     id="kl_negative", title="KL estimate is strongly negative",
     requires=(("kl", "kl_loss"),), detect=_negative_detect, explain=_negative_explain, open_after=3,
-    references=(PAINPOINTS + " 21",),
+    references=("docs/field-reports.md#strongly-negative-kl",),
     read="The 10-step median KL (or the loss's β·KL term) is below −1, or stays negative beyond the estimator's "
          "noise: 80% of a window's values below 0 and its median below 0 by more than 3 × its spread over √n (info; a "
          "warning from −0.1). A true KL is never negative; a small negative k1 value now and then is expected noise "

@@ -1,5 +1,6 @@
 """Rules on completion length and form: outputs shrink, outputs explode to the cap, truncation, and
-repetition. Length has four distinct causes (painpoints note 6): the truncation penalty, per-sequence
+repetition. Length has four distinct causes (docs/field-reports.md#length-has-four-causes): the truncation penalty,
+per-sequence
 normalisation, length inflation and reward hacking toward short or empty answers; the causes are ranked
 from clipped_ratio, the reward's correlation with length, the loss_type and the sampled completions."""
 
@@ -11,23 +12,24 @@ from diagnostics import signals
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer, without_component
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, correlation_upto, first_present, level, medians,
+    Episode, Explanation, Rule, Skip, W, at, correlation_upto, first_present, level, medians, needs,
     row_index, rows, smoothed, smoothed_evidence, start_step
 )
-from diagnostics.rules.reward import SPREAD, component_behind, uniform_metric
-from diagnostics.view import MIN_WINDOW_ROWS, SAMPLE_EMPTY, SAMPLE_REPETITION, RunView
+from diagnostics.rules.groups import SPREAD, uniform_metric
+from diagnostics.rules.reward import component_behind
+from diagnostics.series import MIN_WINDOW_ROWS, SAMPLE_EMPTY, SAMPLE_REPETITION, RunSeries
 
 LENGTH = "completions/mean_length"
 EVAL_LENGTH = "eval/completions/mean_length"  # a hand-written loop's validation rows: the length it logs, if no other
 
 
-def length_metric(view: RunView) -> str:
+def length_metric(view: RunSeries) -> str:
     """The completion length the run logs: the training batch's, else the validation rows'."""
     return LENGTH if view.has(LENGTH) or not view.has(EVAL_LENGTH) else EVAL_LENGTH
 CLIPPED = "completions/clipped_ratio"
 
 
-def length_cap(view: RunView) -> tuple[float | None, str]:
+def length_cap(view: RunSeries) -> tuple[float | None, str]:
     """The completion-length cap: recorded, else read off the metrics (the longest completion at a step with
     truncation), with how it is known."""
     cap = view.config.get("max_completion_length")
@@ -36,12 +38,12 @@ def length_cap(view: RunView) -> tuple[float | None, str]:
     return None, "max_completion_length not recorded"
 
 
-def reward_length_correlation(view: RunView, upto: int) -> float:
+def reward_length_correlation(view: RunSeries, upto: int) -> float:
     """Correlation of the reward with the mean length, step by step, up to ``upto``."""
     return correlation_upto(view, LENGTH, "reward", upto) if view.has("reward") else 0.0
 
 
-def reward_per_token(view: RunView, upto: int) -> float:
+def reward_per_token(view: RunSeries, upto: int) -> float:
     """How much the step's mean reward rises per token of mean length (least-squares slope over the steps up to
     ``upto``); 0 when either is constant or there are fewer than 3 steps."""
     if not view.has("reward") or not view.has(LENGTH):
@@ -58,7 +60,7 @@ def reward_per_token(view: RunView, upto: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------- length_shrink
-def _shrink_detect(view: RunView, since):
+def _shrink_detect(view: RunSeries, since):
     """The W-step median of the rows after the starting window (never mixing the two: a sparse log's length that
     collapses between its first two points is named at the second) fell to 60% of the start."""
     name = length_metric(view)
@@ -73,7 +75,7 @@ def _shrink_detect(view: RunView, since):
         return steps, (row_index(lo, len(steps)) >= view.rows(2 * W, name) - 1) & (med <= 0.6 * view.head(name, W))
 
 
-def _shrink_explain(view: RunView, ep: Episode) -> Explanation:
+def _shrink_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     name = length_metric(view)
     start, now = view.head(name, W), smoothed(view, name, ep.last)
@@ -119,7 +121,8 @@ def _shrink_explain(view: RunView, ep: Episode) -> Explanation:
 LENGTH_SHRINK = Rule(
     id="length_shrink", title="Completions are getting shorter",
     requires=((LENGTH, EVAL_LENGTH),), detect=_shrink_detect, explain=_shrink_explain, open_after=3, clear_after=2 * W,
-    references=(REF_TABLE + " outputs shrink", "seed 000 §2.4", PAINPOINTS + "s 4, 5, 16, 22"),
+    references=("docs/troubleshooting.md#outputs-shrink",
+                "docs/field-reports.md#length-has-four-causes"),
     read="The 10-step median of completions/mean_length fell 40% or more below the median of the first 10 "
          "steps. Read clipped_ratio (truncation punished), loss_type (grpo's per-sequence normalisation) and "
          "whether the reward rises as length falls (the reward pays for brevity).",
@@ -127,7 +130,7 @@ LENGTH_SHRINK = Rule(
 
 
 # ---------------------------------------------------------------------------------------- length_explode
-def _explode_detect(view: RunView, since):
+def _explode_detect(view: RunSeries, since):
     name = length_metric(view)
     steps, idx, med = medians(view, name, since)
     cap, _ = length_cap(view)
@@ -143,7 +146,7 @@ def _explode_detect(view: RunView, since):
         return steps, (idx >= view.rows(2 * W, name) - 1) & (grown | tripled)
 
 
-def _explode_explain(view: RunView, ep: Episode) -> Explanation:
+def _explode_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     cap, cap_text = length_cap(view)
     name = length_metric(view)
@@ -169,11 +172,14 @@ def _explode_explain(view: RunView, ep: Episode) -> Explanation:
     penalty = cfg.get("length_penalty")
     slope = reward_per_token(view, ep.last) if correlation >= 0.5 else 0.0
     if cfg.ours and not penalty:
-        if slope > 0:  # seed 000 §4.2's 0.001 is too weak against a reward that pays more than that per token
+        # source doc A's 0.001 (docs/sources.md#a-42-outputs-that-shrink-or-explode) is too weak against a reward that
+        # pays more than that per token
+        if slope > 0:
             fixes.append(make_fix(cfg, f"penalise length as much as the reward pays for it ({slope:.2g} per token "
                                        f"over this run): length stops paying", {"length_penalty": float(f"{slope:.2g}")}))
         else:
-            fixes.append(make_fix(cfg, "penalise length (seed 000 §4.2)", {"length_penalty": 0.001}))
+            fixes.append(make_fix(cfg, "penalise length (docs/troubleshooting.md#outputs-explode)",
+                                  {"length_penalty": 0.001}))
     if not cfg.get("mask_truncated_completions"):
         fixes.append(make_fix(cfg, "take truncated completions out of the loss", {"mask_truncated_completions": True}))
     if loss_type == "grpo":  # not scale_rewards = none: std scaling weighs prompts by difficulty, not by length
@@ -186,7 +192,8 @@ LENGTH_EXPLODE = Rule(
     id="length_explode", title="Completions grow toward the length cap",
     requires=((LENGTH, EVAL_LENGTH),), detect=_explode_detect, explain=_explode_explain, open_after=3,
     clear_after=2 * W,
-    references=(REF_TABLE + " outputs explode", PAINPOINTS + " 6"),
+    references=("docs/troubleshooting.md#outputs-explode",
+                "docs/field-reports.md#length-inflation"),
     read="The 10-step median length rose 30% or more above its start and reached 80% of the cap (or half "
          "the completions are now truncated where few were), or tripled whatever the cap. A reward that pays for "
          "length, and the length "
@@ -195,7 +202,7 @@ LENGTH_EXPLODE = Rule(
 
 
 # ---------------------------------------------------------------------------------------- truncation
-def _truncation_detect(view: RunView, since):
+def _truncation_detect(view: RunSeries, since):
     if view.has(CLIPPED):
         return level(view, CLIPPED, since, lambda m: m >= 0.8, min_periods=1)
     # No clipped_ratio (old TRL, hand-written loops): steps whose mean length is the cap cut every completion.
@@ -206,13 +213,13 @@ def _truncation_detect(view: RunView, since):
         return steps, signals.rolling(at_cap, view.rows(W, LENGTH), "mean", lo) >= 0.8  # a whole window of evidence
 
 
-def _truncation_gate(view: RunView) -> str | None:
+def _truncation_gate(view: RunSeries) -> Skip | None:
     if view.has(CLIPPED) or length_cap(view)[0] is not None:
         return None
-    return "needs completions/clipped_ratio, or a known max_completion_length beside completions/mean_length"
+    return needs("completions/clipped_ratio, or a known max_completion_length beside completions/mean_length")
 
 
-def _truncation_explain(view: RunView, ep: Episode) -> Explanation:
+def _truncation_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     cap, cap_text = length_cap(view)
     if view.has(CLIPPED):
@@ -248,7 +255,9 @@ def _truncation_explain(view: RunView, ep: Episode) -> Explanation:
 TRUNCATION = Rule(
     id="truncation", title="Most completions are truncated at the length cap",
     requires=((CLIPPED, LENGTH),), detect=_truncation_detect, explain=_truncation_explain, gate=_truncation_gate,
-    references=(PAINPOINTS + "s 3, 4", "painpoints F15"),
+    references=("docs/troubleshooting.md#truncation-zeroes-the-reward",
+                "docs/field-reports.md#shorter-outputs-from-truncation",
+                "docs/field-reports.md#high-truncation-in-reasoning-models"),
     read="The 10-step median of completions/clipped_ratio is 0.8 or more (0.6 is normal for distilled "
          "reasoning models, 0.98 is not); without clipped_ratio, 80% of the last 10 steps have a mean length equal to "
          "the cap (recorded, or the ceiling the mean hits exactly again and again). Critical when "
@@ -258,17 +267,17 @@ TRUNCATION = Rule(
 
 
 # ---------------------------------------------------------------------------------------- repetition
-def _repetition_metric(view: RunView) -> str:
+def _repetition_metric(view: RunSeries) -> str:
     return first_present(view, "repetition", SAMPLE_REPETITION) or "repetition"
 
 
-def _repetition_detect(view: RunView, since):
+def _repetition_detect(view: RunSeries, since):
     name = _repetition_metric(view)
     start = view.head(name, W)
     return level(view, name, since, lambda m: (m >= 0.1) & (m >= start + 0.1))
 
 
-def _repetition_explain(view: RunView, ep: Episode) -> Explanation:
+def _repetition_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     name = _repetition_metric(view)
     evidence = [Evidence(start_step(view, name), name, view.head(name, W), "start"),
@@ -292,7 +301,8 @@ def _repetition_explain(view: RunView, ep: Episode) -> Explanation:
         causes.append("the reward favours templated or padded text; late-stage overfitting")
     fixes += warmer(cfg)
     if cfg.ours and cfg.get("epsilon_schedule") != "linear" and not cfg.one_update_per_rollout():
-        fixes.append(make_fix(cfg, "decay ε from 0.3 to 0.1 (seed 001 §3.1)", {"epsilon_schedule": "linear"}))
+        fixes.append(make_fix(cfg, "decay ε from 0.3 to 0.1 (docs/troubleshooting.md#repetition)",
+                              {"epsilon_schedule": "linear"}))
     fixes.append(advice("stop early and pick the checkpoint by validation; check whether repetitive outputs "
                         "score high"))
     return Explanation("warning", evidence, causes, fixes)
@@ -302,7 +312,9 @@ REPETITION = Rule(
     id="repetition", title="Completions repeat themselves",
     requires=(("repetition", SAMPLE_REPETITION),), detect=_repetition_detect, explain=_repetition_explain,
     open_after=3,
-    references=(REF_TABLE + " repetition", "seed 001 §3.1", PAINPOINTS + "s 7, 23"),
+    references=("docs/troubleshooting.md#repetition",
+                "docs/field-reports.md#entropy-collapse",
+                "docs/field-reports.md#late-repetition"),
     read="The 10-step median share of repeated 3-grams in the completions (the repetition metric, or the "
          "stored samples) rose by 0.1 or more above its start. Read it with frac_reward_zero_std: both rising "
          "means the samples are collapsing onto one text.",

@@ -8,22 +8,20 @@ import re
 import numpy as np
 
 from diagnostics import signals
+from diagnostics.catalogue import FINITE_REQUIRED
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, drop_uniform_groups, make_fix, scaled, warmer
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, first_present, fmt, medians, reward_fell, row_index,
-    rows, smoothed,
-    smoothed_evidence, start_step
+    Episode, Explanation, Rule, Skip, W, at, first_present, fmt, medians, needs, not_applicable, reward_fell,
+    row_index, rows, smoothed, smoothed_evidence, start_step
 )
-from diagnostics.view import ENTROPY_MEASURED, GRAD_SIGNAL, RunView, decode_detail
+from diagnostics.series import ENTROPY_MEASURED, GRAD_SIGNAL, RunSeries, decode_detail
 
-# Never trust `loss` alone for NaN (painpoints row 13): the HF Trainer hides a NaN loss in its log.
-WATCHED = ("reward", "loss", "policy_loss", "kl_loss", "grad_norm", "kl", "entropy", "reward_std",
-           "advantage/mean", "advantage/std", "advantage/abs_max")
+WATCHED = FINITE_REQUIRED  # the catalogue's metrics that must stay finite (never the loss alone)
 
 
 # ---------------------------------------------------------------------------------------- nonfinite
-def _nonfinite_detect(view: RunView, since):
+def _nonfinite_detect(view: RunSeries, since):
     axes, bad = [], []
     for name in WATCHED:
         steps, values = view.raw(name)
@@ -38,15 +36,16 @@ def _nonfinite_detect(view: RunView, since):
     return steps, active
 
 
-def _first_bad(view: RunView, name: str, lo: int, hi: int) -> tuple[int, float] | None:
+def _first_bad(view: RunSeries, name: str, lo: int, hi: int) -> tuple[int, float] | None:
     steps, values = view.raw(name)
     keep = (steps >= lo) & (steps <= hi) & ~np.isfinite(values)
     return (int(steps[keep][0]), float(values[keep][0])) if keep.any() else None
 
 
-def _nonfinite_explain(view: RunView, ep: Episode) -> Explanation:
+def _nonfinite_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
-    bad = {n: hit for n in WATCHED if (hit := _first_bad(view, n, ep.start, ep.last))}
+    found = {n: hit for n in WATCHED if (hit := _first_bad(view, n, ep.start, ep.last))}
+    bad = dict(sorted(found.items(), key=lambda item: item[1][0]))  # the first to go first: it tells the cause
     evidence = [Evidence(step, name, value, "first non-finite value") for name, (step, value) in bad.items()]
     skipped = [e for e in view.events if e.get("kind") == "skipped_update"
                and ep.start <= (e.get("step") or -1) <= ep.last]
@@ -70,7 +69,7 @@ def _nonfinite_explain(view: RunView, ep: Episode) -> Explanation:
     if any(n.startswith("advantage/") for n in bad):
         causes.append("a division by a zero group std in the advantage")
     causes.append(f"an update too large for fp precision ({cfg.describe('learning_rate')})")
-    fixes.append(make_fix(cfg, "recover gently for a few hundred steps (seed 000 §4.4)",
+    fixes.append(make_fix(cfg, "recover gently for a few hundred steps (docs/troubleshooting.md#loss-nan)",
                           {"learning_rate": 1e-7, "beta": 0.1}))
     fixes.append(advice(f"or roll back to the last checkpoint before step {ep.start}"))
     return Explanation("critical", evidence, causes, fixes)
@@ -79,7 +78,9 @@ def _nonfinite_explain(view: RunView, ep: Episode) -> Explanation:
 NONFINITE = Rule(
     id="nonfinite", title="NaN or inf in the loss, gradient, KL, entropy or reward",
     requires=(WATCHED,), detect=_nonfinite_detect, explain=_nonfinite_explain,
-    references=(REF_TABLE + " loss NaN", "seed 000 §4.4", PAINPOINTS + "s 12, 13"),
+    references=("docs/troubleshooting.md#loss-nan",
+                "docs/field-reports.md#nan-loss-or-gradient",
+                "docs/field-reports.md#hidden-nan"),
     read="Any of reward, loss, policy_loss, kl_loss, grad_norm, kl, entropy or the advantage statistics is "
          "NaN or inf at a logged step. The first metric to go tells the cause: reward first is a reward "
          "function; grad_norm with a clean loss is a NaN the loss curve hides.",
@@ -87,7 +88,7 @@ NONFINITE = Rule(
 
 
 # ---------------------------------------------------------------------------------------- zero_grad
-def _zero_grad_detect(view: RunView, since):
+def _zero_grad_detect(view: RunSeries, since):
     lo, steps, _ = rows(view, "grad_norm", since)
     med = view.roll("grad_norm", W, "median", lo, 3)
     signal = np.ones(len(steps), dtype=bool)
@@ -100,7 +101,7 @@ def _zero_grad_detect(view: RunView, since):
         return steps, ((med <= 1e-8) & signal) | (share >= 0.2)
 
 
-def _unexplained_zero_share(view: RunView, steps: np.ndarray, lo: int) -> np.ndarray:
+def _unexplained_zero_share(view: RunSeries, steps: np.ndarray, lo: int) -> np.ndarray:
     """Per row, the share of the last W steps whose grad_norm is exactly 0 while most groups of that very step differed
     (its frac_reward_zero_std below 0.5). Judged only on a log of every step: a logged grad_norm is its step's own,
     while frac_reward_zero_std averages the steps since the last log."""
@@ -112,7 +113,7 @@ def _unexplained_zero_share(view: RunView, steps: np.ndarray, lo: int) -> np.nda
     return signals.rolling(unexplained, W, "mean", lo, W)
 
 
-def _zero_grad_explain(view: RunView, ep: Episode) -> Explanation:
+def _zero_grad_explain(view: RunSeries, ep: Episode) -> Explanation:
     evidence = [smoothed_evidence(view, "grad_norm", ep.last, "10-step median")]
     gsteps, grads = view.finite("grad_norm")
     recent = (gsteps > ep.last - 10 * W) & (gsteps <= ep.last)
@@ -139,7 +140,7 @@ ZERO_GRAD = Rule(
     id="zero_grad", title="Gradient norm is 0 although groups differ", follows_from=("uniform_groups",),
     requires=("grad_norm", ("frac_reward_zero_std", "reward_std")), detect=_zero_grad_detect,
     explain=_zero_grad_explain, open_after=3,
-    references=(PAINPOINTS + " 14",),
+    references=("docs/field-reports.md#zero-gradient-with-varied-groups",),
     read="The 10-step median grad_norm is 0 while fewer than half the groups are uniform and rewards vary, or (in "
          "a log of every step) grad_norm is exactly 0 at 20% of the last 10 steps although most groups of the step "
          "differed: "
@@ -152,10 +153,10 @@ SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of thi
 
 
 # ---------------------------------------------------------------------------------------- loss_spike
-LOSS_FLOOR = 1.0  # |loss| of a GRPO step sits near 0 (F1); one of 1 or more is already far out
+LOSS_FLOOR = 1.0  # |loss| of a GRPO step sits near 0 (docs/field-reports.md#loss-near-0); 1 or more is far out
 
 
-def _loss_spike_detect(view: RunView, since):
+def _loss_spike_detect(view: RunSeries, since):
     """|loss| above 10 × the median |loss| of the 10 logged rows before it (and 10 MADs), and at least 1."""
     lo, steps, values = rows(view, "loss", since)
     size = np.abs(values)
@@ -163,7 +164,7 @@ def _loss_spike_detect(view: RunView, since):
     return steps, spike & (size[lo:] >= LOSS_FLOOR)
 
 
-def _loss_spike_explain(view: RunView, ep: Episode) -> Explanation:
+def _loss_spike_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     steps, values = view.finite("loss")
     keep = (steps >= ep.start) & (steps <= ep.last)
@@ -185,31 +186,32 @@ LOSS_SPIKE = Rule(
     id="loss_spike", title="The loss explodes at a step",
     follows_from=("nonfinite", "advantage_explosion", "grad_spikes", "reward_collapse"),
     requires=("loss",), detect=_loss_spike_detect, explain=_loss_spike_explain, clear_after=SPIKE_SPAN,
-    references=(PAINPOINTS + " 15", "painpoints F1, F3"),
+    references=("docs/field-reports.md#near-zero-std-spikes",
+                "docs/field-reports.md#loss-near-0"),
     read="|loss| at a logged step is 10 times the median |loss| of the 10 logged steps before it (and 10 MADs above "
-         "it) and at least 1. A GRPO loss sits near 0 (F1) and can be negative (F3); a jump of this size is an "
+         "it) and at least 1. A GRPO loss sits near 0 and can be negative; a jump of this size is an "
          "advantage or a reward blown up in one batch.",
 )
 
 
 # ---------------------------------------------------------------------------------------- single_generation
-def _single_gate(view: RunView) -> str | None:
+def _single_gate(view: RunSeries) -> Skip | None:
     cfg = view.config
     G = cfg.get("num_generations")
     if not cfg.recorded("num_generations") or not isinstance(G, (int, float)):
-        return "needs num_generations in the run's config"
+        return needs("num_generations in the run's config")
     if cfg.get("advantage") not in ("grpo", "dr_grpo", "rloo", None):
-        return f"advantage = {cfg.get('advantage')}: no group baseline is used"
+        return not_applicable(f"advantage = {cfg.get('advantage')}: no group baseline is used")
     return None
 
 
-def _single_detect(view: RunView, since):
+def _single_detect(view: RunSeries, since):
     name = first_present(view, "reward", "loss") or "reward"
     lo, steps, _ = rows(view, name, since)
     return steps, np.full(len(steps), view.config.get("num_generations") == 1)
 
 
-def _single_explain(view: RunView, ep: Episode) -> Explanation:
+def _single_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     name = first_present(view, "reward", "loss") or "reward"
     evidence = [at(view, name, ep.onset, f"num_generations = 1 with a group advantage ({cfg.describe('advantage')})")]
@@ -224,7 +226,8 @@ def _single_explain(view: RunView, ep: Episode) -> Explanation:
 SINGLE_GENERATION = Rule(
     id="single_generation", title="GRPO with one completion per prompt: no group baseline",
     requires=(), detect=_single_detect, explain=_single_explain, gate=_single_gate, open_after=1,
-    references=(REF_TABLE + " advantage std ≈ 0", "seed 000 §1.2"),
+    references=("docs/troubleshooting.md#advantage-std-near-0",
+                "docs/sources.md#a-12-group-relative-advantages"),
     read="num_generations is 1 while the advantage is group-relative (GRPO, Dr.GRPO, RLOO): each prompt's group is "
          "one completion, whose advantage against its own mean is 0.",
 )
@@ -233,7 +236,7 @@ SINGLE_GENERATION = Rule(
 # ---------------------------------------------------------------------------------------- grad_spikes
 
 
-def _spike_detect(view: RunView, since):
+def _spike_detect(view: RunSeries, since):
     """Spikes and a rising trend among the steps that had a gradient (``GRAD_SIGNAL``); the trend compares medians
     over at least 3 rows, so two noisy rows of a sparse log are not a trend."""
     lo, steps, values = rows(view, GRAD_SIGNAL, since)
@@ -252,7 +255,7 @@ def _spike_detect(view: RunView, since):
         return steps, (recent >= 3) | trend
 
 
-def _spike_rows(view: RunView, n: int) -> np.ndarray:
+def _spike_rows(view: RunSeries, n: int) -> np.ndarray:
     """The spikes among the first ``n`` rows of grad_norm with a gradient, as row indices. A spike depends only on
     the rows before it, so the rows examined so far are kept in ``view.memo`` and a live run examines only its new
     ones."""
@@ -264,7 +267,7 @@ def _spike_rows(view: RunView, n: int) -> np.ndarray:
     return rows[rows < n]
 
 
-def _spike_explain(view: RunView, ep: Episode) -> Explanation:
+def _spike_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     steps, values = view.finite(GRAD_SIGNAL)
     found = _spike_rows(view, int(np.searchsorted(steps, ep.last, side="right")))[-5:]
@@ -290,7 +293,8 @@ def _spike_explain(view: RunView, ep: Episode) -> Explanation:
 GRAD_SPIKES = Rule(
     id="grad_spikes", title="Gradient norm spikes or keeps rising",
     requires=(GRAD_SIGNAL,), detect=_spike_detect, explain=_spike_explain, clear_after=SPIKE_SPAN,
-    references=(PAINPOINTS + " 18", "painpoints F8"),
+    references=("docs/field-reports.md#gradient-norm-spikes",
+                "docs/field-reports.md#gradient-norm-above-max_grad_norm"),
     read="Among the steps that had a gradient (grad_norm above 0.001: a step whose groups were all uniform has "
          "none), three or more spikes within 100 steps (a spike is above the median of the 10 logged values "
          "before it by 10 MADs and 5×), or a median 5× its start. grad_norm above max_grad_norm alone is "
@@ -307,7 +311,7 @@ def _as_entropy(evidence: Evidence) -> Evidence:
     return evidence
 
 
-def _entropy_collapse_detect(view: RunView, since):
+def _entropy_collapse_detect(view: RunSeries, since):
     steps, idx, med = medians(view, ENTROPY, since)
     # variety lost: more uniform groups or less reward spread; unknown (taken as lost) when neither is logged
     less_variety = np.full(len(steps), not (view.has("frac_reward_zero_std") or view.has("reward_std")))
@@ -326,7 +330,7 @@ def _entropy_collapse_detect(view: RunView, since):
         return steps, (idx >= view.rows(3 * W, ENTROPY) - 1) & low & less_variety & stalled
 
 
-def _entropy_collapse_explain(view: RunView, ep: Episode) -> Explanation:
+def _entropy_collapse_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     evidence = [Evidence(start_step(view, ENTROPY), "entropy", view.head(ENTROPY, W), "start"),
                 _as_entropy(smoothed_evidence(view, ENTROPY, ep.last, "now: below 20% of the start"))]
@@ -349,20 +353,21 @@ def _entropy_collapse_explain(view: RunView, ep: Episode) -> Explanation:
 ENTROPY_COLLAPSE = Rule(
     id="entropy_collapse", title="Entropy collapsed: the policy stopped exploring", follows_from=("kl_blowup",),
     requires=(ENTROPY,), detect=_entropy_collapse_detect, explain=_entropy_collapse_explain, open_after=3,
-    references=(PAINPOINTS + " 7",),
+    references=("docs/field-reports.md#entropy-collapse",
+                "docs/health-ranges.md#entropy"),
     read="Entropy's 10-step median is below 20% of its start, groups are more uniform (or reward_std halved) "
          "and the reward has stopped rising over the last 30 logged steps. Falling entropy while reward "
          "still rises is learning, not collapse.",
 )
 
 
-def _entropy_blowup_detect(view: RunView, since):
+def _entropy_blowup_detect(view: RunSeries, since):
     steps, idx, med = medians(view, ENTROPY, since)
     with np.errstate(invalid="ignore"):
         return steps, (idx >= view.rows(3 * W, ENTROPY) - 1) & (med >= 2 * view.head(ENTROPY, W)) & (med >= 1.0)
 
 
-def _entropy_blowup_explain(view: RunView, ep: Episode) -> Explanation:
+def _entropy_blowup_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     evidence = [Evidence(start_step(view, ENTROPY), "entropy", view.head(ENTROPY, W), "start"),
                 _as_entropy(smoothed_evidence(view, ENTROPY, ep.last, "now: doubled and above 1 nat"))]
@@ -387,7 +392,8 @@ def _entropy_blowup_explain(view: RunView, ep: Episode) -> Explanation:
 ENTROPY_BLOWUP = Rule(
     id="entropy_blowup", title="Entropy keeps rising: drifting toward gibberish",
     requires=(ENTROPY,), detect=_entropy_blowup_detect, explain=_entropy_blowup_explain, open_after=3,
-    references=(PAINPOINTS + " 8", "painpoints F12"),
+    references=("docs/field-reports.md#entropy-blow-up",
+                "docs/field-reports.md#entropy-rising-slightly"),
     read="Entropy's 10-step median doubled from its start and passed 1 nat per token (critical when the "
          "reward falls). A slight rise below 1 is exploration and expected.",
 )
@@ -397,18 +403,18 @@ ENTROPY_BLOWUP = Rule(
 _MEMORY = re.compile(r"out of memory|outofmemory|memoryerror|cuda oom|cannot allocate memory", re.IGNORECASE)
 
 
-def _oom_events(view: RunView, since) -> list[dict]:
+def _oom_events(view: RunSeries, since) -> list[dict]:
     return [e for e in view.events if e.get("kind") == "crash" and e.get("step") is not None
             and (since is None or e["step"] > since)
             and _MEMORY.search(" ".join(str(v) for v in decode_detail(e.get("detail")).values()))]
 
 
-def _oom_detect(view: RunView, since):
+def _oom_detect(view: RunSeries, since):
     steps = np.array(sorted({int(e["step"]) for e in _oom_events(view, since)}), dtype=np.int64)
     return steps, np.ones(len(steps), dtype=bool)
 
 
-def _oom_explain(view: RunView, ep: Episode) -> Explanation:
+def _oom_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     event = next(e for e in _oom_events(view, None) if int(e["step"]) == ep.last)
     text = " ".join(str(v) for v in decode_detail(event.get("detail")).values())
@@ -436,8 +442,9 @@ def _oom_explain(view: RunView, ep: Episode) -> Explanation:
 OOM = Rule(
     id="oom", title="The run crashed out of memory",
     requires=(), detect=_oom_detect, explain=_oom_explain,
-    gate=lambda view: None if view.events or view.config.ours else "needs crash events (runs trained here)",
-    references=(REF_TABLE + " OOM", "seed 000 §4.3", PAINPOINTS + " 27"),
+    gate=lambda view: None if view.events or view.config.ours else needs("crash events (runs trained here)"),
+    references=("docs/troubleshooting.md#oom",
+                "docs/field-reports.md#out-of-memory"),
     read="A crash event whose error mentions memory. The ladder: batch → 32, then G → 4, then gradient "
          "checkpointing, then LoRA.",
 )

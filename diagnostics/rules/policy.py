@@ -13,9 +13,10 @@ from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, make_fix, scaled
 from diagnostics.frameworks import framework
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, first_present, level, rows, smoothed, smoothed_evidence
+    Episode, Explanation, Rule, Skip, W, first_present, level, needs, not_applicable, rows, smoothed,
+    smoothed_evidence
 )
-from diagnostics.view import RunView
+from diagnostics.series import RunSeries
 
 CLIP = ("clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean")
 LOGP_DIFF = "sampling/sampling_logp_difference/mean"
@@ -23,22 +24,23 @@ IS_RATIO = "sampling/importance_sampling_ratio/mean"
 ROLLOUT_KL = "rollout_kl"
 
 
-def _clip_metric(view: RunView) -> str:
+def _clip_metric(view: RunSeries) -> str:
     return first_present(view, *CLIP) or CLIP[0]
 
 
 # ---------------------------------------------------------------------------------------- clip_high
-def _clip_gate(view: RunView) -> str | None:
+def _clip_gate(view: RunSeries) -> Skip | None:
     if view.config.one_update_per_rollout():
-        return f"{view.config.describe('num_iterations')}: one update per rollout, so clipping is 0 by construction"
+        return not_applicable(f"{view.config.describe('num_iterations')}: one update per rollout, so clipping is 0 "
+                              "by construction")
     return None
 
 
-def _clip_detect(view: RunView, since):
+def _clip_detect(view: RunSeries, since):
     return level(view, _clip_metric(view), since, lambda m: m > 0.3)
 
 
-def _clip_explain(view: RunView, ep: Episode) -> Explanation:
+def _clip_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     name = _clip_metric(view)
     evidence = [smoothed_evidence(view, name, ep.last, "10-step median share of clipped tokens")]
@@ -62,7 +64,8 @@ def _clip_explain(view: RunView, ep: Episode) -> Explanation:
 CLIP_HIGH = Rule(
     id="clip_high", title="Clip fraction is high: updates too aggressive",
     requires=(CLIP,), detect=_clip_detect, explain=_clip_explain, gate=_clip_gate, open_after=3,
-    references=(REF_TABLE + " clip fraction high", "seed 000 §3.5", "painpoints F6, F7"),
+    references=("docs/troubleshooting.md#clip-fraction-high",
+                "docs/source-mistakes.md#clip-fraction-is-0-with-one-update-per-rollout"),
     read="With several updates per rollout (num_iterations > 1), the 10-step median clip_ratio/region_mean is "
          "above 0.3. With one update per rollout the clip fraction is 0 by construction and this rule does "
          "not apply (see rollout_mismatch).",
@@ -70,17 +73,18 @@ CLIP_HIGH = Rule(
 
 
 # ---------------------------------------------------------------------------------------- rollout_mismatch
-def _mismatch_gate(view: RunView) -> str | None:
+def _mismatch_gate(view: RunSeries) -> Skip | None:
     if view.has(IS_RATIO) or view.has(ROLLOUT_KL):
         return None
     if any(view.has(n) for n in CLIP) and view.config.one_update_per_rollout():
         return None
     if not any(view.has(n) for n in CLIP):
-        return f"needs clip_ratio/region_mean, {IS_RATIO} or {ROLLOUT_KL}"
-    return f"{view.config.describe('num_iterations')}: clipping is expected with several updates per rollout"
+        return needs(f"clip_ratio/region_mean, {IS_RATIO} or {ROLLOUT_KL}")
+    return not_applicable(f"{view.config.describe('num_iterations')}: clipping is expected with several updates per "
+                          "rollout")
 
 
-def _mismatch_detect(view: RunView, since):
+def _mismatch_detect(view: RunSeries, since):
     """The first of: the rollout-vs-trainer KL (verl's rollout_corr/kl) at 0.1 or more, the importance-sampling
     ratio mean below 0.8, clipping with one update per rollout."""
     if view.has(ROLLOUT_KL):  # a direct measure: no window needed to see 0.1 nats per token
@@ -95,7 +99,7 @@ def _mismatch_detect(view: RunView, since):
     return level(view, _clip_metric(view), since, lambda m: m > 1e-3)
 
 
-def _mismatch_explain(view: RunView, ep: Episode) -> Explanation:
+def _mismatch_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     evidence, causes = [], []
     if any(view.has(n) for n in CLIP):
@@ -131,7 +135,9 @@ ROLLOUT_MISMATCH = Rule(
     id="rollout_mismatch", title="Rollout and trainer disagree (training–inference mismatch)",
     requires=(), detect=_mismatch_detect, explain=_mismatch_explain, gate=_mismatch_gate, open_after=1,
     rests_on=lambda view: () if view.has(IS_RATIO) or view.has(ROLLOUT_KL) else ("num_iterations",),
-    references=(PAINPOINTS + "s 10, 11", "painpoints note 1"),
+    references=("docs/field-reports.md#rollout-and-trainer-disagree",
+                "docs/field-reports.md#is-correction-masks-long-completions",
+                "docs/field-reports.md#gate-on-the-configuration"),
     read="The KL between the rollout engine's and the trainer's log-probs of the same tokens is 0.1 nats or more; "
          "an importance-sampling ratio mean below 0.8 says the same (critical at KL 1 or a ratio below 0.1). With "
          "one update per rollout the ratio is exactly 1, so any clipping (10-step median > 0.001) also means the "
@@ -140,7 +146,7 @@ ROLLOUT_MISMATCH = Rule(
 
 
 # ---------------------------------------------------------------------------------------- advantage_explosion
-def _bound(view: RunView) -> tuple[float, bool] | None:
+def _bound(view: RunSeries) -> tuple[float, bool] | None:
     """(limit, strict): the z-score bound (G−1)/√G, strict when groups are prompts scaled by their own std."""
     cfg = view.config
     G = cfg.get("num_generations")
@@ -151,16 +157,16 @@ def _bound(view: RunView) -> tuple[float, bool] | None:
     return (bound if strict else 2 * bound), strict
 
 
-def _explosion_gate(view: RunView) -> str | None:
+def _explosion_gate(view: RunSeries) -> Skip | None:
     cfg = view.config
     if cfg.get("advantage") not in ("grpo", None) or cfg.get("scale_rewards") == "none":
-        return "advantages are not z-scored (advantage/scale_rewards), so no bound applies"
+        return not_applicable("advantages are not z-scored (advantage/scale_rewards), so no bound applies")
     if _bound(view) is None:
-        return "needs num_generations in the run's config"
+        return needs("num_generations in the run's config")
     return None
 
 
-def _explosion_detect(view: RunView, since):
+def _explosion_detect(view: RunSeries, since):
     limit, _ = _bound(view)
     lo, steps, _ = rows(view, "advantage/abs_max", since)
     peak = view.roll("advantage/abs_max", W, "max", lo, 1)
@@ -168,7 +174,7 @@ def _explosion_detect(view: RunView, since):
         return steps, peak > limit * 1.001 + 1e-6
 
 
-def _explosion_explain(view: RunView, ep: Episode) -> Explanation:
+def _explosion_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     limit, strict = _bound(view)
     G = cfg.get("num_generations")
@@ -192,7 +198,8 @@ def _explosion_explain(view: RunView, ep: Episode) -> Explanation:
         causes.append(f"groups are formed by {group_by}, not by prompt: larger groups allow larger z-scores")
         fixes.append(make_fix(cfg, "group by prompt", {"group_by": "prompt"}))
     if cfg.ours and cfg.get("advantage_clip") is None:
-        fixes.append(make_fix(cfg, "compress advantages with tanh (seed 001 §3.1)", {"advantage_clip": "tanh"}))
+        fixes.append(make_fix(cfg, "compress advantages with tanh (docs/troubleshooting.md#advantage-explosion)",
+                              {"advantage_clip": "tanh"}))
     if not strict and np.sum(keep & (values > limit * 1.001 + 1e-6)) < 2:  # no hard bound here: once is a rare batch
         causes.insert(0, "at one step so far: a batch where a rare reward stands out gets a large |A| once; a "
                          "problem when it repeats (a few samples steering every update)")
@@ -204,37 +211,39 @@ ADVANTAGE_EXPLOSION = Rule(
     id="advantage_explosion", title="Advantages exceed the group bound (G−1)/√G",
     requires=("advantage/abs_max",), detect=_explosion_detect, explain=_explosion_explain,
     gate=_explosion_gate, rests_on=lambda view: ("num_generations", "scale_rewards"),
-    references=(REF_TABLE + " advantage explosion", "REFERENCE §1 known errors", PAINPOINTS + "s 15, 28",
-                "painpoints note 2"),
+    references=("docs/troubleshooting.md#advantage-explosion",
+                "docs/source-mistakes.md#the-advantage-bound-is-far-below-100",
+                "docs/field-reports.md#near-zero-std-spikes"),
     read="A group z-score with the unbiased std cannot exceed (G−1)/√G (2.47 at G = 8); any |A| above it "
          "within the last 10 logged steps is a bug (critical). With batch scaling or non-prompt groups the "
-         "limit is twice the bound (warning once it is passed at two steps or more; info at one). Seed 001's "
+         "limit is twice the bound (warning once it is passed at two steps or more; info at one). Source doc B's "
          "'|A| > 100' is far too loose.",
 )
 
 
 # ---------------------------------------------------------------------------------------- advantage_not_centred
-def _centred_gate(view: RunView) -> str | None:
+def _centred_gate(view: RunSeries) -> Skip | None:
     cfg = view.config
     if framework(cfg.framework).token_weighted_advantage_mean:
-        return f"{cfg.framework}'s advantage mean is token-weighted, so it is not 0 by construction (painpoints F9)"
+        return not_applicable(f"{cfg.framework}'s advantage mean is token-weighted, so it is not 0 by construction "
+                              "(docs/field-reports.md#advantage-mean-near-0)")
     if cfg.get("advantage") not in ("grpo", "dr_grpo", "rloo") or cfg.get("advantage_clip") is not None:
-        return "advantages are not group-centred in this config"
+        return not_applicable("advantages are not group-centred in this config")
     if cfg.get("group_by", "prompt") != "prompt":
-        return f"advantages are centred on {cfg.get('group_by')} groups, not on each prompt's group"
+        return not_applicable(f"advantages are centred on {cfg.get('group_by')} groups, not on each prompt's group")
     return None
 
 
 GROUP_MEAN = "advantage/group_mean_abs_max"  # the embedded trainer's per-group check (0 by construction)
 
 
-def _centred_detect(view: RunView, since):
+def _centred_detect(view: RunSeries, since):
     if view.has(GROUP_MEAN):
         return level(view, GROUP_MEAN, since, lambda m: m > GROUP_MEAN_TOLERANCE)
     return level(view, "advantage/mean", since, lambda m: np.abs(m) > 0.05)
 
 
-def _centred_explain(view: RunView, ep: Episode) -> Explanation:
+def _centred_explain(view: RunSeries, ep: Episode) -> Explanation:
     name = GROUP_MEAN if view.has(GROUP_MEAN) else "advantage/mean"
     evidence = [smoothed_evidence(view, name, ep.last, "should be 0: each group is centred on its mean")]
     causes = ["advantages computed over the wrong groups (prompt ids not shared, partial groups, per-rank "
@@ -250,7 +259,8 @@ ADVANTAGE_NOT_CENTRED = Rule(
     requires=((GROUP_MEAN, "advantage/mean"),), detect=_centred_detect, explain=_centred_explain,
     gate=_centred_gate, rests_on=lambda view: ("advantage",),
     open_after=3,
-    references=(PAINPOINTS + " 28", "painpoints F9"),
+    references=("docs/troubleshooting.md#multi-process-grouping-error",
+                "docs/field-reports.md#multi-gpu-grouping-errors"),
     read="Group-relative advantages sum to 0 in every group, so their batch mean is 0; a 10-step median "
          "|advantage/mean| above 0.05 means the groups are broken. Where the run logs "
          "advantage/group_mean_abs_max (the largest |mean advantage| of any prompt group; the embedded "

@@ -1,5 +1,5 @@
-"""Rules on the reward signal: flat reward, collapse after rising, uniform groups (no learning signal),
-reward hacking / baseline drift, and zero-variance groups pulling the policy back to the reference."""
+"""Rules on the reward signal: flat reward, collapse after rising, a reward function that scores every completion
+alike, and reward hacking / baseline drift. The groups' spread (uniform groups) is in ``groups``."""
 
 from __future__ import annotations
 
@@ -10,24 +10,25 @@ import numpy as np
 
 from diagnostics import signals
 from diagnostics.findings import Evidence
-from diagnostics.fixes import advice, doubled_beta, drop_uniform_groups, make_fix, scaled, warmer
+from diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer
 from diagnostics.rules.base import (
-    PAINPOINTS, REF_TABLE, Episode, Explanation, Rule, W, at, correlation_upto, first_present, fmt, level, median_noise,
-    medians, row_index, rows, smoothed, smoothed_evidence, start_step, start_window
+    Episode, Explanation, Rule, Skip, W, at, correlation_upto, fmt, median_noise, needs, row_index, rows, smoothed,
+    smoothed_evidence, start_step, start_window
 )
-from diagnostics.view import SAMPLE_EMPTY, RunView
+from diagnostics.series import SAMPLE_EMPTY, RunSeries
 
-MIN_STEPS = 100  # seed 000 §3.4: "run 100 steps, read reward and KL"
+# "run 100 steps, read reward and KL" (docs/sources.md#a-34-hyperparameters-for-a-7b-model-and-the-tuning-order)
+MIN_STEPS = 100
 MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is judged after 20 of them
 _ACCURACY = re.compile(r"correct|accura|\bacc\b|^acc|exact|match|solve|verif|pass", re.IGNORECASE)
 
 
-def components(view: RunView) -> list[str]:
+def components(view: RunSeries) -> list[str]:
     """The per-function rewards (``rewards/<fn>/mean``) the run logged."""
     return [n for n in view.names() if n.startswith("rewards/") and n.endswith("/mean") and view.has(n)]
 
 
-def component_behind(view: RunView, metric: str, upto: int, sign: int) -> tuple[str, float] | None:
+def component_behind(view: RunSeries, metric: str, upto: int, sign: int) -> tuple[str, float] | None:
     """The reward function whose mean moved with ``metric`` (``sign`` +1: rose with it, −1: rose as it fell)
     most closely up to step ``upto``, as (function name, correlation), when that correlation is 0.5 or more. Never the
     accuracy reward itself, and no one while the accuracy is still rising: a symptom bought with real progress is not
@@ -48,7 +49,7 @@ def component_behind(view: RunView, metric: str, upto: int, sign: int) -> tuple[
     return best
 
 
-def accuracy_component(view: RunView) -> str | None:
+def accuracy_component(view: RunSeries) -> str | None:
     """The per-function reward that measures correctness (by its name), when there is one."""
     return next((n for n in components(view) if _ACCURACY.search(n.split("/")[1])), None)
 
@@ -58,7 +59,7 @@ _QUALITY = re.compile(r"ndcg|recall|precision|(?:^|_)f1(?:$|_)|bleu|rouge|pass@|
                       re.IGNORECASE)
 
 
-def quality_metric(view: RunView) -> str | None:
+def quality_metric(view: RunSeries) -> str | None:
     """What measures the answers apart from the reward: an accuracy-like reward function, else the accuracy or
     another quality metric the loop logs beside the reward (validation rows excluded). Kept for the pass."""
     key = ("quality_metric", len(view.series))
@@ -67,7 +68,7 @@ def quality_metric(view: RunView) -> str | None:
     return view.memo[key]
 
 
-def _quality_metric(view: RunView) -> str | None:
+def _quality_metric(view: RunSeries) -> str | None:
     found = accuracy_component(view)
     if found is not None and len(components(view)) >= 2:
         return found
@@ -77,18 +78,13 @@ def _quality_metric(view: RunView) -> str | None:
                  and view.has(n)), None)
 
 
-def expected_uniform_share(p: float, G: int) -> float:
-    """P(all G binary rewards equal) = p^G + (1 − p)^G (painpoints note 3)."""
-    return p ** G + (1 - p) ** G
-
-
-def reward_rising(view: RunView, step: int) -> bool:
+def reward_rising(view: RunSeries, step: int) -> bool:
     """The reward's 20-step median at ``step`` is above its start by more than the noise."""
     return view.has("reward") and smoothed(view, "reward", step, 2 * W) - view.head(
         "reward", start_window(view, "reward")) > _gain_tolerance(view, "reward")
 
 
-def _gain_tolerance(view: RunView, name: str) -> float:
+def _gain_tolerance(view: RunSeries, name: str) -> float:
     """How much a 2W-step median must exceed the starting median to count as a real rise."""
     noise = median_noise(view, name)
     start = abs(view.head(name, start_window(view, name)))
@@ -96,7 +92,7 @@ def _gain_tolerance(view: RunView, name: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------- reward_flat
-def _flat_detect(view: RunView, since):
+def _flat_detect(view: RunSeries, since):
     lo, steps, _ = rows(view, "reward", since)
     best = view.running("reward", 2 * W, "median", "max", lo)  # a reward that rose and fell is not flat
     idx = row_index(lo, len(steps))
@@ -107,7 +103,7 @@ def _flat_detect(view: RunView, since):
         return steps, judged & (gain < _gain_tolerance(view, "reward"))
 
 
-def _flat_explain(view: RunView, ep: Episode) -> Explanation:
+def _flat_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     start, now = view.head("reward", start_window(view, "reward")), smoothed(view, "reward", ep.last, 2 * W)
     evidence = [
@@ -147,7 +143,9 @@ REWARD_FLAT = Rule(
     id="reward_flat", title="Reward is flat: no upward trend",
     follows_from=("uniform_groups", "truncation", "kl_blowup", "entropy_collapse", "reward_collapse"),
     requires=("reward",), detect=_flat_detect, explain=_flat_explain, open_after=W, clear_after=2 * W,
-    references=(REF_TABLE + " reward flat", "seed 000 §3.4, §4.5", PAINPOINTS + "s 1, 24, 25"),
+    references=("docs/troubleshooting.md#reward-flat",
+                "docs/field-reports.md#no-learning-signal",
+                "docs/field-reports.md#lora-weights-never-reach-vllm"),
     read="After 100 steps (and 20 logged points), no 20-step median of the reward has risen above the median of "
          "the first 10 steps by more than the noise. Read reward_std and frac_reward_zero_std next: "
          "0 spread means the reward cannot tell completions apart; otherwise raise lr or G.",
@@ -155,12 +153,12 @@ REWARD_FLAT = Rule(
 
 
 # ---------------------------------------------------------------------------------------- reward_collapse
-def score_metric(view: RunView) -> str:
+def score_metric(view: RunSeries) -> str:
     """The run's score: the reward, else an accuracy a hand-written loop logs instead."""
     return "reward" if view.has("reward") or not view.has("accuracy") else "accuracy"
 
 
-def _collapse_detect(view: RunView, since):
+def _collapse_detect(view: RunSeries, since):
     """Fallen back by 80% of a clear gain, or, with no gain to speak of, lost three quarters of a positive level the
     run held, by more than 6 × the noise of a median (a plateau that drops out from under the run)."""
     name = score_metric(view)
@@ -176,7 +174,7 @@ def _collapse_detect(view: RunView, since):
         return steps, fell_back | fell_off
 
 
-def _collapse_explain(view: RunView, ep: Episode) -> Explanation:
+def _collapse_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     name = score_metric(view)
     steps, values = view.finite(name)
@@ -210,7 +208,7 @@ def _collapse_explain(view: RunView, ep: Episode) -> Explanation:
 REWARD_COLLAPSE = Rule(
     id="reward_collapse", title="Reward collapsed",
     requires=(("reward", "accuracy"),), detect=_collapse_detect, explain=_collapse_explain, open_after=3,
-    references=(PAINPOINTS + " 9",),
+    references=("docs/field-reports.md#sudden-collapse",),
     read="The 20-step median reward rose clearly above its start (6 × the noise of a 10-step median), then "
          "the 10-step median fell back by 80% or more of that gain; or it lost three quarters of a positive level "
          "it held, by more than 6 × that noise. Without a reward, the accuracy a loop logs is read. "
@@ -218,167 +216,8 @@ REWARD_COLLAPSE = Rule(
 )
 
 
-# ---------------------------------------------------------------------------------------- uniform_groups
-SPREAD = ("reward_std", "reward_gap")  # a batch whose rewards do not spread at all: every group is uniform
-
-
-def uniform_metric(view: RunView) -> str:
-    """What says the groups are uniform: TRL's share of uniform groups, else the advantages' std, else the spread
-    of the batch's rewards (0 only when every completion scored the same); ``reward`` when none is logged (then a
-    reward that does not move while the update is exactly 0 says it)."""
-    return first_present(view, "frac_reward_zero_std", "advantage/std", *SPREAD) or "reward"
-
-
-def no_groups(view: RunView) -> bool:
-    """A critic-based estimator (GAE) or one completion per prompt: there are no groups to be uniform."""
-    G = view.config.get("num_generations")
-    return view.config.get("advantage") == "gae" or (isinstance(G, (int, float)) and G == 1)
-
-
-def _uniform_detect(view: RunView, since):
-    name = uniform_metric(view)
-    if no_groups(view):  # no groups: only a reward that has never varied at all says "no signal"
-        if name not in SPREAD:
-            return np.empty(0, np.int64), np.empty(0, bool)
-        lo, steps, values = rows(view, name, since)
-        ever = np.maximum.accumulate(np.abs(values))[lo:] if len(values) else values
-        return steps, (ever <= 1e-9) & (row_index(lo, len(steps)) >= view.rows(W, name) - 1)  # W steps of it
-    if name == "frac_reward_zero_std":
-        return level(view, name, since, lambda m: m >= 0.5)
-    if name == "advantage/std":
-        return level(view, name, since, lambda m: m <= 0.02)
-    if name in SPREAD:  # exactly 0 is evidence enough: no window to fill first
-        return level(view, name, since, lambda m: m <= 1e-9, min_periods=1)
-    # nothing logs the groups' spread: a reward that does not move while the update is exactly 0
-    lo, steps, _ = rows(view, "grad_norm", since)
-    with np.errstate(invalid="ignore"):
-        idle = (view.roll("grad_norm", W, "max", lo, 1) <= 1e-9) & (view.asof_roll("loss", W, steps, "max", 1) <= 1e-9)
-        still = view.asof_roll("reward", W, steps, "max", 1) - view.asof_roll("reward", W, steps, "min", 1) <= 1e-9
-        return steps, idle & still
-
-
-def no_gradient(view: RunView, step: int) -> Evidence | None:
-    """Evidence that the update itself is 0 around ``step`` (loss and grad_norm, or the policy loss, exactly 0)."""
-    if view.has("grad_norm") and view.has("loss"):
-        grad, loss = smoothed(view, "grad_norm", step), smoothed(view, "loss", step)
-        if abs(loss) < 1e-6 and grad < 1e-6:
-            return Evidence(step, "grad_norm", grad, "loss and grad_norm both 0: no learning signal")
-    # the policy loss's value is ~0 by construction with one update per rollout (ratio 1, centred advantages), so
-    # it says "no signal" only where no gradient norm says otherwise
-    moving = view.has("grad_norm") and smoothed(view, "grad_norm", step) >= 1e-6
-    if view.has("policy_loss") and not moving and abs(smoothed(view, "policy_loss", step)) < 1e-12:
-        return Evidence(step, "policy_loss", smoothed(view, "policy_loss", step),
-                        "the policy-gradient loss is exactly 0: no learning signal")
-    return None
-
-
-def _success_rate(view: RunView, step: int) -> tuple[str, float] | None:
-    """(metric, p) of a binary success rate: an accuracy-like reward component, else the reward itself,
-    if its batch std is that of 0/1 values with mean p (√(p(1−p))); None when nothing looks binary."""
-    for name in (accuracy_component(view), "reward"):
-        if name is None or not view.has(name):
-            continue
-        p = smoothed(view, name, step)
-        spread = name[:-len("mean")] + "std" if name.endswith("/mean") else "reward_std"
-        if not 0 <= p <= 1 or not view.has(spread):
-            continue
-        binary = (p * (1 - p)) ** 0.5
-        if abs(smoothed(view, spread, step) - binary) <= 0.15 * binary + 0.02:
-            return name, p
-    return None
-
-
-def _uniform_explain(view: RunView, ep: Episode) -> Explanation:
-    cfg = view.config
-    name = uniform_metric(view)
-    observed = smoothed(view, name, ep.last)
-    note = ("10-step median" if name in ("frac_reward_zero_std", "advantage/std") else
-            "the batch's rewards do not spread at all: every completion scored the same" if name in SPREAD else
-            "the reward does not move while the update is exactly 0")
-    evidence = [smoothed_evidence(view, name, ep.last, note), at(view, name, ep.start, "onset")]
-    causes, fixes = [], []
-    G = cfg.get("num_generations")
-    severe = (name == "frac_reward_zero_std" and observed >= 0.9) or name in SPREAD or name == "reward"
-    stalled = no_gradient(view, ep.last)
-    if stalled is not None:
-        severe = True
-        evidence.append(stalled)
-    if no_groups(view):
-        causes.append("every completion has scored the same since the first step: with no difference between "
-                      "completions there is nothing to learn from, whatever the estimator (check the reward "
-                      "function and that the answers can be parsed at all)")
-    if view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.9:
-        causes.append("nearly every completion is truncated at the length cap, so every one scores alike "
-                      "(see truncation)")
-    # chance needs the real G: an assumed default would make any share look "far above chance"
-    rate = None
-    if name == "frac_reward_zero_std" and G and not cfg.is_assumed("num_generations"):
-        rate = _success_rate(view, ep.last)
-    if rate is not None:
-        metric, p = rate
-        expected = expected_uniform_share(p, int(G))
-        evidence.append(Evidence(ep.last, metric, p, f"success rate p; expected uniform share p^G + (1−p)^G "
-                                                     f"= {expected:.2f} at G = {G}"))
-        if observed > expected + 0.25:
-            causes.append(f"completions within a group are identical far more often than chance ({observed:.0%} "
-                          f"observed vs {expected:.0%} expected): too little randomness (temperature too "
-                          "low, or outputs already converged by SFT)")
-        else:
-            causes.append(f"the task is too {'easy' if p > 0.5 else 'hard'} at success rate {p:.2f}: with "
-                          f"G = {G}, {expected:.0%} of groups are uniform by chance")
-    else:
-        causes.append("every completion of a group gets the same reward: the task is too easy or too hard "
-                      "for the model, or the samples lack variety")
-    truncated = view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.9
-    if truncated:  # every completion cut alike: no G or temperature separates them, the cap must move
-        return Explanation("critical" if severe else "warning", evidence, causes,
-                           [advice("raise the length cap first (see truncation): the groups are uniform because "
-                                   "every completion is cut")])
-    causes.append("temperature too low, or too few completions per group")
-    fixes += warmer(cfg)
-    if G:
-        note = ""
-        if rate is not None:
-            note = f"expected uniform share {expected_uniform_share(rate[1], 2 * int(G)):.0%} at G = {2 * int(G)}"
-        fixes.append(make_fix(cfg, "sample more completions per group", {"num_generations": 2 * int(G)}, note))
-    fixes += drop_uniform_groups(cfg, "drop uniform groups from the loss (DAPO dynamic sampling)")
-    fixes.append(advice("drop prompts the model always solves or always fails; soften a binary reward with "
-                        "partial credit"))
-    if cfg.get("scale_rewards") == "batch" and not cfg.ours:
-        causes.append("with scale_rewards = batch TRL's frac_reward_zero_std is 0 or 1 for the whole batch")
-    if severe:
-        return Explanation("critical", evidence, causes, fixes)
-    by_chance = rate is None or observed <= expected_uniform_share(rate[1], int(G)) + 0.25
-    if by_chance and reward_rising(view, ep.last):
-        causes.insert(0, "the other groups still teach: the reward is rising, so this costs speed, not the run")
-        return Explanation("info", evidence, causes, fixes)
-    lasted = ep.last - ep.start + view.interval_of(name)
-    if lasted < W:  # with few groups a step (small G) the 10-step median wanders past 0.5 for a few steps
-        causes.insert(0, f"so far for {lasted} step(s) only, less than a {W}-step window: the share's noise at this "
-                         "G; a problem when it lasts")
-        return Explanation("info", evidence, causes, fixes)
-    return Explanation("warning", evidence, causes, fixes)
-
-
-UNIFORM_GROUPS = Rule(
-    id="uniform_groups", title="Groups score all alike: advantage ≈ 0, no learning signal",
-    follows_from=("truncation", "entropy_collapse", "kl_blowup"),
-    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, "grad_norm"),), detect=_uniform_detect,
-    explain=_uniform_explain,
-    open_after=3,
-    references=(REF_TABLE + " advantage std ≈ 0", "seed 000 §2.9, §3.5", PAINPOINTS + "s 1, 2, 3",
-                "painpoints note 3"),
-    read="The 10-step median of frac_reward_zero_std is 0.5 or more (critical at 0.9, or when loss and grad_norm "
-         "are both 0; info while it has held for less than 10 steps); without it, the advantages' std is about 0, "
-         "or the batch's rewards do not spread at all (reward_std or max − min exactly 0: every group uniform, "
-         "critical). Compare with the share expected by chance, p^G + (1−p)^G for a binary reward with "
-         "success rate p: far above it means the samples lack variety; close to it means the task is too "
-         "easy or too hard for this G.",
-)
-
-
 # ---------------------------------------------------------------------------------------- reward_hacking
-def _hacking_detect(view: RunView, since):
+def _hacking_detect(view: RunSeries, since):
     """Reward hacking builds up slowly, so its windows are W logged rows however sparse the log (W steps at least)."""
     lo, steps, _ = rows(view, "reward", since)
     idx = row_index(lo, len(steps))
@@ -399,19 +238,19 @@ def _hacking_detect(view: RunView, since):
         return steps, rising & worse
 
 
-def slow_window(view: RunView, name: str) -> int:
+def slow_window(view: RunSeries, name: str) -> int:
     """Steps of a window of W logged rows (at least W steps): for symptoms that build over hundreds of steps."""
     return W * view.interval_of(name)
 
 
-def _hacking_gate(view: RunView) -> str | None:
+def _hacking_gate(view: RunSeries) -> Skip | None:
     if quality_metric(view) or view.has(SAMPLE_EMPTY):
         return None
-    return ("needs a measure of answer quality beside the reward (an accuracy reward function among others, an "
-            "accuracy, NDCG or recall metric) or sampled completions")
+    return needs("a measure of answer quality beside the reward (an accuracy reward function among others, an "
+                 "accuracy, NDCG or recall metric) or sampled completions")
 
 
-def _hacking_explain(view: RunView, ep: Episode) -> Explanation:
+def _hacking_explain(view: RunSeries, ep: Episode) -> Explanation:
     cfg = view.config
     evidence = [Evidence(start_step(view, "reward"), "reward", view.head("reward", W), "start"),
                 smoothed_evidence(view, "reward", ep.last, "now: higher")]
@@ -448,14 +287,16 @@ def _hacking_explain(view: RunView, ep: Episode) -> Explanation:
 REWARD_HACKING = Rule(
     id="reward_hacking", title="Reward rises while answer quality falls (reward hacking / baseline drift)",
     requires=("reward",), detect=_hacking_detect, explain=_hacking_explain, open_after=3, gate=_hacking_gate,
-    references=(REF_TABLE + " baseline drift", PAINPOINTS + "s 16, 22"),
+    references=("docs/troubleshooting.md#baseline-drift",
+                "docs/field-reports.md#reward-hacking",
+                "docs/field-reports.md#phantom-gradient-from-shaped-rewards"),
     read="The reward's 10-step median rose clearly while the accuracy component's fell (or half the sampled "
          "completions became empty). Read the completions: the policy is paid for something other than the answer.",
 )
 
 
 # ---------------------------------------------------------------------------------------- reward_component_constant
-def _constant_components(view: RunView, upto: int | None = None) -> list[str]:
+def _constant_components(view: RunSeries, upto: int | None = None) -> list[str]:
     """Reward functions whose mean has had one value at every logged step since the first (and whose std, if
     logged, is 0): they score every completion alike."""
     out = []
@@ -469,7 +310,7 @@ def _constant_components(view: RunView, upto: int | None = None) -> list[str]:
     return out
 
 
-def _constant_detect(view: RunView, since):
+def _constant_detect(view: RunSeries, since):
     """Per component, whether its mean has kept its first value so far (kept in ``view.memo``: a live update reads only
     the new rows)."""
     out_steps, out_active = [], []
@@ -498,7 +339,7 @@ def _constant_detect(view: RunView, since):
     return steps, active
 
 
-def _constant_explain(view: RunView, ep: Episode) -> Explanation:
+def _constant_explain(view: RunSeries, ep: Episode) -> Explanation:
     names = _constant_components(view, ep.last) or components(view)[:1]
     evidence = [smoothed_evidence(view, "reward", ep.last, "the total reward")] if view.has("reward") else []
     evidence += [Evidence(ep.last, n, view.value_at(n, ep.last), f"the same value at every step since step "
@@ -518,46 +359,13 @@ def _constant_explain(view: RunView, ep: Episode) -> Explanation:
 REWARD_COMPONENT_CONSTANT = Rule(
     id="reward_component_constant", title="A reward function gives every completion the same score",
     requires=(), detect=_constant_detect, explain=_constant_explain, open_after=1,
-    gate=lambda view: None if components(view) else "needs per-function rewards (rewards/<fn>/mean)",
-    references=(PAINPOINTS + "s 1, 2",),
+    gate=lambda view: None if components(view) else needs("per-function rewards (rewards/<fn>/mean)"),
+    references=("docs/field-reports.md#no-learning-signal",
+                "docs/field-reports.md#per-function-std-vs-group-std"),
     read="A per-function reward (rewards/<fn>/mean) has had exactly one value at every logged step since the start, "
          "for 10 steps or more (and its std, if logged, is 0): it scores every completion alike. Info at first; a "
          "warning once it has held for 100 steps while the total reward is not rising.",
 )
 
 
-# ---------------------------------------------------------------------------------------- kl_pull
-def _pull_detect(view: RunView, since):
-    cfg = view.config
-    steps, idx, med = medians(view, "kl", since)
-    peak = view.running("kl", W, "median", "max", view.first_row_after("kl", since))
-    uniform = view.asof_roll("frac_reward_zero_std", W, steps)
-    with np.errstate(invalid="ignore"):
-        return steps, ((idx >= view.rows(3 * W, "kl") - 1) & (uniform >= 0.5) & (med <= 0.5 * peak) & (peak > 0)
-                       & ((cfg.get("beta") or 0) > 0 or "beta" in cfg.inferred))
-
-
-def _pull_explain(view: RunView, ep: Episode) -> Explanation:
-    cfg = view.config
-    evidence = [smoothed_evidence(view, "frac_reward_zero_std", ep.last, "share of uniform groups"),
-                smoothed_evidence(view, "kl", ep.last, "KL falling back")]
-    causes = ["uniform groups give no policy gradient, but the β·KL term still pulls every token toward the "
-              "reference, so the policy drifts back"]
-    fixes = []
-    fixes += drop_uniform_groups(cfg, "mask uniform groups out of the loss, KL included")
-    fixes.append(advice("fix the lack of signal first (see uniform_groups)"))
-    return Explanation("info", evidence, causes, fixes)
-
-
-KL_PULL = Rule(
-    id="kl_pull", title="Uniform groups with β > 0 pull the policy back to the reference",
-    follows_from=("uniform_groups",),
-    requires=("kl", "frac_reward_zero_std"), detect=_pull_detect, explain=_pull_explain, open_after=3,
-    gate=lambda view: None if (view.config.get("beta") or 0) > 0 or "beta" in view.config.inferred
-    else "beta = 0: no KL term",
-    references=(PAINPOINTS + " 17",),
-    read="Half the groups or more are uniform while KL falls to half its peak: only the KL term still moves "
-         "the policy, back toward the reference.",
-)
-
-RULES = (REWARD_FLAT, REWARD_COLLAPSE, UNIFORM_GROUPS, REWARD_COMPONENT_CONSTANT, REWARD_HACKING, KL_PULL)
+RULES = (REWARD_FLAT, REWARD_COLLAPSE, REWARD_COMPONENT_CONSTANT, REWARD_HACKING)

@@ -1,7 +1,7 @@
 """What the rules read: a run's metric series (growing as a live run logs), its config, events and
 per-step statistics of its sampled completions.
 
-``RunView(store.get_run(id)).extend(store)`` reads a whole run; calling ``extend`` again appends only
+``RunSeries(store.get_run(id)).extend(store)`` reads a whole run; calling ``extend`` again appends only
 the steps logged since the last call, into buffers that grow by doubling, so a live update costs the new
 steps, not the run's length. Window statistics the rules share (rolling medians, a run's starting level, the
 running maximum of a rolling series) are cached: per pass for windows, for good for prefixes.
@@ -12,12 +12,12 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
 from diagnostics import signals
+from diagnostics.repetition import text_repetition
 from diagnostics.runconfig import LoggedFacts, RunConfig, run_config, update_facts
 
 # Per-step statistics of the stored completions, kept as metrics the rules can read like any other.
@@ -38,7 +38,6 @@ DERIVED_FROM = {name: source for name, (source, _keep) in _DERIVED.items()}
 DERIVED = frozenset(_DERIVED)
 SAMPLE_EMPTY = "samples/empty_share"
 SAMPLE_REPETITION = "samples/repetition"
-_WORD = re.compile(r"\w+|[^\w\s]")
 
 
 class _Buffer:
@@ -83,7 +82,7 @@ class Series:
             self.fvalues.extend(values[ok])
 
 
-class RunView:
+class RunSeries:
     """A run as the rules see it: build it from the run's row, then ``extend`` it from the store (again
     for each update of a live run)."""
 
@@ -316,26 +315,19 @@ def _reduce(how: str, values: np.ndarray) -> float:
 
 
 def sample_statistics(samples) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per step of the stored completions (sorted by step): the share that are empty, and the mean share
-    of repeated word 3-grams (whitespace/punctuation tokens; character 3-grams for text without spaces)."""
+    """Per step of the stored completions (sorted by step): the share that are empty, and the mean repetition
+    (``diagnostics.repetition``: the share of 3-grams repeating an earlier one; words and punctuation, or
+    characters for text without spaces)."""
     steps, empty, repetition = [], [], []
     for step, rows in itertools.groupby(zip(samples["step"].tolist(), samples["completion"].tolist()),
                                         key=lambda r: r[0]):
         texts = [str(text) for _, text in rows]
         steps.append(int(step))
         empty.append(sum(not t.strip() for t in texts) / len(texts))
-        rates = [r for r in (_repeated_share(t) for t in texts) if r is not None]
+        rates = [r for r in map(text_repetition, texts) if r is not None]
         repetition.append(sum(rates) / len(rates) if rates else math.nan)
     steps_arr = np.array(steps, dtype=np.int64)
     return {SAMPLE_EMPTY: (steps_arr, np.array(empty)), SAMPLE_REPETITION: (steps_arr, np.array(repetition))}
-
-
-def _repeated_share(text: str, n: int = 3) -> float | None:
-    tokens = _WORD.findall(text) if " " in text.strip() else list(text)
-    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
-    if not grams:
-        return None
-    return 1.0 - len(set(grams)) / len(grams)
 
 
 def decode_detail(detail) -> dict:

@@ -1,0 +1,216 @@
+"""Rules on the groups' spread: groups that score all alike (advantage ≈ 0, no learning signal), and uniform groups
+with β > 0 pulling the policy back to the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from diagnostics.findings import Evidence
+from diagnostics.fixes import advice, drop_uniform_groups, make_fix, warmer
+from diagnostics.rules.base import (
+    Episode, Explanation, Rule, W, at, first_present, level, medians, not_applicable, row_index, rows, smoothed,
+    smoothed_evidence
+)
+from diagnostics.rules.reward import accuracy_component, reward_rising
+from diagnostics.series import RunSeries
+
+def expected_uniform_share(p: float, G: int) -> float:
+    """P(all G binary rewards equal) = p^G + (1 − p)^G (docs/field-reports.md#expected-share-of-uniform-groups)."""
+    return p ** G + (1 - p) ** G
+
+
+# ---------------------------------------------------------------------------------------- uniform_groups
+SPREAD = ("reward_std", "reward_gap")  # a batch whose rewards do not spread at all: every group is uniform
+
+
+def uniform_metric(view: RunSeries) -> str:
+    """What says the groups are uniform: TRL's share of uniform groups, else the advantages' std, else the spread
+    of the batch's rewards (0 only when every completion scored the same); ``reward`` when none is logged (then a
+    reward that does not move while the update is exactly 0 says it)."""
+    return first_present(view, "frac_reward_zero_std", "advantage/std", *SPREAD) or "reward"
+
+
+def no_groups(view: RunSeries) -> bool:
+    """A critic-based estimator (GAE) or one completion per prompt: there are no groups to be uniform."""
+    G = view.config.get("num_generations")
+    return view.config.get("advantage") == "gae" or (isinstance(G, (int, float)) and G == 1)
+
+
+def _uniform_detect(view: RunSeries, since):
+    name = uniform_metric(view)
+    if no_groups(view):  # no groups: only a reward that has never varied at all says "no signal"
+        if name not in SPREAD:
+            return np.empty(0, np.int64), np.empty(0, bool)
+        lo, steps, values = rows(view, name, since)
+        ever = np.maximum.accumulate(np.abs(values))[lo:] if len(values) else values
+        return steps, (ever <= 1e-9) & (row_index(lo, len(steps)) >= view.rows(W, name) - 1)  # W steps of it
+    if name == "frac_reward_zero_std":
+        return level(view, name, since, lambda m: m >= 0.5)
+    if name == "advantage/std":
+        return level(view, name, since, lambda m: m <= 0.02)
+    if name in SPREAD:  # exactly 0 is evidence enough: no window to fill first
+        return level(view, name, since, lambda m: m <= 1e-9, min_periods=1)
+    # nothing logs the groups' spread: a reward that does not move while the update is exactly 0
+    lo, steps, _ = rows(view, "grad_norm", since)
+    with np.errstate(invalid="ignore"):
+        idle = (view.roll("grad_norm", W, "max", lo, 1) <= 1e-9) & (view.asof_roll("loss", W, steps, "max", 1) <= 1e-9)
+        still = view.asof_roll("reward", W, steps, "max", 1) - view.asof_roll("reward", W, steps, "min", 1) <= 1e-9
+        return steps, idle & still
+
+
+def no_gradient(view: RunSeries, step: int) -> Evidence | None:
+    """Evidence that the update itself is 0 around ``step`` (loss and grad_norm, or the policy loss, exactly 0)."""
+    if view.has("grad_norm") and view.has("loss"):
+        grad, loss = smoothed(view, "grad_norm", step), smoothed(view, "loss", step)
+        if abs(loss) < 1e-6 and grad < 1e-6:
+            return Evidence(step, "grad_norm", grad, "loss and grad_norm both 0: no learning signal")
+    # the policy loss's value is ~0 by construction with one update per rollout (ratio 1, centred advantages), so
+    # it says "no signal" only where no gradient norm says otherwise
+    moving = view.has("grad_norm") and smoothed(view, "grad_norm", step) >= 1e-6
+    if view.has("policy_loss") and not moving and abs(smoothed(view, "policy_loss", step)) < 1e-12:
+        return Evidence(step, "policy_loss", smoothed(view, "policy_loss", step),
+                        "the policy-gradient loss is exactly 0: no learning signal")
+    return None
+
+
+def _success_rate(view: RunSeries, step: int) -> tuple[str, float] | None:
+    """(metric, p) of a binary success rate: an accuracy-like reward component, else the reward itself,
+    if its batch std is that of 0/1 values with mean p (√(p(1−p))); None when nothing looks binary."""
+    for name in (accuracy_component(view), "reward"):
+        if name is None or not view.has(name):
+            continue
+        p = smoothed(view, name, step)
+        spread = name[:-len("mean")] + "std" if name.endswith("/mean") else "reward_std"
+        if not 0 <= p <= 1 or not view.has(spread):
+            continue
+        binary = (p * (1 - p)) ** 0.5
+        if abs(smoothed(view, spread, step) - binary) <= 0.15 * binary + 0.02:
+            return name, p
+    return None
+
+
+def _uniform_explain(view: RunSeries, ep: Episode) -> Explanation:
+    cfg = view.config
+    name = uniform_metric(view)
+    observed = smoothed(view, name, ep.last)
+    note = ("10-step median" if name in ("frac_reward_zero_std", "advantage/std") else
+            "the batch's rewards do not spread at all: every completion scored the same" if name in SPREAD else
+            "the reward does not move while the update is exactly 0")
+    evidence = [smoothed_evidence(view, name, ep.last, note), at(view, name, ep.start, "onset")]
+    causes, fixes = [], []
+    G = cfg.get("num_generations")
+    severe = (name == "frac_reward_zero_std" and observed >= 0.9) or name in SPREAD or name == "reward"
+    stalled = no_gradient(view, ep.last)
+    if stalled is not None:
+        severe = True
+        evidence.append(stalled)
+    if no_groups(view):
+        causes.append("every completion has scored the same since the first step: with no difference between "
+                      "completions there is nothing to learn from, whatever the estimator (check the reward "
+                      "function and that the answers can be parsed at all)")
+    if view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.9:
+        causes.append("nearly every completion is truncated at the length cap, so every one scores alike "
+                      "(see truncation)")
+    # chance needs the real G: an assumed default would make any share look "far above chance"
+    rate = None
+    if name == "frac_reward_zero_std" and G and not cfg.is_assumed("num_generations"):
+        rate = _success_rate(view, ep.last)
+    if rate is not None:
+        metric, p = rate
+        expected = expected_uniform_share(p, int(G))
+        evidence.append(Evidence(ep.last, metric, p, f"success rate p; expected uniform share p^G + (1−p)^G "
+                                                     f"= {expected:.2f} at G = {G}"))
+        if observed > expected + 0.25:
+            causes.append(f"completions within a group are identical far more often than chance ({observed:.0%} "
+                          f"observed vs {expected:.0%} expected): too little randomness (temperature too "
+                          "low, or outputs already converged by SFT)")
+        else:
+            causes.append(f"the task is too {'easy' if p > 0.5 else 'hard'} at success rate {p:.2f}: with "
+                          f"G = {G}, {expected:.0%} of groups are uniform by chance")
+    else:
+        causes.append("every completion of a group gets the same reward: the task is too easy or too hard "
+                      "for the model, or the samples lack variety")
+    truncated = view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.9
+    if truncated:  # every completion cut alike: no G or temperature separates them, the cap must move
+        return Explanation("critical" if severe else "warning", evidence, causes,
+                           [advice("raise the length cap first (see truncation): the groups are uniform because "
+                                   "every completion is cut")])
+    causes.append("temperature too low, or too few completions per group")
+    fixes += warmer(cfg)
+    if G:
+        note = ""
+        if rate is not None:
+            note = f"expected uniform share {expected_uniform_share(rate[1], 2 * int(G)):.0%} at G = {2 * int(G)}"
+        fixes.append(make_fix(cfg, "sample more completions per group", {"num_generations": 2 * int(G)}, note))
+    fixes += drop_uniform_groups(cfg, "drop uniform groups from the loss (DAPO dynamic sampling)")
+    fixes.append(advice("drop prompts the model always solves or always fails; soften a binary reward with "
+                        "partial credit"))
+    if cfg.get("scale_rewards") == "batch" and not cfg.ours:
+        causes.append("with scale_rewards = batch TRL's frac_reward_zero_std is 0 or 1 for the whole batch")
+    if severe:
+        return Explanation("critical", evidence, causes, fixes)
+    by_chance = rate is None or observed <= expected_uniform_share(rate[1], int(G)) + 0.25
+    if by_chance and reward_rising(view, ep.last):
+        causes.insert(0, "the other groups still teach: the reward is rising, so this costs speed, not the run")
+        return Explanation("info", evidence, causes, fixes)
+    lasted = ep.last - ep.start + view.interval_of(name)
+    if lasted < W:  # with few groups a step (small G) the 10-step median wanders past 0.5 for a few steps
+        causes.insert(0, f"so far for {lasted} step(s) only, less than a {W}-step window: the share's noise at this "
+                         "G; a problem when it lasts")
+        return Explanation("info", evidence, causes, fixes)
+    return Explanation("warning", evidence, causes, fixes)
+
+
+UNIFORM_GROUPS = Rule(
+    id="uniform_groups", title="Groups score all alike: advantage ≈ 0, no learning signal",
+    follows_from=("truncation", "entropy_collapse", "kl_blowup"),
+    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, "grad_norm"),), detect=_uniform_detect,
+    explain=_uniform_explain,
+    open_after=3,
+    references=("docs/troubleshooting.md#advantage-std-near-0",
+                "docs/field-reports.md#no-learning-signal",
+                "docs/field-reports.md#expected-share-of-uniform-groups"),
+    read="The 10-step median of frac_reward_zero_std is 0.5 or more (critical at 0.9, or when loss and grad_norm "
+         "are both 0; info while it has held for less than 10 steps); without it, the advantages' std is about 0, "
+         "or the batch's rewards do not spread at all (reward_std or max − min exactly 0: every group uniform, "
+         "critical). Compare with the share expected by chance, p^G + (1−p)^G for a binary reward with "
+         "success rate p: far above it means the samples lack variety; close to it means the task is too "
+         "easy or too hard for this G.",
+)
+
+
+# ---------------------------------------------------------------------------------------- kl_pull
+def _pull_detect(view: RunSeries, since):
+    cfg = view.config
+    steps, idx, med = medians(view, "kl", since)
+    peak = view.running("kl", W, "median", "max", view.first_row_after("kl", since))
+    uniform = view.asof_roll("frac_reward_zero_std", W, steps)
+    with np.errstate(invalid="ignore"):
+        return steps, ((idx >= view.rows(3 * W, "kl") - 1) & (uniform >= 0.5) & (med <= 0.5 * peak) & (peak > 0)
+                       & ((cfg.get("beta") or 0) > 0 or "beta" in cfg.inferred))
+
+
+def _pull_explain(view: RunSeries, ep: Episode) -> Explanation:
+    cfg = view.config
+    evidence = [smoothed_evidence(view, "frac_reward_zero_std", ep.last, "share of uniform groups"),
+                smoothed_evidence(view, "kl", ep.last, "KL falling back")]
+    causes = ["uniform groups give no policy gradient, but the β·KL term still pulls every token toward the "
+              "reference, so the policy drifts back"]
+    fixes = []
+    fixes += drop_uniform_groups(cfg, "mask uniform groups out of the loss, KL included")
+    fixes.append(advice("fix the lack of signal first (see uniform_groups)"))
+    return Explanation("info", evidence, causes, fixes)
+
+
+KL_PULL = Rule(
+    id="kl_pull", title="Uniform groups with β > 0 pull the policy back to the reference",
+    follows_from=("uniform_groups",),
+    requires=("kl", "frac_reward_zero_std"), detect=_pull_detect, explain=_pull_explain, open_after=3,
+    gate=lambda view: None if (view.config.get("beta") or 0) > 0 or "beta" in view.config.inferred
+    else not_applicable("beta = 0: no KL term"),
+    references=("docs/field-reports.md#uniform-groups-pull-toward-the-reference",),
+    read="Half the groups or more are uniform while KL falls to half its peak: only the KL term still moves "
+         "the policy, back toward the reference.",
+)
+
+RULES = (UNIFORM_GROUPS, KL_PULL)

@@ -1,0 +1,125 @@
+"""Guards on the code's shape, so that the next engineer keeps it: every dashboard page has an AppTest, every
+diagnoser rule a fixture, no function over 80 lines and no module over 500 (in ``app/``, ``trainer/``,
+``diagnostics/``), and one meaning per name where two meanings once lived side by side."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+PAGES = ROOT / "app" / "app_pages"
+PACKAGES = ("app", "trainer", "diagnostics")
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 500
+
+
+def _sources(folders) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+def _functions(path: Path):
+    """``(name, first line, lines)`` of every function in a module, nested ones and methods included (a
+    decorator counts as part of its function)."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            yield node.name, start, node.end_lineno - start + 1
+
+
+# ------------------------------------------------------------------------------------- pages and rules
+def app_test_sources() -> list[str]:
+    """The test modules that drive the dashboard with Streamlit's AppTest."""
+    return [p.read_text() for p in sorted(TESTS.glob("test_*.py")) if "AppTest" in p.read_text()]
+
+
+def page_is_tested(page: str, sources: list[str]) -> bool:
+    """An AppTest opens the page: by its path (``app_pages/<page>.py``), through test_app's ``open_page("<page>")``,
+    or as one of the pages a test parametrises over (``@pytest.mark.parametrize("page", [..., "<page>", ...])``)."""
+    quoted = re.escape(f'"{page}"')
+    patterns = (re.escape(f"app_pages/{page}.py"), rf"open_page\(\s*{quoted}",
+                rf'parametrize\(\s*"page"\s*,\s*\[[^\]]*{quoted}')
+    return any(re.search(p, source) for p in patterns for source in sources)
+
+
+def test_the_page_check_sees_a_test_and_misses_a_page_without_one():
+    sources = ['at.switch_page("app_pages/teach.py").run()', 'open_page("samples", 1)',
+               '@pytest.mark.parametrize("page", ["run", "compare"])']
+    assert all(page_is_tested(p, sources) for p in ("teach", "samples", "run", "compare"))
+    assert not any(page_is_tested(p, sources) for p in ("runs", "import_log", "new_page"))
+
+
+@pytest.mark.parametrize("page", sorted(p.stem for p in PAGES.glob("*.py") if p.stem != "__init__"))
+def test_every_page_has_an_app_test(page):
+    assert page_is_tested(page, app_test_sources()), (
+        f"app/app_pages/{page}.py has no AppTest: open it in tests/test_app.py (open_page({page!r}, ...)), and "
+        f"add it to test_pages_on_an_empty_store if it reads runs")
+
+
+def test_every_rule_has_a_fixture_is_guarded_in_test_rules():
+    """The guard itself lives beside the fixtures (``tests/test_rules.py``): every rule id in
+    ``diagnostics.rules.RULES`` is expected by some ``Fixture``. Here: that guard is still there."""
+    tree = ast.parse((TESTS / "test_rules.py").read_text())
+    guard = next((f for f in tree.body if isinstance(f, ast.FunctionDef)
+                  and f.name == "test_every_rule_is_exercised_by_a_fixture"), None)
+    assert guard is not None, "tests/test_rules.py lost test_every_rule_is_exercised_by_a_fixture"
+    text = ast.unparse(guard)
+    assert "RULES" in text and "FIXTURES" in text
+
+
+# ------------------------------------------------------------------------------------- sizes
+def oversized() -> list[str]:
+    """Every function over ``MAX_FUNCTION_LINES`` lines and every module over ``MAX_MODULE_LINES`` lines."""
+    found = []
+    for path in _sources(PACKAGES):
+        where = path.relative_to(ROOT)
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            found.append(f"{where}: {lines} lines")
+        found += [f"{where}:{start} {name}: {n} lines" for name, start, n in _functions(path)
+                  if n > MAX_FUNCTION_LINES]
+    return found
+
+
+def test_no_function_over_80_lines_and_no_module_over_500():
+    found = oversized()
+    assert not found, "split these by role:\n" + "\n".join(found)
+
+
+def test_the_cli_is_a_table_of_small_commands():
+    """The command line split by role: ``app/cli.py`` keeps the table, the parser and the error handling."""
+    assert len((ROOT / "app" / "cli.py").read_text().splitlines()) <= MAX_MODULE_LINES
+    for module in ("cli", "cli_common", "commands_logs", "commands_train"):
+        path = ROOT / "app" / f"{module}.py"
+        assert all(n <= MAX_FUNCTION_LINES for _, _, n in _functions(path)), module
+
+
+# ------------------------------------------------------------------------------------- one meaning per name
+def _definitions(pattern: str) -> list[str]:
+    """The module of every line in the packages that matches ``pattern`` (a definition), once per line."""
+    regex = re.compile(pattern)
+    return [str(p.relative_to(ROOT)) for p in _sources(PACKAGES) for line in p.read_text().splitlines()
+            if regex.match(line)]
+
+
+def test_one_number_formatter():
+    """Numbers for people are written by ``diagnostics.numbers.number`` alone (the CLI, the reports, the fixes,
+    the dashboard), not by look-alikes that differ in their digits and their ``.0``."""
+    from diagnostics import fixes, numbers, report
+
+    assert _definitions(r"\s*def (number|value_text)\(") == ["diagnostics/numbers.py"]
+    assert report.number is numbers.number
+    assert fixes.text(0.04) == numbers.number(0.04, 6) and fixes.text([1.0, 2]) == "1.0 2"
+    assert [numbers.number(x) for x in (2.0, 0.123456, 1e-6, float("nan"), -float("inf"), 3, None)] == [
+        "2.0", "0.1235", "1e-06", "NaN", "-inf", "3", "–"]
+
+
+def test_one_meaning_per_name():
+    assert _definitions(r"\s*HEADLINE\b") == ["app/compare_view.py"]  # the Compare page's first charts
+    assert _definitions(r"\s*class LaunchError\b") == ["app/launch.py"]  # a refused launch
+    assert _definitions(r"\s*class WorldSizeError\b") == ["trainer/distributed.py"]  # processes ≠ WORLD_SIZE
+    assert _definitions(r"\s*class (View|RunTick)\b") == ["app/run_view.py"]  # one refresh of the Run page
