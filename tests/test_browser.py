@@ -104,6 +104,7 @@ def start_run_from_the_form(page, name: str, batch: int, max_steps: int, options
     page.get_by_label("run_name", exact=True).fill(name)
     page.get_by_label("per_device_train_batch_size", exact=True).fill(str(batch))
     page.get_by_label("max_steps", exact=True).fill(str(max_steps))
+    page.get_by_label("More options", exact=True).wait_for(timeout=30_000)  # the form's last field: all are drawn
     more = []
     for pair in options.split():  # a key the form has goes in its field: "More options" may not contradict it
         key, _, value = pair.partition("=")

@@ -128,6 +128,13 @@ def test_no_citation_of_documents_a_user_does_not_have(folder):
     assert bad == []
 
 
+def test_the_recorded_runs_the_teach_page_shows_cite_only_the_docs():
+    """The Teach page shows sample_runs/manifest.json's rows and the fixes tried, as the diagnoser wrote them."""
+    manifest = (ROOT / "sample_runs" / "manifest.json").read_text()
+    assert OLD_CITATION.findall(manifest) == []
+    assert unresolved(manifest) == []
+
+
 # ---------------------------------------------------------------------------------------- what is printed
 def test_every_rule_reference_and_health_source_is_a_docs_link_that_resolves():
     from diagnostics.catalogue import CATALOGUE
