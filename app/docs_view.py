@@ -8,6 +8,7 @@ into ``-``; a repeated heading gets ``-1``, ``-2``."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
@@ -15,7 +16,7 @@ from urllib.parse import urlencode
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGE = "docs"  # the Docs page's url_path
 FIRST = "troubleshooting.md"  # what the page opens on
-REFERENCE = re.compile(r"docs/([a-z0-9][\w.-]*\.md)(?:#([\w-]+))?$")
+REFERENCE = re.compile(r"docs/([a-z0-9][\w.-]*\.md)(?:#([\w-]+))?")  # docs/FILE.md#anchor, as the diagnosis prints
 RELATIVE_LINK = re.compile(r"\]\((?!https?:|mailto:)([\w.-]*?\.md)?(?:#([\w-]+))?\)")
 HEADING = re.compile(r"(#{1,6})\s+(.*?)\s*#*\s*$")
 
@@ -80,6 +81,15 @@ def reference_link(ref: str) -> str:
     else as code."""
     match = REFERENCE.fullmatch(ref)
     return f"[{ref}]({url(match.group(1), match.group(2))})" if match else f"`{ref}`"
+
+
+def with_reference_links(text: str, escape: Callable[[str], str]) -> str:
+    """Text for markdown: each reference in it a link (``reference_link``), the rest passed through ``escape``."""
+    out, at = [], 0
+    for match in REFERENCE.finditer(text):
+        out += [escape(text[at:match.start()]), reference_link(match.group(0))]
+        at = match.end()
+    return "".join(out + [escape(text[at:])])
 
 
 def for_the_page(markdown: str, name: str) -> str:

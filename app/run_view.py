@@ -9,7 +9,6 @@ controls (their requests' status).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -19,7 +18,7 @@ import streamlit as st
 from app import diagnosis, findings_view, launch
 from app.access import control_refusal, require_control
 from app.charts import MAX_POINTS, LiveFigures, blank_reason, metric_spec
-from app.docs_view import reference_link
+from app.docs_view import with_reference_links
 from app.present import config_text, grouped
 from app.session import RUN_PAGE, RUN_PARAM, open_store
 from diagnostics import control
@@ -27,8 +26,6 @@ from diagnostics.catalogue import health
 from diagnostics.series import RunSeries
 from diagnostics.status import GROUP_TITLES, GroupStatus, group_statuses, health_config
 from diagnostics.store import RunNotFound
-
-DOCS_REFERENCE = re.compile(r"(docs/[a-z0-9][\w.-]*\.md(?:#[\w-]+)?)")  # a reference the diagnosis prints
 
 REFRESH_SECONDS = 1  # a followed log's new line is on the page within about 2 s (benchmarks/bench_follow.py)
 SLOW_REFRESH_SECONDS = 10
@@ -202,8 +199,7 @@ def status(tick: RunTick) -> None:
 def _md(text: str) -> str:
     """Plain text for markdown (no accidental emphasis, strike-through or colour directives), with each reference
     into the docs a link to its section on the Docs page."""
-    parts = DOCS_REFERENCE.split(text)  # text, reference, text, ...
-    return "".join(reference_link(part) if i % 2 else _escaped(part) for i, part in enumerate(parts))
+    return with_reference_links(text, _escaped)
 
 
 def _escaped(text: str) -> str:
