@@ -26,7 +26,7 @@ from app import launch
 from diagnostics.rules import BY_ID
 from diagnostics.store import RunStore
 from dashboards import Dashboard
-from waiting import run_named, wait_for
+from waiting import run_named, tail, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "artifacts" / "screenshots"
@@ -96,35 +96,55 @@ def chart_points(page) -> dict[str, int]:
         ".map(p => [p.layout.title.text.replace(/<[^>]*>/g, ''), p._fullData[0].x.length]))")  # titles: bold
 
 
-def start_run_from_the_form(page, name: str, batch: int, max_steps: int, options: str, *, open_it: bool) -> None:
-    """Fill the Runs page's "Start a new run" form (opening it first when asked) and submit it."""
+def start_run_from_the_form(page, db: str, name: str, batch: int, max_steps: int, options: str, *,
+                            open_it: bool, dashboard_log: Path):
+    """Fill the Runs page's "Start a new run" form (opening it first when asked), check that every field holds
+    what was typed, submit it, and wait until the run is in the store (failing at once on a "Not started" error)."""
+    from playwright.sync_api import expect
+
     page.get_by_text("Start a new run").wait_for(timeout=30_000)
     if open_it:
         page.get_by_text("Start a new run").click()
-    page.get_by_label("run_name", exact=True).fill(name)
-    page.get_by_label("per_device_train_batch_size", exact=True).fill(str(batch))
-    page.get_by_label("max_steps", exact=True).fill(str(max_steps))
     page.get_by_label("More options", exact=True).wait_for(timeout=30_000)  # the form's last field: all are drawn
+    fields = {"run_name": name, "per_device_train_batch_size": str(batch), "max_steps": str(max_steps)}
     more = []
     for pair in options.split():  # a key the form has goes in its field: "More options" may not contradict it
         key, _, value = pair.partition("=")
-        field = page.get_by_label(key, exact=True)
-        if field.count():
-            field.fill(value)
+        if page.get_by_label(key, exact=True).count():
+            fields[key] = value
         else:
             more.append(pair)
-    page.get_by_label("More options", exact=True).fill(" ".join(more))
+    fields["More options"] = " ".join(more)
+    for label, value in fields.items():
+        page.get_by_label(label, exact=True).fill(value)
+    for label, value in fields.items():  # nothing redrawn under the typing
+        expect(page.get_by_label(label, exact=True)).to_have_value(value)
     page.get_by_role("button", name="Start run").click()
+
+    def started():
+        refused = page.get_by_text("Not started:")
+        assert not refused.count(), refused.first.inner_text()
+        return run_named(db, name)
+
+    return wait_for(started, 60, f"run {name!r} in the store after Start run",
+                    lambda: f"the page says:\n{page.inner_text('body')[:3000]}\n{tail(dashboard_log)}")
+
+
+def first_step(db: str, name: str, timeout: float = 180):
+    """The run once it has logged a step; on a timeout, the message shows its row and its trainer's log."""
+    return wait_for(lambda: (r := run_named(db, name)) and r["last_step"] and r, timeout, f"{name}'s first step",
+                    lambda: f"the run: {run_named(db, name)}\n{tail(launch.runs_dir(db) / f'{name}.log')}")
 
 
 def test_start_a_run_watch_it_then_restart_a_sick_one_with_a_fix(dashboard, page):
     url, db = dashboard
+    log = Path(db).with_name("dashboard.log")
 
     # 1. Runs page: start a tiny run from the form (open already: the store is empty)
     page.goto(url)
-    start_run_from_the_form(page, "browser-run", 16, 100_000, "save_steps=0", open_it=False)
+    start_run_from_the_form(page, db, "browser-run", 16, 100_000, "save_steps=0", open_it=False, dashboard_log=log)
     shot(page, "1-new-run-form")
-    run = wait_for(lambda: (r := run_named(db, "browser-run")) and r["last_step"] and r, 120, "a first step")
+    run = first_step(db, "browser-run")
     assert run["config"]["per_device_train_batch_size"] == 16 and run["pid"]
     page.get_by_text(re.compile(r"browser-run · step \d+")).wait_for(timeout=30_000)  # listed under Running
     shot(page, "2-runs-page-running")
@@ -141,9 +161,9 @@ def test_start_a_run_watch_it_then_restart_a_sick_one_with_a_fix(dashboard, page
 
     # 3. A run that blows its KL up (the diagnoser's kl_blowup scenario), checkpointed every 5 steps
     page.goto(url)
-    start_run_from_the_form(page, "kl-run", 64, 40, SICK_OPTIONS, open_it=True)
+    start_run_from_the_form(page, db, "kl-run", 64, 40, SICK_OPTIONS, open_it=True, dashboard_log=log)
     sick = wait_for(lambda: (r := run_named(db, "kl-run")) and r["status"] == "finished" and r, 180,
-                    "the sick run to finish")
+                    "the sick run to finish", lambda: tail(launch.runs_dir(db) / "kl-run.log"))
 
     # 4. Its page: the finding, its evidence and fixes; "Restart with this fix" forks before the onset
     page.goto(f"{url}/run?run={sick['id']}")
@@ -195,8 +215,8 @@ def test_a_restarted_dashboard_resumes_the_live_view(tmp_path, page):
              "--save_steps", "0"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         with serving(db, tmp_path / "dashboard.log") as served:
-            run = wait_for(lambda: (r := run_named(str(db), "live-run")) and r["last_step"] and r, 120,
-                           f"a first step (the trainer's log: {tmp_path / 'trainer.log'})")
+            run = wait_for(lambda: (r := run_named(str(db), "live-run")) and r["last_step"] and r, 180,
+                           "live-run's first step", lambda: tail(tmp_path / "trainer.log"))
             page.goto(f"{served.url}/run?run={run['id']}")
             before = wait_for(lambda: shown_step(page), 60, "the run's step on its page")
 
