@@ -112,7 +112,7 @@ def run_show(args: argparse.Namespace) -> int:
         print("no metrics logged yet")
         return 0
     print()  # one line per metric group, as the Run page opens (they agree with `grpo-doctor diagnose`)
-    for line in status_lines(diagnoser.view, diagnoser.findings(), {**diagnoser.skipped, **diagnoser.not_applicable}):
+    for line in status_lines(diagnoser.series, diagnoser.findings(), {**diagnoser.skipped, **diagnoser.not_applicable}):
         print(line)
     by_name = {r.name: r for r in latest.itertuples(index=False)}
     rows = []

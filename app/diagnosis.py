@@ -61,7 +61,7 @@ def current(store, run_id: int) -> Diagnoser:
             changed = bool(entry.diagnoser.update(store))
         if changed:
             store.save_findings(run_id, entry.diagnoser.findings(), replace=True)
-        _DIAGNOSED[(store.path, run_id)] = entry.diagnoser.view.last_step
+        _DIAGNOSED[(store.path, run_id)] = entry.diagnoser.series.last_step
         return entry.diagnoser
 
 

@@ -78,12 +78,12 @@ def load(run_id: int, *, with_findings: bool = True) -> RunTick | None:
             return None
         diagnoser = diagnosis.current(store, run_id)
         runs = store.list_runs()
-        tick = RunTick(run, diagnoser.view, runs)
+        tick = RunTick(run, diagnoser.series, runs)
         if with_findings:
             found = diagnoser.findings()
             tick.family = _family(store, run, runs, found)
             tick.marks = findings_view.onset_marks(tick.family.findings)
-            tick.statuses = group_statuses(diagnoser.view, found, {**diagnoser.skipped, **diagnoser.not_applicable})
+            tick.statuses = group_statuses(diagnoser.series, found, {**diagnoser.skipped, **diagnoser.not_applicable})
     return tick
 
 

@@ -84,7 +84,7 @@ def main() -> None:
             store.log_step(run, i + 1, {k: float(v[i]) for k, v in data.items()})
             start = time.perf_counter()
             fresh = store.series(run, since_step=i)                    # what update() reads
-            live.view.add(fresh)
+            live.series.add(fresh)
             middle = time.perf_counter()
             live.examine()
             done = time.perf_counter()

@@ -1,7 +1,7 @@
 """The diagnoser: runs every rule over a run, post hoc or step by step as a live run logs.
 
 ``diagnose(store, run)`` reads a whole run and returns a ``Diagnosis``; ``Diagnoser`` keeps a run's
-view and each rule's state so that ``update(store)`` examines only the steps logged since the last
+series and each rule's state so that ``update(store)`` examines only the steps logged since the last
 call. Per rule, a finding opens after ``rule.open_after`` consecutive rows with the symptom (its onset
 is the first of them), is updated while the symptom holds, and is resolved (with its step) after
 ``rule.clear_after`` rows without it; a symptom that returns reopens the same finding, keeping its
@@ -93,8 +93,8 @@ class Diagnosis:
 class Diagnoser:
     """The rules' state for one run; ``update`` examines only the steps logged since its last call."""
 
-    def __init__(self, view: RunSeries, rules: tuple[Rule, ...] = RULES):
-        self.view = view
+    def __init__(self, series: RunSeries, rules: tuple[Rule, ...] = RULES):
+        self.series = series
         self.rules = rules
         self.tracks = {rule.id: Track() for rule in rules}
         self.skipped: dict[str, str] = {}
@@ -117,17 +117,17 @@ class Diagnoser:
 
     def update(self, store) -> list[str]:
         """Read the steps logged since the last call and examine them; the rules whose finding changed."""
-        run = store.get_run(self.view.run["id"])
+        run = store.get_run(self.series.run["id"])
         if self.config_override:
             run = {**run, "config": {**(run.get("config") or {}), **self.config_override}}
         resumes = len(store.events(run["id"], "resume"))
-        rewound = run.get("last_step") is not None and self.view.last_step is not None \
-            and run["last_step"] < self.view.last_step
+        rewound = run.get("last_step") is not None and self.series.last_step is not None \
+            and run["last_step"] < self.series.last_step
         if rewound or resumes != self.resumes:  # a resume rewrote steps already examined: start again
             override = self.config_override
             self.__init__(RunSeries(run), self.rules)
             self.resumes, self.config_override = resumes, override
-        self.view.extend(store)
+        self.series.extend(store)
         return self.examine()
 
     def examine(self) -> list[str]:
@@ -135,24 +135,24 @@ class Diagnoser:
         of a metric or by its gate, starts from the first step); the ids of the rules whose finding changed
         (opened, reopened, resolved, or saw its symptom again). Findings are built on demand by
         ``findings()``, so a live update costs only the detectors."""
-        view = self.view
-        if not view.interval_known() and view.run.get("status") == "running":
+        series = self.series
+        if not series.interval_known() and series.run.get("status") == "running":
             return []  # a live run's first rows: windows are counted in steps, so wait until the interval is known
-        view.begin_pass()
+        series.begin_pass()
         changed = []
         for rule in self.rules:
-            skip = rule.skip(view)
+            skip = rule.skip(series)
             if skip is not None:
                 (self.skipped if skip.missing_input else self.not_applicable)[rule.id] = skip.reason
                 continue
             self.skipped.pop(rule.id, None)
             self.not_applicable.pop(rule.id, None)
-            steps, active = rule.detect(view, self.rule_since.get(rule.id))
-            self.rule_since[rule.id] = view.last_step
+            steps, active = rule.detect(series, self.rule_since.get(rule.id))
+            self.rule_since[rule.id] = series.last_step
             if len(steps) and self.tracks[rule.id].advance(rule, steps, np.asarray(active, dtype=bool),
-                                                           view.rows(rule.clear_after)):
+                                                           series.rows(rule.clear_after)):
                 changed.append(rule.id)
-        self.examined_to = view.last_step
+        self.examined_to = series.last_step
         return changed
 
     def findings(self) -> list[Finding]:
@@ -172,10 +172,10 @@ class Diagnoser:
         return reconcile_fixes(found)
 
     def _finding(self, rule: Rule, track: Track) -> Finding:
-        explained = rule.explain(self.view, Episode(track.onset, track.start, track.last))
+        explained = rule.explain(self.series, Episode(track.onset, track.start, track.last))
         severity, causes = explained.severity, explained.causes
-        cfg = self.view.config
-        assumed = [k for k in (rule.rests_on(self.view) if rule.rests_on else ()) if cfg.is_assumed(k)]
+        cfg = self.series.config
+        assumed = [k for k in (rule.rests_on(self.series) if rule.rests_on else ()) if cfg.is_assumed(k)]
         if assumed and severity in ("warning", "critical"):
             severity = "info"
             causes = [f"verify: this rests on {'; '.join(cfg.describe(k) for k in assumed)}; give the real value "
@@ -187,9 +187,9 @@ class Diagnoser:
         )
 
     def diagnosis(self) -> Diagnosis:
-        cfg = self.view.config
-        return Diagnosis(run=self.view.run, findings=self.findings(), skipped=dict(self.skipped),
-                         not_applicable=dict(self.not_applicable), health=health_summary(self.view),
+        cfg = self.series.config
+        return Diagnosis(run=self.series.run, findings=self.findings(), skipped=dict(self.skipped),
+                         not_applicable=dict(self.not_applicable), health=health_summary(self.series),
                          assumed=dict(cfg.assumed), inferred=dict(cfg.inferred), version=cfg.version,
                          logged={k: cfg.describe(k) for k in cfg.logged if not cfg.recorded(k)})
 

@@ -142,8 +142,7 @@ class Follower:
         interrupted (Ctrl-C, or a signal of ``interrupt_on``: ``stopped``, following stopped, not necessarily
         training); the final status."""
         status = "finished"
-        for signum in interrupt_on:
-            signal.signal(signum, _interrupt)
+        previous = {signum: signal.signal(signum, _interrupt) for signum in interrupt_on}
         try:
             while True:
                 written = self.poll()
@@ -154,6 +153,9 @@ class Follower:
                 time.sleep(every)
         except KeyboardInterrupt:
             status = "stopped"
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         if self.run_id is not None:
             self.store.set_status(self.run_id, status)
         return status

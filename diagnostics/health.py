@@ -36,12 +36,12 @@ def outside(band: HealthRange, values: np.ndarray) -> np.ndarray:
     return bad
 
 
-def health_summary(view) -> list[MetricHealth]:
+def health_summary(series) -> list[MetricHealth]:
     """One row per logged metric of the run, in name order."""
-    config = {**view.config.assumed, **view.config.logged, **view.config.values}
+    config = {**series.config.assumed, **series.config.logged, **series.config.values}
     rows = []
-    for name in view.names():
-        steps, values = view.raw(name)
+    for name in series.names():
+        steps, values = series.raw(name)
         if not len(steps):
             continue
         band = health(name, config)

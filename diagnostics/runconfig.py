@@ -111,7 +111,7 @@ class RunConfig:
 
 def run_config(source: str, config: Mapping | None, metric_names: Iterable[str],
                facts: LoggedFacts | None = None) -> RunConfig:
-    """The rules' view of a run's config: recorded values, what the metrics show, then the framework's defaults."""
+    """A run's config as the rules read it: recorded values, what the metrics show, then the framework's defaults."""
     config = dict(config or {})
     names = set(metric_names)
     values = {k: v for k, v in config.items() if k != "raw"}
@@ -157,7 +157,7 @@ def _read_facts(cfg: RunConfig, fw, facts: LoggedFacts) -> None:
 
 
 def update_facts(facts: LoggedFacts, fresh: Mapping, asof) -> None:
-    """Extend ``facts`` with a view's new rows ``{metric: (steps, values)}``; ``asof(name, steps)`` gives a metric's
+    """Extend ``facts`` with a RunSeries' new rows ``{metric: (steps, values)}``; ``asof(name, steps)`` gives a metric's
     value as of each step (for truncation at the steps of ``completions/max_length``)."""
     if "learning_rate" in fresh:
         values = np.asarray(fresh["learning_rate"][1], dtype=np.float64)

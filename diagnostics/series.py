@@ -29,7 +29,7 @@ GRAD_SIGNAL = "grad_norm/with_signal"
 NO_SIGNAL_GRAD = 1e-3
 # entropy where it was measured: a loop that logs 0.0 for a step with no token in its loss measured nothing.
 ENTROPY_MEASURED = "entropy/measured"
-# The view's own series: name -> (the logged metric it keeps rows of, which of its values it keeps).
+# The RunSeries' own series: name -> (the logged metric it keeps rows of, which of its values it keeps).
 _DERIVED: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
     GRAD_SIGNAL: ("grad_norm", lambda values: values > NO_SIGNAL_GRAD),
     ENTROPY_MEASURED: ("entropy", lambda values: values != 0.0),
@@ -172,7 +172,7 @@ class RunSeries:
         return series.steps.array, series.values.array
 
     def names(self) -> list[str]:
-        """The metrics the run logged (and the statistics of its samples), not the view's own derived series."""
+        """The metrics the run logged (and the statistics of its samples), not the derived series kept here."""
         if self._names is None or len(self._names[0]) != len(self.series):
             self._names = (set(self.series), sorted(n for n in self.series if n not in DERIVED))
         return self._names[1]

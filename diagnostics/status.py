@@ -115,11 +115,11 @@ class Outside:
     now: bool       # the latest value is outside
 
 
-def health_config(view: RunSeries) -> dict:
+def health_config(series: RunSeries) -> dict:
     """The config the health bands are read for: recorded values over those read off the metrics over assumed
     framework defaults (what ``diagnostics.health`` uses)."""
-    cfg = view.config
-    return {**(view.run.get("config") or {}), **cfg.assumed, **cfg.logged, **cfg.values}
+    cfg = series.config
+    return {**(series.run.get("config") or {}), **cfg.assumed, **cfg.logged, **cfg.values}
 
 
 def finding_group(finding: Finding) -> str:
@@ -132,8 +132,8 @@ def finding_group(finding: Finding) -> str:
     return "other"
 
 
-def _outside(view: RunSeries, name: str, band: HealthRange) -> Outside | None:
-    values = view.raw(name)[1]
+def _outside(series: RunSeries, name: str, band: HealthRange) -> Outside | None:
+    values = series.raw(name)[1]
     if not len(values) or band.low is None and band.high is None and math.isfinite(values[-1]):
         return None
     with np.errstate(invalid="ignore"):
@@ -173,7 +173,7 @@ def _outside_value(value: float, band: HealthRange) -> bool:
     return state == "above" or (state == "below" and band.kind != "target")
 
 
-def reasons(view: RunSeries, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],
+def reasons(series: RunSeries, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],
             resolved: Sequence[Finding] = ()) -> list[str]:
     """Why a metric outside its band is not a problem here, most telling first (empty: nothing says so): the band is
     the documents' reference only, an expected-behaviour note explains it, the rules that judge it did not fire (or
@@ -188,16 +188,16 @@ def reasons(view: RunSeries, out: Outside, notes: Sequence[Finding], not_checked
     ran = [r.id for r in readers if r.id not in not_checked and r.id not in earlier]
     if ran:
         found.append(f"the rules that judge it ({', '.join(ran)}) did not fire")
-    base = baseline(*view.raw(out.metric))
+    base = baseline(*series.raw(out.metric))
     if base is not None and base.holds(out.value):
         found.append(f"it is within the run's own start ({_num(base.low)} – {_num(base.high)}, steps "
                      f"{base.first_step}–{base.last_step})")
     return found
 
 
-def _why_not(view: RunSeries, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],
+def _why_not(series: RunSeries, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],
              resolved: Sequence[Finding]) -> str:
-    found = reasons(view, out, notes, not_checked, resolved)
+    found = reasons(series, out, notes, not_checked, resolved)
     if found:
         return "not a problem here because " + "; ".join(found[:2])
     idle = [f"{r.id} {not_checked[r.id]}" for r in _readers(out.metric) if r.id in not_checked]
@@ -224,29 +224,29 @@ def _span(f: Finding) -> str:
     return f" (from step {f.onset_step})"
 
 
-def group_statuses(view: RunSeries, findings: Iterable[Finding],
+def group_statuses(series: RunSeries, findings: Iterable[Finding],
                    not_checked: Mapping[str, str] | None = None) -> list[GroupStatus]:
     """One line per metric group the run logged (or that a finding is about), in catalogue order.
 
     ``findings``: the diagnoser's findings for the run; ``not_checked``: rule id → why it did not run (the
     diagnoser's ``skipped`` and ``not_applicable``)."""
     findings, not_checked = list(findings), not_checked or {}
-    config = health_config(view)
+    config = health_config(series)
     by_group: dict[str, list[Finding]] = {}
     for f in findings:
         by_group.setdefault(finding_group(f), []).append(f)
     metrics: dict[str, list[str]] = {}
-    for name in view.names():
+    for name in series.names():
         metrics.setdefault(group_of(name), []).append(name)
     out = []
     for group in GROUPS:
         if group not in metrics and group not in by_group:
             continue
-        out.append(_group_status(view, group, metrics.get(group, []), by_group.get(group, []), config, not_checked))
+        out.append(_group_status(series, group, metrics.get(group, []), by_group.get(group, []), config, not_checked))
     return out
 
 
-def _group_status(view: RunSeries, group: str, names: list[str], found: list[Finding], config: Mapping,
+def _group_status(series: RunSeries, group: str, names: list[str], found: list[Finding], config: Mapping,
                   not_checked: Mapping[str, str]) -> GroupStatus:
     open_ = [f for f in found if f.status == "open"]
     problems = sorted((f for f in open_ if f.severity in PROBLEMS), key=lambda f: -PROBLEMS.index(f.severity))
@@ -267,12 +267,12 @@ def _group_status(view: RunSeries, group: str, names: list[str], found: list[Fin
     notes = [f for f in found if f.severity == "expected"]
     resolved = [f for f in found if f.status == "resolved" and f.severity != "expected"]
     banded = [(n, b) for n in names if (b := health(DERIVED_FROM.get(n, n), config)) is not None]
-    outside = [o for n, b in banded if (o := _outside(view, n, b)) is not None]
+    outside = [o for n, b in banded if (o := _outside(series, n, b)) is not None]
     parts = []
     if resolved:
         parts.append("; ".join(f"{f.title}{_span(f)} [{f.rule}]" for f in resolved))
     for o in outside:
-        parts.append(f"{_outside_text(o)}; {_why_not(view, o, notes, not_checked, resolved)}")
+        parts.append(f"{_outside_text(o)}; {_why_not(series, o, notes, not_checked, resolved)}")
     if not parts:
         if banded:
             parts.append(f"no finding; {_count(len(banded), 'metric')} inside the documented range")
@@ -305,5 +305,6 @@ def _range(band: HealthRange) -> str:
     return "(finite)"
 
 
-def status_lines(view: RunSeries, findings: Iterable[Finding], not_checked: Mapping[str, str] | None = None) -> list[str]:
-    return [s.line() for s in group_statuses(view, findings, not_checked)]
+def status_lines(series: RunSeries, findings: Iterable[Finding],
+                 not_checked: Mapping[str, str] | None = None) -> list[str]:
+    return [s.line() for s in group_statuses(series, findings, not_checked)]

@@ -33,7 +33,8 @@ SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 #: trainer/scenarios.py's KL blow-up (KL past 2 nats per token by step 3), with checkpoints to fork from.
-SICK_OPTIONS = "beta=0.001 learning_rate=0.001 save_steps=5 save_total_limit=0"
+SICK = {"run_name": "kl-run", "per_device_train_batch_size": 64, "max_steps": 40, "beta": 0.001,
+        "learning_rate": 0.001, "save_steps": 5, "save_total_limit": 0}
 KL_TITLE = BY_ID["kl_blowup"].title
 
 
@@ -96,30 +97,21 @@ def chart_points(page) -> dict[str, int]:
         ".map(p => [p.layout.title.text.replace(/<[^>]*>/g, ''), p._fullData[0].x.length]))")  # titles: bold
 
 
-def start_run_from_the_form(page, db: str, name: str, batch: int, max_steps: int, options: str, *,
-                            open_it: bool, dashboard_log: Path):
-    """Fill the Runs page's "Start a new run" form (opening it first when asked), check that every field holds
-    what was typed, submit it, and wait until the run is in the store (failing at once on a "Not started" error)."""
+def start_run_from_the_form(page, db: str, fields: dict[str, object], *, open_it: bool, dashboard_log: Path):
+    """Type ``fields`` (the form's labels → values) into the Runs page's "Start a new run" form (opening it first
+    when asked), check that every field holds what was typed, submit it, and wait until the run is in the store
+    (failing at once on a "Not started" error)."""
     from playwright.sync_api import expect
 
     page.get_by_text("Start a new run").wait_for(timeout=30_000)
     if open_it:
         page.get_by_text("Start a new run").click()
-    page.get_by_label("More options", exact=True).wait_for(timeout=30_000)  # the form's last field: all are drawn
-    fields = {"run_name": name, "per_device_train_batch_size": str(batch), "max_steps": str(max_steps)}
-    more = []
-    for pair in options.split():  # a key the form has goes in its field: "More options" may not contradict it
-        key, _, value = pair.partition("=")
-        if page.get_by_label(key, exact=True).count():
-            fields[key] = value
-        else:
-            more.append(pair)
-    fields["More options"] = " ".join(more)
-    for label, value in fields.items():
-        page.get_by_label(label, exact=True).fill(value)
+    for label, value in fields.items():  # each waits for its field to be drawn
+        page.get_by_label(label, exact=True).fill(str(value), timeout=30_000)
     for label, value in fields.items():  # nothing redrawn under the typing
-        expect(page.get_by_label(label, exact=True)).to_have_value(value)
+        expect(page.get_by_label(label, exact=True)).to_have_value(str(value))
     page.get_by_role("button", name="Start run").click()
+    name = fields["run_name"]
 
     def started():
         refused = page.get_by_text("Not started:")
@@ -142,7 +134,8 @@ def test_start_a_run_watch_it_then_restart_a_sick_one_with_a_fix(dashboard, page
 
     # 1. Runs page: start a tiny run from the form (open already: the store is empty)
     page.goto(url)
-    start_run_from_the_form(page, db, "browser-run", 16, 100_000, "save_steps=0", open_it=False, dashboard_log=log)
+    start_run_from_the_form(page, db, {"run_name": "browser-run", "per_device_train_batch_size": 16,
+                                       "max_steps": 100_000, "save_steps": 0}, open_it=False, dashboard_log=log)
     shot(page, "1-new-run-form")
     run = first_step(db, "browser-run")
     assert run["config"]["per_device_train_batch_size"] == 16 and run["pid"]
@@ -161,7 +154,7 @@ def test_start_a_run_watch_it_then_restart_a_sick_one_with_a_fix(dashboard, page
 
     # 3. A run that blows its KL up (the diagnoser's kl_blowup scenario), checkpointed every 5 steps
     page.goto(url)
-    start_run_from_the_form(page, db, "kl-run", 64, 40, SICK_OPTIONS, open_it=True, dashboard_log=log)
+    start_run_from_the_form(page, db, SICK, open_it=True, dashboard_log=log)
     sick = wait_for(lambda: (r := run_named(db, "kl-run")) and r["status"] == "finished" and r, 180,
                     "the sick run to finish", lambda: tail(launch.runs_dir(db) / "kl-run.log"))
 

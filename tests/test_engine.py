@@ -24,7 +24,7 @@ from diagnostics.series import RunSeries
 
 def step_by_step(fixture) -> Diagnoser:
     """The fixture's run fed to a diagnoser one step at a time."""
-    whole = build(fixture).view
+    whole = build(fixture).series
     live = Diagnoser(RunSeries(whole.run, events=whole.events))
     steps = np.unique(np.concatenate([s.steps.array for s in whole.series.values()]))
     for step in steps:
@@ -32,7 +32,7 @@ def step_by_step(fixture) -> Diagnoser:
         for name in whole.names():
             s, v = whole.raw(name)
             fresh[name] = (s[s == step], v[s == step])
-        live.view.add(fresh)
+        live.series.add(fresh)
         live.examine()
     return live
 
@@ -172,7 +172,7 @@ def test_a_resumed_run_that_rewrote_steps_is_diagnosed_again(tmp_path, redone_to
     store.add_event(run, 40, "resume", {"checkpoint": "checkpoint-40"})
     _log(store, run, range(41, redone_to + 1), lambda s: 0.03)
     live.update(store)
-    steps, kl = live.view.finite("kl")
+    steps, kl = live.series.finite("kl")
     assert steps.tolist() == list(range(1, redone_to + 1)) and kl[45] == 0.03
 
 

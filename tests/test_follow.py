@@ -1,6 +1,7 @@
 """`grpo-doctor follow`: a growing log into the store as a live run, complete lines only, relaunches as segments."""
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -42,6 +43,22 @@ def test_verl_file_logger_grows_line_by_line_and_a_relaunch_is_a_new_segment(tmp
         assert list(wide.index) == list(range(1, 9))  # the old steps stay
         assert wide["reward"].tolist() == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 9.0, 9.0, 9.0])  # upserted
         assert len(store.events(run["id"], "resume")) == 1
+
+
+def test_following_in_process_gives_the_callers_signal_handlers_back(tmp_path):
+    log = tmp_path / "metrics.csv"
+    log.write_text("step,reward\n1,0.1\n")
+
+    def mine(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        with RunStore(tmp_path / "runs.db") as store:
+            assert Follower(store, log).follow(every=0.05, idle_exit=0.2, interrupt_on=(signal.SIGTERM,)) == "finished"
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_a_growing_csv_keeps_its_header(tmp_path):

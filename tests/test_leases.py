@@ -248,6 +248,39 @@ def test_child_options_tie_the_child_to_this_process():
     assert "preexec_fn" not in seen[0]  # PR_SET_PDEATHSIG would fire when that thread ends
 
 
+SWALLOWING_CHILD = textwrap.dedent("""
+    import signal, sys, time
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)  # as a handler inherited by a fork may: no end
+    from trainer.lifeline import parent_gone, watch_parent
+    watch_parent(0.2)
+    deadline = time.time() + 30
+    while not parent_gone() and time.time() < deadline:
+        time.sleep(0.05)
+    open(sys.argv[1], "w").write(str(parent_gone()))
+""")
+
+
+def test_the_watch_remembers_the_launcher_gone_for_a_stop_handler_installed_later(tmp_path):
+    """The watch's SIGTERM can reach a trainer before its loop's handler is installed and meet a handler that does
+    not end the process: ``parent_gone`` keeps what the watch saw (the loop's handler reads it)."""
+    out = tmp_path / "seen"
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; from trainer.lifeline import child_options; "
+         "p = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], start_new_session=True, "
+         "**child_options()); print(p.pid, flush=True); time.sleep(120)", SWALLOWING_CHILD, str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(launcher.stdout.readline())
+        time.sleep(0.5)
+        launcher.kill()
+        launcher.wait()
+        wait_for(lambda: out.exists() and out.read_text(), 30, "the child to see its launcher gone")
+        assert out.read_text() == "True"
+        wait_for(lambda: not _alive(child), 30, "the child to end")
+    finally:
+        launcher.kill()
+
+
 def test_a_trainer_whose_launcher_is_already_gone_does_not_start():
     done = subprocess.run([sys.executable, "-c", "from trainer.lifeline import watch_parent; watch_parent(); "
                            "print('started')"], cwd=ROOT, capture_output=True, text=True,

@@ -282,6 +282,40 @@ def test_reward_rises_on_cpu(tmp_path, variant):
     assert last > first + 0.08, (first, last)
 
 
+def test_the_stop_handler_sees_a_launcher_already_gone_and_train_gives_the_callers_handlers_back(tmp_path,
+                                                                                                  monkeypatch):
+    """A SIGTERM from the launcher's watch can come before the loop's handler (and meet a handler a fork
+    inherited, which does not end the process): the handler, once installed, reads ``parent_gone``. ``train``
+    in-process puts back the handlers it replaced."""
+    import threading
+
+    from trainer import lifeline
+    from trainer.record import StopFlag
+
+    def mine(signum, frame):
+        pass
+
+    previous, interrupt = signal.signal(signal.SIGTERM, mine), signal.getsignal(signal.SIGINT)
+    try:
+        flag = StopFlag()
+        assert not flag.set
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert flag.set
+        flag.restore()
+        assert signal.getsignal(signal.SIGTERM) is mine
+        gone = threading.Event()
+        gone.set()
+        monkeypatch.setattr(lifeline, "_PARENT_GONE", gone)
+        flag = StopFlag()
+        flag.restore()
+        assert flag.set
+        monkeypatch.undo()
+        run_inprocess(tmp_path, max_steps=1)
+        assert signal.getsignal(signal.SIGTERM) is mine and signal.getsignal(signal.SIGINT) is interrupt
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 # ---------------------------------------------------------------- processes: SIGKILL, resume, restart, SIGTERM
 def start_trainer(tmp_path, *args):
     cmd = [sys.executable, "-m", "trainer", "--db", str(tmp_path / "runs.db"), "--output_dir", str(tmp_path / "ckpt"),

@@ -54,6 +54,16 @@ def child_options(env: dict[str, str] | None = None) -> dict:
     return options
 
 
+_PARENT_GONE = threading.Event()
+
+
+def parent_gone() -> bool:
+    """Whether ``watch_parent`` saw the launcher go. Its SIGTERM may have reached the process before the training
+    loop's handler did (and met a handler inherited by a fork rather than the default that ends the process):
+    the loop's handler reads this once installed, so that SIGTERM is never lost."""
+    return _PARENT_GONE.is_set()
+
+
 def watch_parent(every: float = 1.0) -> threading.Thread | None:
     """In the child: end this process (SIGTERM) once the launcher named by ``$GRPO_DOCTOR_PARENT_PID`` is gone.
     Nothing when the variable is not set (a trainer started by hand, or under torchrun, lives on its own)."""
@@ -70,6 +80,7 @@ def watch_parent(every: float = 1.0) -> threading.Thread | None:
     def watch() -> None:
         while not stop.wait(every):
             if os.getppid() != parent:
+                _PARENT_GONE.set()  # for a stop handler installed after this signal (``parent_gone``)
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
 

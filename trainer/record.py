@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from diagnostics.store import RunStore, StoreError
-from trainer import checkpoint, tracking
+from trainer import checkpoint, lifeline, tracking
 from trainer.advantages import Advantages
 from trainer.batch import Batch
 from trainer.config import GRPOConfig
@@ -44,15 +44,20 @@ class Session:
 
 
 class StopFlag:
-    """Set by SIGTERM/SIGINT: the loop finishes the step, saves a checkpoint and stops."""
+    """Set by SIGTERM/SIGINT (or a launcher already gone): the loop finishes the step, saves a checkpoint and stops.
+    ``restore`` puts back the handlers it replaced (``train`` called in-process leaves the caller's as they were)."""
 
     def __init__(self):
         self.set = False
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._handle)
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+        self.set = self.set or lifeline.parent_gone()
 
     def _handle(self, signum, frame):
         self.set = True
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 class Recorder:
@@ -90,6 +95,7 @@ class Recorder:
         finally:
             self.beats.set()
             self.bar.close()
+            self.stop_flag.restore()
 
     def steps(self) -> Iterator[int]:
         """The steps left to run (the progress bar); the wandb mirror starts first (a crash there is recorded)."""

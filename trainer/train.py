@@ -47,4 +47,4 @@ def train(config: GRPOConfig, session: Session, dist: Dist | None = None) -> str
             stop = recorder.step(step, metrics, batch, update)            # 8. store, mirror, checkpoint, events
             if stop:
                 break
-    return recorder.finish(stop or "finished")
+        return recorder.finish(stop or "finished")  # still under the stop handler: a late SIGTERM is not fatal

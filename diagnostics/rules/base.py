@@ -1,9 +1,9 @@
 """What a rule is: a stable id, the symptom in words, the metrics it needs, a detector over the run's
 series, and an explanation (severity, evidence, ranked causes, fixes) built when it fires.
 
-A detector ``detect(view, since) -> (steps, active)`` says, for each row of its metric logged after
+A detector ``detect(series, since) -> (steps, active)`` says, for each row of its metric logged after
 ``since``, whether the symptom holds there. It may read one window of history before ``since``, so a
-live update and a whole-run pass give the same answer. ``explain(view, episode)`` reads the run up to
+live update and a whole-run pass give the same answer. ``explain(series, episode)`` reads the run up to
 ``episode.last`` (the last step the symptom held) and returns an ``Explanation``.
 """
 
@@ -81,80 +81,86 @@ class Rule:
     # an earlier or the same step, this finding is listed under it as a consequence (info), not as an equal problem.
     follows_from: tuple[str, ...] = ()
 
-    def missing(self, view: RunSeries) -> Skip | None:
+    def missing(self, series: RunSeries) -> Skip | None:
         """``needs kl`` / ``needs frac_reward_zero_std or advantage/std`` when an input was never logged."""
         for need in self.requires:
             options = (need,) if isinstance(need, str) else need
-            if not any(view.has(name) for name in options):
+            if not any(series.has(name) for name in options):
                 return needs(" or ".join(DERIVED_FROM.get(name, name) for name in options))
         return None
 
-    def skip(self, view: RunSeries) -> Skip | None:
+    def skip(self, series: RunSeries) -> Skip | None:
         """Why the rule cannot run on this run yet: a missing input first, then its gate; None when it can."""
-        return self.missing(view) or (self.gate(view) if self.gate else None)
+        return self.missing(series) or (self.gate(series) if self.gate else None)
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def rows(view: RunSeries, name: str, since: int | None) -> tuple[int, np.ndarray, np.ndarray]:
+def rows(series: RunSeries, name: str, since: int | None) -> tuple[int, np.ndarray, np.ndarray]:
     """(lo, steps after ``since``, all finite values) of a metric."""
-    steps, values = view.finite(name)
-    lo = view.first_row_after(name, since)
+    steps, values = series.finite(name)
+    lo = series.first_row_after(name, since)
     return lo, steps[lo:], values
 
 
-def first_present(view: RunSeries, *names: str) -> str | None:
-    return next((n for n in names if view.has(n)), None)
+def first_present(series: RunSeries, *names: str) -> str | None:
+    return next((n for n in names if series.has(n)), None)
 
 
-def level(view: RunSeries, name: str, since: int | None, test: Callable[[np.ndarray], np.ndarray],
+def level(series: RunSeries, name: str, since: int | None, test: Callable[[np.ndarray], np.ndarray],
           min_periods: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """A level rule: ``test`` on the W-step rolling median (NaN-safe: no verdict before min_periods rows)."""
-    lo, steps, _ = rows(view, name, since)
-    med = view.roll(name, W, "median", lo, min_periods)
+    lo, steps, _ = rows(series, name, since)
+    med = series.roll(name, W, "median", lo, min_periods)
     with np.errstate(invalid="ignore"):
         return steps, np.asarray(test(med), dtype=bool) & ~np.isnan(med)
 
 
-def medians(view: RunSeries, name: str, since: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def medians(series: RunSeries, name: str, since: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(steps after ``since``, their row numbers in the metric's series, the W-step rolling median there)."""
-    lo, steps, _ = rows(view, name, since)
-    return steps, row_index(lo, len(steps)), view.roll(name, W, "median", lo)
+    lo, steps, _ = rows(series, name, since)
+    return steps, row_index(lo, len(steps)), series.roll(name, W, "median", lo)
 
 
 def row_index(lo: int, n_new: int) -> np.ndarray:
     return np.arange(lo, lo + n_new)
 
 
-def median_noise(view: RunSeries, name: str, w: int = W) -> float:
+def median_noise(series: RunSeries, name: str, w: int = W) -> float:
     """σ of a w-step rolling median of the metric (a window of at least MIN_WINDOW_ROWS rows), from the noise of its
     first 3w steps' rows, and never fewer than 10 of them (0 while there are fewer than 3)."""
-    n = max(view.rows(w, name), MIN_WINDOW_ROWS)
-    values = view.finite(name)[1][:max(3 * n, 10)]
-    return 1.25 * signals.robust_sigma(values) / math.sqrt(n)
+    n = max(series.rows(w, name), MIN_WINDOW_ROWS)
+    key = ("median_noise", name, n)
+    if key in series.memo:  # fixed once the run has those first rows
+        return series.memo[key]
+    values = series.finite(name)[1][:max(3 * n, 10)]
+    noise = 1.25 * signals.robust_sigma(values) / math.sqrt(n)
+    if len(values) == max(3 * n, 10):
+        series.memo[key] = noise
+    return noise
 
 
-def start_window(view: RunSeries, name: str, w: int = W) -> int:
+def start_window(series: RunSeries, name: str, w: int = W) -> int:
     """Steps of a starting window that holds at least MIN_WINDOW_ROWS rows: a level to compare a trend against
     (a single first row of a sparse log is too noisy for that; a collapse is judged against ``rows(W)`` rows)."""
-    return max(w, MIN_WINDOW_ROWS * view.interval_of(name))
+    return max(w, MIN_WINDOW_ROWS * series.interval_of(name))
 
 
-def correlation_upto(view: RunSeries, x_name: str, y_name: str, upto: int) -> float:
+def correlation_upto(series: RunSeries, x_name: str, y_name: str, upto: int) -> float:
     """Pearson correlation, step by step up to ``upto``, of ``x_name``'s finite values with ``y_name``'s value
     as of the same steps (rows where it has none yet are left out); 0 when either is constant.
 
-    The sums behind it are kept in ``view.memo`` and extended as the run grows, so explaining an open finding
+    The sums behind it are kept in ``series.memo`` and extended as the run grows, so explaining an open finding
     on a live run costs only its new rows; an earlier ``upto`` is computed afresh."""
-    steps, x = view.finite(x_name)
+    steps, x = series.finite(x_name)
     n = int(np.searchsorted(steps, upto, side="right"))
     key = ("correlation", x_name, y_name)
-    done, sums = view.memo.get(key, (0, None))
+    done, sums = series.memo.get(key, (0, None))
     if n < done:
-        y = view.asof(y_name, steps[:n])
+        y = series.asof(y_name, steps[:n])
         both = np.isfinite(y)
         return signals.correlation(x[:n][both], y[both])
     if n > done:
-        y = view.asof(y_name, steps[done:n])
+        y = series.asof(y_name, steps[done:n])
         both = np.isfinite(y)
         nx, ny = x[done:n][both], y[both]
         if sums is None and len(nx):
@@ -162,7 +168,7 @@ def correlation_upto(view: RunSeries, x_name: str, y_name: str, upto: int) -> fl
         if len(nx):
             dx, dy = nx - sums[6], ny - sums[7]  # shifted by the first values: a constant sums to exactly 0
             sums[:6] += (len(dx), dx.sum(), dy.sum(), dx @ dx, dy @ dy, dx @ dy)
-        view.memo[key] = (n, sums)
+        series.memo[key] = (n, sums)
     if sums is None or sums[0] < 3:
         return 0.0
     count, sx, sy, sxx, syy, sxy = sums[:6]
@@ -172,34 +178,34 @@ def correlation_upto(view: RunSeries, x_name: str, y_name: str, upto: int) -> fl
     return float(np.clip((sxy - sx * sy / count) / math.sqrt(vx * vy), -1.0, 1.0))
 
 
-def at(view: RunSeries, name: str, step: int, note: str = "") -> Evidence:
-    return Evidence(step=int(step), metric=name, value=view.value_at(name, step), note=note)
+def at(series: RunSeries, name: str, step: int, note: str = "") -> Evidence:
+    return Evidence(step=int(step), metric=name, value=series.value_at(name, step), note=note)
 
 
-def smoothed(view: RunSeries, name: str, step: int, w: int = W) -> float:
+def smoothed(series: RunSeries, name: str, step: int, w: int = W) -> float:
     """Median of the metric's finite values over the last w steps at or before ``step`` (``rows(w)`` rows)."""
-    steps, values = view.finite(name)
+    steps, values = series.finite(name)
     i = int(np.searchsorted(steps, step, side="right"))
-    window = values[max(0, i - view.rows(w, name)):i]
+    window = values[max(0, i - series.rows(w, name)):i]
     return float(np.median(window)) if len(window) else math.nan
 
 
-def smoothed_evidence(view: RunSeries, name: str, step: int, note: str, w: int = W) -> Evidence:
-    return Evidence(step=int(step), metric=name, value=smoothed(view, name, step, w), note=note)
+def smoothed_evidence(series: RunSeries, name: str, step: int, note: str, w: int = W) -> Evidence:
+    return Evidence(step=int(step), metric=name, value=smoothed(series, name, step, w), note=note)
 
 
-def reward_fell(view: RunSeries, ep: Episode, why: str) -> Evidence | None:
+def reward_fell(series: RunSeries, ep: Episode, why: str) -> Evidence | None:
     """Evidence that the reward's 10-step median fell by more than 10% over the episode, or None."""
-    if not view.has("reward"):
+    if not series.has("reward"):
         return None
-    before, after = smoothed(view, "reward", ep.start), smoothed(view, "reward", ep.last)
+    before, after = smoothed(series, "reward", ep.start), smoothed(series, "reward", ep.last)
     if after < before - 0.1 * max(abs(before), 1e-9):
         return Evidence(ep.last, "reward", after, f"reward fell from {fmt(before)} {why}".rstrip())
     return None
 
 
-def start_step(view: RunSeries, name: str) -> int:
-    steps = view.finite(name)[0]
+def start_step(series: RunSeries, name: str) -> int:
+    steps = series.finite(name)[0]
     return int(steps[0]) if len(steps) else 0
 
 

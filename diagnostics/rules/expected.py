@@ -21,78 +21,79 @@ def note(id: str, title: str, requires: tuple, detect, why: Callable[[RunSeries]
          reference: str, gate=None) -> Rule:
     """An expected-behaviour note: its evidence is the metric at the first step it applied."""
 
-    def explain(view: RunSeries, ep: Episode) -> Explanation:
-        name = metric if view.has(metric) else next(iter(view.names()), metric)
-        text = why(view) if callable(why) else why
-        return Explanation("expected", [at(view, name, ep.onset, "first seen")], [text], [])
+    def explain(series: RunSeries, ep: Episode) -> Explanation:
+        name = metric if series.has(metric) else next(iter(series.names()), metric)
+        text = why(series) if callable(why) else why
+        return Explanation("expected", [at(series, name, ep.onset, "first seen")], [text], [])
 
     return Rule(id=id, title=title, requires=requires, detect=detect, explain=explain, gate=gate,
                 references=(reference,), read=why if isinstance(why, str) else title, expected=True)
 
 
-def _values_after(view: RunSeries, name: str, since):
-    lo, steps, values = rows(view, name, since)
+def _values_after(series: RunSeries, name: str, since):
+    lo, steps, values = rows(series, name, since)
     return steps, values[lo:]
 
 
-def _first_row(view: RunSeries, name: str, since, test) -> tuple[np.ndarray, np.ndarray]:
-    lo, steps, values = rows(view, name, since)
+def _first_row(series: RunSeries, name: str, since, test) -> tuple[np.ndarray, np.ndarray]:
+    lo, steps, values = rows(series, name, since)
     return steps, (row_index(lo, len(steps)) == 0) & test(values[lo:])
 
 
-def _beta_positive(view: RunSeries) -> Skip | None:
-    cfg = view.config
+def _beta_positive(series: RunSeries) -> Skip | None:
+    cfg = series.config
     return None if (cfg.get("beta") or 0) > 0 or "beta" in cfg.inferred else not_applicable("beta = 0")
 
 
 # ---------------------------------------------------------------------------------------- the loss
-def _loss_zero(view, since):
-    steps, active = level(view, "loss", since, lambda m: np.abs(m) < 1e-3)
-    return steps, active & (view.asof_roll("grad_norm", W, steps) > 1e-6)
+def _loss_zero(series, since):
+    steps, active = level(series, "loss", since, lambda m: np.abs(m) < 1e-3)
+    return steps, active & (series.asof_roll("grad_norm", W, steps) > 1e-6)
 
 
-def _loss_rising(view, since):
-    lo, steps, _ = rows(view, "loss", since)
-    rising = view.roll("loss", W, "median", lo) >= view.head("loss", W) + max(3 * median_noise(view, "loss"), 1e-4)
-    kl_up = view.asof_roll("kl", W, steps) >= 2 * view.head("kl", W) + 1e-6
+def _loss_rising(series, since):
+    lo, steps, _ = rows(series, "loss", since)
+    noise = max(3 * median_noise(series, "loss"), 1e-4)
+    rising = series.roll("loss", W, "median", lo) >= series.head("loss", W) + noise
+    kl_up = series.asof_roll("kl", W, steps) >= 2 * series.head("kl", W) + 1e-6
     with np.errstate(invalid="ignore"):
-        return steps, (row_index(lo, len(steps)) >= view.rows(3 * W, "loss") - 1) & rising & kl_up
+        return steps, (row_index(lo, len(steps)) >= series.rows(3 * W, "loss") - 1) & rising & kl_up
 
 
-def _loss_negative(view, since):
-    steps, values = _values_after(view, "loss", since)
+def _loss_negative(series, since):
+    steps, values = _values_after(series, "loss", since)
     return steps, values < -1e-6
 
 
 # ---------------------------------------------------------------------------------------- KL
-def _kl_absent_gate(view: RunSeries) -> Skip | None:
-    if view.has("kl"):
+def _kl_absent_gate(series: RunSeries) -> Skip | None:
+    if series.has("kl"):
         return not_applicable("kl is logged")
-    return None if view.config.get("beta") == 0 else not_applicable("beta is not 0")
+    return None if series.config.get("beta") == 0 else not_applicable("beta is not 0")
 
 
-def _kl_absent(view, since):
-    name = max(view.series, key=lambda n: view.series[n].steps.n, default=None)
+def _kl_absent(series, since):
+    name = max(series.series, key=lambda n: series.series[n].steps.n, default=None)
     if name is None:
         return np.empty(0, np.int64), np.empty(0, bool)
-    steps, _ = _values_after(view, name, since)
+    steps, _ = _values_after(series, name, since)
     return steps, np.ones(len(steps), dtype=bool)
 
 
-def _kl_absent_why(view: RunSeries) -> str:
+def _kl_absent_why(series: RunSeries) -> str:
     return (f"KL is not logged because it is not computed when β = 0 (no reference model): "
-            f"{view.config.describe('beta')}. TRL's default β is 0 since v0.19.")
+            f"{series.config.describe('beta')}. TRL's default β is 0 since v0.19.")
 
 
-def _kl_small_negative(view, since):
-    steps, values = _values_after(view, "kl", since)
+def _kl_small_negative(series, since):
+    steps, values = _values_after(series, "kl", since)
     return steps, (values < -1e-9) & (values > -1.0)
 
 
-def _kl_spike(view, since):
+def _kl_spike(series, since):
     """A single-row spike (10 MADs and 5× above the median of the W logged rows before it) that is back below
     twice that median on both of the next two rows; reported at the second of them."""
-    lo, steps, values = rows(view, "kl", since)
+    lo, steps, values = rows(series, "kl", since)
     first = max(0, lo - 2)
     flags = signals.spikes(values, W, first)                        # rows first.. of values
     out = np.zeros(len(steps), dtype=bool)
@@ -101,7 +102,7 @@ def _kl_spike(view, since):
         return steps, out
     spike = flags[i - 2 - first]
     start = max(0, i[0] - 2 - W)
-    base = view.roll("kl", W * view.interval_of("kl"), "median", start, 1)   # median of the W rows before the spike
+    base = series.roll("kl", W * series.interval_of("kl"), "median", start, 1)   # median of the W rows before the spike
     before = base[(i - 3) - start]
     back = (values[i - 1] < 2 * before + 1e-9) & (values[i] < 2 * before + 1e-9)
     out[i - lo] = spike & back
@@ -109,22 +110,22 @@ def _kl_spike(view, since):
 
 
 # ---------------------------------------------------------------------------------------- clipping
-def _clip_gate(view: RunSeries) -> Skip | None:
-    return None if view.config.one_update_per_rollout() is not None else not_applicable("num_iterations not recorded")
+def _clip_gate(series: RunSeries) -> Skip | None:
+    return None if series.config.one_update_per_rollout() is not None else not_applicable("num_iterations not recorded")
 
 
-def _clip_metric(view: RunSeries) -> str:
-    return next((n for n in CLIP if view.has(n)), CLIP[0])
+def _clip_metric(series: RunSeries) -> str:
+    return next((n for n in CLIP if series.has(n)), CLIP[0])
 
 
-def _clip_expected(view, since):
-    if view.config.one_update_per_rollout():
-        return level(view, _clip_metric(view), since, lambda m: np.abs(m) < 1e-9, min_periods=1)
-    return level(view, _clip_metric(view), since, lambda m: m > 0, min_periods=1)
+def _clip_expected(series, since):
+    if series.config.one_update_per_rollout():
+        return level(series, _clip_metric(series), since, lambda m: np.abs(m) < 1e-9, min_periods=1)
+    return level(series, _clip_metric(series), since, lambda m: m > 0, min_periods=1)
 
 
-def _clip_why(view: RunSeries) -> str:
-    cfg = view.config
+def _clip_why(series: RunSeries) -> str:
+    cfg = series.config
     if cfg.one_update_per_rollout():
         return (f"clip ratio ≡ 0 is expected: with one update per rollout ({cfg.describe('num_iterations')}) the "
                 "ratio π/π_old is exactly 1, so nothing can be clipped and epsilon_high has no effect.")
@@ -133,58 +134,60 @@ def _clip_why(view: RunSeries) -> str:
             f"({cfg.describe('num_iterations')}" + (f", {spg} mini-batches per rollout" if spg else "") + ").")
 
 
-def _sequence_gate(view: RunSeries) -> Skip | None:
-    return None if view.config.get("importance_sampling_level") == "sequence" else not_applicable("token-level ratios")
+def _sequence_gate(series: RunSeries) -> Skip | None:
+    if series.config.get("importance_sampling_level") == "sequence":
+        return None
+    return not_applicable("token-level ratios")
 
 
 # ------------------------------------------------------------------------ gradients, advantages, entropy, lengths
-def _grad_gate(view: RunSeries) -> Skip | None:
-    if isinstance(view.config.get("max_grad_norm"), (int, float)):
+def _grad_gate(series: RunSeries) -> Skip | None:
+    if isinstance(series.config.get("max_grad_norm"), (int, float)):
         return None
     return not_applicable("max_grad_norm not recorded")
 
 
-def _grad_above(view, since):
-    steps, values = _values_after(view, "grad_norm", since)
-    return steps, values > float(view.config.get("max_grad_norm"))
+def _grad_above(series, since):
+    steps, values = _values_after(series, "grad_norm", since)
+    return steps, values > float(series.config.get("max_grad_norm"))
 
 
-def _adv_mean(view, since):
-    if framework(view.config.framework).token_weighted_advantage_mean:
-        return level(view, "advantage/mean", since, lambda m: np.abs(m) >= 1e-3, min_periods=1)
-    return level(view, "advantage/mean", since, lambda m: np.abs(m) < 1e-3, min_periods=1)
+def _adv_mean(series, since):
+    if framework(series.config.framework).token_weighted_advantage_mean:
+        return level(series, "advantage/mean", since, lambda m: np.abs(m) >= 1e-3, min_periods=1)
+    return level(series, "advantage/mean", since, lambda m: np.abs(m) < 1e-3, min_periods=1)
 
 
-def _adv_mean_why(view: RunSeries) -> str:
-    if framework(view.config.framework).token_weighted_advantage_mean:
+def _adv_mean_why(series: RunSeries) -> str:
+    if framework(series.config.framework).token_weighted_advantage_mean:
         return ("verl's critic/advantages/mean is not 0: it is a token-weighted mean of per-sequence advantages, "
                 "so longer completions count more.")
     return "the mean advantage ≈ 0 by construction: each group's advantages are centred on its mean reward."
 
 
-def _entropy_rise(view, since):
-    lo, steps, _ = rows(view, "entropy", since)
-    med, start = view.roll("entropy", W, "median", lo), view.head("entropy", W)
+def _entropy_rise(series, since):
+    lo, steps, _ = rows(series, "entropy", since)
+    med, start = series.roll("entropy", W, "median", lo), series.head("entropy", W)
     with np.errstate(invalid="ignore"):
-        judged = row_index(lo, len(steps)) >= view.rows(2 * W, "entropy") - 1
+        judged = row_index(lo, len(steps)) >= series.rows(2 * W, "entropy") - 1
         return steps, judged & (med >= 1.1 * start) & (med < 2 * start) & (med < 1)
 
 
-def _reward_std_falling(view, since):
-    lo, steps, _ = rows(view, "reward_std", since)
-    falling = view.roll("reward_std", W, "median", lo) <= 0.5 * view.head("reward_std", W)
-    if view.has("frac_reward_zero_std"):
-        falling &= view.asof_roll("frac_reward_zero_std", W, steps) < view.head("frac_reward_zero_std", W) + 0.2
+def _reward_std_falling(series, since):
+    lo, steps, _ = rows(series, "reward_std", since)
+    falling = series.roll("reward_std", W, "median", lo) <= 0.5 * series.head("reward_std", W)
+    if series.has("frac_reward_zero_std"):
+        falling &= series.asof_roll("frac_reward_zero_std", W, steps) < series.head("frac_reward_zero_std", W) + 0.2
     with np.errstate(invalid="ignore"):
-        return steps, (row_index(lo, len(steps)) >= view.rows(2 * W, "reward_std") - 1) & falling
+        return steps, (row_index(lo, len(steps)) >= series.rows(2 * W, "reward_std") - 1) & falling
 
 
-def _per_function_std(view, since):
-    steps, active = level(view, "frac_reward_zero_std", since, lambda m: m >= 0.99, min_periods=1)
+def _per_function_std(series, since):
+    steps, active = level(series, "frac_reward_zero_std", since, lambda m: m >= 0.99, min_periods=1)
     spread = np.zeros(len(steps), dtype=bool)
-    for name in view.names():
+    for name in series.names():
         if name.startswith("rewards/") and name.endswith("/std"):
-            spread |= view.asof(name, steps) > 0
+            spread |= series.asof(name, steps) > 0
     return steps, active & spread
 
 
@@ -203,7 +206,7 @@ RULES = (
          "a negative loss is expected: the policy-gradient term with negative advantages can outweigh the "
          "KL term, and its value depends on the loss normalisation.", "loss", "docs/field-reports.md#negative-loss"),
     note("kl_zero_at_start", "KL is 0 at the first step", ("kl",),
-         lambda view, since: _first_row(view, "kl", since, lambda v: np.abs(v) < 1e-8),
+         lambda series, since: _first_row(series, "kl", since, lambda v: np.abs(v) < 1e-8),
          "KL = 0 at the first step is expected: the reference is a copy of the starting policy.", "kl",
          "docs/field-reports.md#kl-0-at-step-1"),
     note("kl_absent", "No KL is logged", (), _kl_absent, _kl_absent_why, "kl", "docs/field-reports.md#kl-missing",
@@ -211,13 +214,13 @@ RULES = (
     note("clip_expected", "Clip ratio is 0 (or above 0 with several updates)", (CLIP,), _clip_expected, _clip_why,
          "clip_ratio/region_mean", "docs/field-reports.md#clip-fraction-0", gate=_clip_gate),
     note("clip_sequence_level", "Clip fraction 1–30% with sequence-level ratios", (CLIP,),
-         lambda view, since: level(view, _clip_metric(view), since, lambda m: (m > 0.01) & (m <= 0.3)),
+         lambda series, since: level(series, _clip_metric(series), since, lambda m: (m > 0.01) & (m <= 0.3)),
          "sequence-level importance ratios (GSPO) clip 10–30% of sequences where token-level GRPO clips far "
          "less; the usual thresholds do not apply.", "clip_ratio/region_mean",
          "docs/field-reports.md#clip-fraction-under-gspo",
          gate=_sequence_gate),
     note("grad_norm_above_max", "grad_norm above max_grad_norm", ("grad_norm",), _grad_above,
-         lambda view: f"grad_norm above {view.config.describe('max_grad_norm')} is expected: it is logged before "
+         lambda series: f"grad_norm above {series.config.describe('max_grad_norm')} is expected: it is logged before "
                       "clipping, so it shows the raw norm the clip then scales down.",
          "grad_norm", "docs/field-reports.md#gradient-norm-above-max_grad_norm", gate=_grad_gate),
     note("advantage_mean", "Mean advantage", ("advantage/mean",), _adv_mean, _adv_mean_why, "advantage/mean",
@@ -235,13 +238,13 @@ RULES = (
          "a falling reward_std means the model answers more consistently; it matters only together with rising "
          "frac_reward_zero_std or entropy collapse.", "reward_std", "docs/field-reports.md#reward-std-falling"),
     note("truncation_moderate", "Half or more of the completions truncated", ("completions/clipped_ratio",),
-         lambda view, since: level(view, "completions/clipped_ratio", since, lambda m: (m >= 0.5) & (m < 0.8),
+         lambda series, since: level(series, "completions/clipped_ratio", since, lambda m: (m >= 0.5) & (m < 0.8),
                                    min_periods=1),
          "truncating around 0.6 of completions is normal for distilled long-reasoning models (about 0.075 for "
          "others); 0.98 is not (see truncation).", "completions/clipped_ratio",
          "docs/field-reports.md#high-truncation-in-reasoning-models"),
     note("learning_rate_zero_at_start", "learning_rate = 0 at the first step", ("learning_rate",),
-         lambda view, since: _first_row(view, "learning_rate", since, lambda v: v == 0),
+         lambda series, since: _first_row(series, "learning_rate", since, lambda v: v == 0),
          "learning_rate = 0 at step 1 is expected under warm-up.", "learning_rate",
          "docs/field-reports.md#metric-artefacts"),
     note("per_function_std", "Per-function reward std > 0 while every group is uniform",

@@ -23,98 +23,99 @@ def expected_uniform_share(p: float, G: int) -> float:
 SPREAD = ("reward_std", "reward_gap")  # a batch whose rewards do not spread at all: every group is uniform
 
 
-def uniform_metric(view: RunSeries) -> str:
+def uniform_metric(series: RunSeries) -> str:
     """What says the groups are uniform: TRL's share of uniform groups, else the advantages' std, else the spread
     of the batch's rewards (0 only when every completion scored the same); ``reward`` when none is logged (then a
     reward that does not move while the update is exactly 0 says it)."""
-    return first_present(view, "frac_reward_zero_std", "advantage/std", *SPREAD) or "reward"
+    return first_present(series, "frac_reward_zero_std", "advantage/std", *SPREAD) or "reward"
 
 
-def no_groups(view: RunSeries) -> bool:
+def no_groups(series: RunSeries) -> bool:
     """A critic-based estimator (GAE) or one completion per prompt: there are no groups to be uniform."""
-    G = view.config.get("num_generations")
-    return view.config.get("advantage") == "gae" or (isinstance(G, (int, float)) and G == 1)
+    G = series.config.get("num_generations")
+    return series.config.get("advantage") == "gae" or (isinstance(G, (int, float)) and G == 1)
 
 
-def _uniform_detect(view: RunSeries, since):
-    name = uniform_metric(view)
-    if no_groups(view):  # no groups: only a reward that has never varied at all says "no signal"
+def _uniform_detect(series: RunSeries, since):
+    name = uniform_metric(series)
+    if no_groups(series):  # no groups: only a reward that has never varied at all says "no signal"
         if name not in SPREAD:
             return np.empty(0, np.int64), np.empty(0, bool)
-        lo, steps, values = rows(view, name, since)
+        lo, steps, values = rows(series, name, since)
         ever = np.maximum.accumulate(np.abs(values))[lo:] if len(values) else values
-        return steps, (ever <= 1e-9) & (row_index(lo, len(steps)) >= view.rows(W, name) - 1)  # W steps of it
+        return steps, (ever <= 1e-9) & (row_index(lo, len(steps)) >= series.rows(W, name) - 1)  # W steps of it
     if name == "frac_reward_zero_std":
-        return level(view, name, since, lambda m: m >= 0.5)
+        return level(series, name, since, lambda m: m >= 0.5)
     if name == "advantage/std":
-        return level(view, name, since, lambda m: m <= 0.02)
+        return level(series, name, since, lambda m: m <= 0.02)
     if name in SPREAD:  # exactly 0 is evidence enough: no window to fill first
-        return level(view, name, since, lambda m: m <= 1e-9, min_periods=1)
+        return level(series, name, since, lambda m: m <= 1e-9, min_periods=1)
     # nothing logs the groups' spread: a reward that does not move while the update is exactly 0
-    lo, steps, _ = rows(view, "grad_norm", since)
+    lo, steps, _ = rows(series, "grad_norm", since)
     with np.errstate(invalid="ignore"):
-        idle = (view.roll("grad_norm", W, "max", lo, 1) <= 1e-9) & (view.asof_roll("loss", W, steps, "max", 1) <= 1e-9)
-        still = view.asof_roll("reward", W, steps, "max", 1) - view.asof_roll("reward", W, steps, "min", 1) <= 1e-9
+        idle = (series.roll("grad_norm", W, "max", lo, 1) <= 1e-9) \
+            & (series.asof_roll("loss", W, steps, "max", 1) <= 1e-9)
+        still = series.asof_roll("reward", W, steps, "max", 1) - series.asof_roll("reward", W, steps, "min", 1) <= 1e-9
         return steps, idle & still
 
 
-def no_gradient(view: RunSeries, step: int) -> Evidence | None:
+def no_gradient(series: RunSeries, step: int) -> Evidence | None:
     """Evidence that the update itself is 0 around ``step`` (loss and grad_norm, or the policy loss, exactly 0)."""
-    if view.has("grad_norm") and view.has("loss"):
-        grad, loss = smoothed(view, "grad_norm", step), smoothed(view, "loss", step)
+    if series.has("grad_norm") and series.has("loss"):
+        grad, loss = smoothed(series, "grad_norm", step), smoothed(series, "loss", step)
         if abs(loss) < 1e-6 and grad < 1e-6:
             return Evidence(step, "grad_norm", grad, "loss and grad_norm both 0: no learning signal")
     # the policy loss's value is ~0 by construction with one update per rollout (ratio 1, centred advantages), so
     # it says "no signal" only where no gradient norm says otherwise
-    moving = view.has("grad_norm") and smoothed(view, "grad_norm", step) >= 1e-6
-    if view.has("policy_loss") and not moving and abs(smoothed(view, "policy_loss", step)) < 1e-12:
-        return Evidence(step, "policy_loss", smoothed(view, "policy_loss", step),
+    moving = series.has("grad_norm") and smoothed(series, "grad_norm", step) >= 1e-6
+    if series.has("policy_loss") and not moving and abs(smoothed(series, "policy_loss", step)) < 1e-12:
+        return Evidence(step, "policy_loss", smoothed(series, "policy_loss", step),
                         "the policy-gradient loss is exactly 0: no learning signal")
     return None
 
 
-def _success_rate(view: RunSeries, step: int) -> tuple[str, float] | None:
+def _success_rate(series: RunSeries, step: int) -> tuple[str, float] | None:
     """(metric, p) of a binary success rate: an accuracy-like reward component, else the reward itself,
     if its batch std is that of 0/1 values with mean p (√(p(1−p))); None when nothing looks binary."""
-    for name in (accuracy_component(view), "reward"):
-        if name is None or not view.has(name):
+    for name in (accuracy_component(series), "reward"):
+        if name is None or not series.has(name):
             continue
-        p = smoothed(view, name, step)
+        p = smoothed(series, name, step)
         spread = name[:-len("mean")] + "std" if name.endswith("/mean") else "reward_std"
-        if not 0 <= p <= 1 or not view.has(spread):
+        if not 0 <= p <= 1 or not series.has(spread):
             continue
         binary = (p * (1 - p)) ** 0.5
-        if abs(smoothed(view, spread, step) - binary) <= 0.15 * binary + 0.02:
+        if abs(smoothed(series, spread, step) - binary) <= 0.15 * binary + 0.02:
             return name, p
     return None
 
 
-def _uniform_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    name = uniform_metric(view)
-    observed = smoothed(view, name, ep.last)
+def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    name = uniform_metric(series)
+    observed = smoothed(series, name, ep.last)
     note = ("10-step median" if name in ("frac_reward_zero_std", "advantage/std") else
             "the batch's rewards do not spread at all: every completion scored the same" if name in SPREAD else
             "the reward does not move while the update is exactly 0")
-    evidence = [smoothed_evidence(view, name, ep.last, note), at(view, name, ep.start, "onset")]
+    evidence = [smoothed_evidence(series, name, ep.last, note), at(series, name, ep.start, "onset")]
     causes, fixes = [], []
     G = cfg.get("num_generations")
     severe = (name == "frac_reward_zero_std" and observed >= 0.9) or name in SPREAD or name == "reward"
-    stalled = no_gradient(view, ep.last)
+    stalled = no_gradient(series, ep.last)
     if stalled is not None:
         severe = True
         evidence.append(stalled)
-    if no_groups(view):
+    if no_groups(series):
         causes.append("every completion has scored the same since the first step: with no difference between "
                       "completions there is nothing to learn from, whatever the estimator (check the reward "
                       "function and that the answers can be parsed at all)")
-    if view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.9:
+    if series.has("completions/clipped_ratio") and smoothed(series, "completions/clipped_ratio", ep.last) >= 0.9:
         causes.append("nearly every completion is truncated at the length cap, so every one scores alike "
                       "(see truncation)")
     # chance needs the real G: an assumed default would make any share look "far above chance"
     rate = None
     if name == "frac_reward_zero_std" and G and not cfg.is_assumed("num_generations"):
-        rate = _success_rate(view, ep.last)
+        rate = _success_rate(series, ep.last)
     if rate is not None:
         metric, p = rate
         expected = expected_uniform_share(p, int(G))
@@ -130,7 +131,8 @@ def _uniform_explain(view: RunSeries, ep: Episode) -> Explanation:
     else:
         causes.append("every completion of a group gets the same reward: the task is too easy or too hard "
                       "for the model, or the samples lack variety")
-    truncated = view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.9
+    truncated = series.has("completions/clipped_ratio") \
+        and smoothed(series, "completions/clipped_ratio", ep.last) >= 0.9
     if truncated:  # every completion cut alike: no G or temperature separates them, the cap must move
         return Explanation("critical" if severe else "warning", evidence, causes,
                            [advice("raise the length cap first (see truncation): the groups are uniform because "
@@ -150,10 +152,10 @@ def _uniform_explain(view: RunSeries, ep: Episode) -> Explanation:
     if severe:
         return Explanation("critical", evidence, causes, fixes)
     by_chance = rate is None or observed <= expected_uniform_share(rate[1], int(G)) + 0.25
-    if by_chance and reward_rising(view, ep.last):
+    if by_chance and reward_rising(series, ep.last):
         causes.insert(0, "the other groups still teach: the reward is rising, so this costs speed, not the run")
         return Explanation("info", evidence, causes, fixes)
-    lasted = ep.last - ep.start + view.interval_of(name)
+    lasted = ep.last - ep.start + series.interval_of(name)
     if lasted < W:  # with few groups a step (small G) the 10-step median wanders past 0.5 for a few steps
         causes.insert(0, f"so far for {lasted} step(s) only, less than a {W}-step window: the share's noise at this "
                          "G; a problem when it lasts")
@@ -180,20 +182,20 @@ UNIFORM_GROUPS = Rule(
 
 
 # ---------------------------------------------------------------------------------------- kl_pull
-def _pull_detect(view: RunSeries, since):
-    cfg = view.config
-    steps, idx, med = medians(view, "kl", since)
-    peak = view.running("kl", W, "median", "max", view.first_row_after("kl", since))
-    uniform = view.asof_roll("frac_reward_zero_std", W, steps)
+def _pull_detect(series: RunSeries, since):
+    cfg = series.config
+    steps, idx, med = medians(series, "kl", since)
+    peak = series.running("kl", W, "median", "max", series.first_row_after("kl", since))
+    uniform = series.asof_roll("frac_reward_zero_std", W, steps)
     with np.errstate(invalid="ignore"):
-        return steps, ((idx >= view.rows(3 * W, "kl") - 1) & (uniform >= 0.5) & (med <= 0.5 * peak) & (peak > 0)
+        return steps, ((idx >= series.rows(3 * W, "kl") - 1) & (uniform >= 0.5) & (med <= 0.5 * peak) & (peak > 0)
                        & ((cfg.get("beta") or 0) > 0 or "beta" in cfg.inferred))
 
 
-def _pull_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    evidence = [smoothed_evidence(view, "frac_reward_zero_std", ep.last, "share of uniform groups"),
-                smoothed_evidence(view, "kl", ep.last, "KL falling back")]
+def _pull_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    evidence = [smoothed_evidence(series, "frac_reward_zero_std", ep.last, "share of uniform groups"),
+                smoothed_evidence(series, "kl", ep.last, "KL falling back")]
     causes = ["uniform groups give no policy gradient, but the β·KL term still pulls every token toward the "
               "reference, so the policy drifts back"]
     fixes = []
@@ -206,7 +208,7 @@ KL_PULL = Rule(
     id="kl_pull", title="Uniform groups with β > 0 pull the policy back to the reference",
     follows_from=("uniform_groups",),
     requires=("kl", "frac_reward_zero_std"), detect=_pull_detect, explain=_pull_explain, open_after=3,
-    gate=lambda view: None if (view.config.get("beta") or 0) > 0 or "beta" in view.config.inferred
+    gate=lambda series: None if (series.config.get("beta") or 0) > 0 or "beta" in series.config.inferred
     else not_applicable("beta = 0: no KL term"),
     references=("docs/field-reports.md#uniform-groups-pull-toward-the-reference",),
     read="Half the groups or more are uniform while KL falls to half its peak: only the KL term still moves "

@@ -17,38 +17,38 @@ EXTREME = 1.0        # nats per token: the policy's tokens are e-fold likelier o
 HOLD = 4             # a blow-up lasts while KL stays above this many times the target's top
 
 
-def _upper(view: RunSeries) -> float:
-    target = view.config.get("kl_target")
+def _upper(series: RunSeries) -> float:
+    target = series.config.get("kl_target")
     return 2 * float(target) if isinstance(target, (int, float)) and target > 0 else TARGET_HIGH
 
 
-def _blowup_detect(view: RunSeries, since):
-    steps, idx, med = medians(view, "kl", since)
-    earlier, before = _back(view, idx, W), _back(view, idx, 2 * W)  # the median 1 and 2 windows earlier
-    before2 = _back(view, idx, 3 * W)
-    upper = _upper(view)
-    adaptive = isinstance(view.config.get("kl_target"), (int, float))
+def _blowup_detect(series: RunSeries, since):
+    steps, idx, med = medians(series, "kl", since)
+    earlier, before = _back(series, idx, W), _back(series, idx, 2 * W)  # the median 1 and 2 windows earlier
+    before2 = _back(series, idx, 3 * W)
+    upper = _upper(series)
+    adaptive = isinstance(series.config.get("kl_target"), (int, float))
     # Extreme KL needs no full window: a KL of thousands at the first logged step is named there.
-    extreme = view.roll("kl", W, "median", view.first_row_after("kl", since), 1)
+    extreme = series.roll("kl", W, "median", series.first_row_after("kl", since), 1)
     with np.errstate(invalid="ignore"):
-        above = (idx >= view.rows(3 * W, "kl") - 1) & (med > upper)
+        above = (idx >= series.rows(3 * W, "kl") - 1) & (med > upper)
         # each rise is measured from the higher of the two windows before it: a rise out of a dip is noise
         base = np.fmax(earlier, before)
         fast = (med >= 3 * base) & (med - base > upper)                   # tripled within one window
         # up by half, twice running, measured from after the first window: KL is 0 at step 1 (the reference is the
         # starting policy) and the first window holds its warm-up from there, so every run "grew" from it
         steady = ((med >= 1.5 * base) & (earlier >= 1.5 * np.fmax(before, before2))
-                  & (idx >= view.rows(4 * W, "kl") - 1))
-        held = adaptive & (idx >= view.rows(2 * W, "kl") - 1) & (med > upper)
+                  & (idx >= series.rows(4 * W, "kl") - 1))
+        held = adaptive & (idx >= series.rows(2 * W, "kl") - 1) & (med > upper)
         opening = (extreme >= EXTREME) | (above & (fast | steady)) | held
-        return steps, _while_high(view, opening, med > HOLD * upper, idx[0] if len(idx) else 0)
+        return steps, _while_high(series, opening, med > HOLD * upper, idx[0] if len(idx) else 0)
 
 
-def _while_high(view: RunSeries, opening: np.ndarray, high: np.ndarray, lo: int) -> np.ndarray:
+def _while_high(series: RunSeries, opening: np.ndarray, high: np.ndarray, lo: int) -> np.ndarray:
     """A blow-up, once seen, lasts while KL stays above HOLD × the target: a KL that stopped rising at ten times the
     target has not recovered. ``in[i] = opening[i] or (high[i] and in[i-1])``, vectorised over the rows, with the
-    state at the end of the last pass kept in ``view.memo``."""
-    done, carry = view.memo.get("kl_blowup_episode", (0, False))
+    state at the end of the last pass kept in ``series.memo``."""
+    done, carry = series.memo.get("kl_blowup_episode", (0, False))
     carry = carry and done == lo
     segment = np.cumsum(~high)                     # rows after a row that is not high share its segment
     opened = np.cumsum(opening)
@@ -56,28 +56,28 @@ def _while_high(view: RunSeries, opening: np.ndarray, high: np.ndarray, lo: int)
     before = np.concatenate(([0], opened))[starts]                     # openings before each segment
     since_start = opened - before[np.searchsorted(starts, np.arange(len(high)), side="right") - 1]
     active = opening | (high & ((since_start > 0) | (carry & (segment == 0))))
-    view.memo["kl_blowup_episode"] = (lo + len(active), bool(active[-1]) if len(active) else carry)
+    series.memo["kl_blowup_episode"] = (lo + len(active), bool(active[-1]) if len(active) else carry)
     return active
 
 
-def _back(view: RunSeries, idx: np.ndarray, steps_back: int) -> np.ndarray:
+def _back(series: RunSeries, idx: np.ndarray, steps_back: int) -> np.ndarray:
     """The W-step rolling median of KL ``steps_back`` steps before each row (NaN where there is none)."""
     out = np.full(len(idx), np.nan)
-    back = idx - view.rows(steps_back, "kl")
-    ok = back >= view.rows(W, "kl") - 1
+    back = idx - series.rows(steps_back, "kl")
+    ok = back >= series.rows(W, "kl") - 1
     if ok.any():
         first = int(back[ok][0])
-        out[ok] = view.roll("kl", W, "median", first)[back[ok] - first]
+        out[ok] = series.roll("kl", W, "median", first)[back[ok] - first]
     return out
 
 
-def _blowup_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    now = smoothed(view, "kl", ep.last)
-    upper = _upper(view)
-    evidence = [smoothed_evidence(view, "kl", ep.start, "onset, 10-step median"),
-                smoothed_evidence(view, "kl", ep.last, f"latest; target ≤ {fmt(upper)}")]
-    fell = reward_fell(view, ep, "after the KL rise")
+def _blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    now = smoothed(series, "kl", ep.last)
+    upper = _upper(series)
+    evidence = [smoothed_evidence(series, "kl", ep.start, "onset, 10-step median"),
+                smoothed_evidence(series, "kl", ep.last, f"latest; target ≤ {fmt(upper)}")]
+    fell = reward_fell(series, ep, "after the KL rise")
     severe = now >= EXTREME or fell is not None
     evidence += [fell] if fell else []
     beta = cfg.get("beta")
@@ -85,7 +85,7 @@ def _blowup_explain(view: RunSeries, ep: Episode) -> Explanation:
               f"the learning rate is too large ({cfg.describe('learning_rate')})"]
     if cfg.get("kl_estimator") in ("k1", "k2"):
         causes.append(f"the {cfg.get('kl_estimator')} estimator (k3 is unbiased and low-variance)")
-    if view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.3:
+    if series.has("completions/clipped_ratio") and smoothed(series, "completions/clipped_ratio", ep.last) >= 0.3:
         causes.append("many truncated completions feed noisy gradients (mask them)")
     if isinstance(beta, (int, float)) and beta >= 0.1:
         causes.append("KL that keeps growing whatever β is: a sign error in the KL loss (old verl)")
@@ -136,11 +136,11 @@ AT_START = 0.1  # nats per token in the first W steps: the policy starts where t
 OPEN_AFTER = 3
 
 
-def _start_detect(view: RunSeries, since):
+def _start_detect(series: RunSeries, since):
     """From the first logged row on, within the first W optimizer steps (a log that starts later cannot tell), KL is
     0.1 nats per token or more (twice the top of the target band). KL that starts at 0 and then rises is a blow-up."""
-    lo, steps, values = rows(view, "kl", since)
-    all_steps = view.finite("kl")[0]
+    lo, steps, values = rows(series, "kl", since)
+    all_steps = series.finite("kl")[0]
     n = int(np.searchsorted(all_steps, W, side="right"))  # rows logged within the first W optimizer steps
     active = np.zeros(len(steps), dtype=bool)
     for i in range(lo, min(n, len(values))):  # high from the first logged row on: a KL that rose is no mismatch
@@ -150,11 +150,11 @@ def _start_detect(view: RunSeries, since):
     return steps, active
 
 
-def _start_explain(view: RunSeries, ep: Episode) -> Explanation:
-    steps, values = view.finite("kl")
+def _start_explain(series: RunSeries, ep: Episode) -> Explanation:
+    steps, values = series.finite("kl")
     evidence = [Evidence(int(steps[0]), "kl", float(values[0]), "KL at the first logged step (0 when the policy starts "
                                                                    "as the reference)"),
-                smoothed_evidence(view, "kl", ep.last, "median of the first steps")]
+                smoothed_evidence(series, "kl", ep.last, "median of the first steps")]
     causes = ["the reference is not the starting policy: a different model or revision, a chat template or tokenizer "
               "that differs between the two, an adapter active in one and not the other, or a policy started from an "
               "SFT checkpoint while the reference is the base model",
@@ -176,31 +176,31 @@ KL_MISMATCH_AT_START = Rule(
 )
 
 
-def _kl_metric(view: RunSeries) -> str:
+def _kl_metric(series: RunSeries) -> str:
     """KL itself, else the loss's β·KL term (the same sign when β > 0)."""
-    return "kl" if view.has("kl") or not view.has("kl_loss") else "kl_loss"
+    return "kl" if series.has("kl") or not series.has("kl_loss") else "kl_loss"
 
 
-def _negative_detect(view: RunSeries, since):
+def _negative_detect(series: RunSeries, since):
     """A W-step median below −1, or a sustained negative estimate: 80% of the window's values below 0 and its median
     below 0 by more than 3 × the window's own spread over √n (a true KL's estimate scatters around a value ≥ 0)."""
-    name = _kl_metric(view)
-    lo, steps, values = rows(view, name, since)
-    med = view.roll(name, W, "median", lo, 3)
-    share, spread = signals.below_zero(values, view.rows(W, name), lo)
+    name = _kl_metric(series)
+    lo, steps, values = rows(series, name, since)
+    med = series.roll(name, W, "median", lo, 3)
+    share, spread = signals.below_zero(values, series.rows(W, name), lo)
     with np.errstate(invalid="ignore"):
         sustained = (share >= 0.8) & (med < -3 * spread) & (med < -1e-3)
         return steps, (med < -1.0) | sustained
 
 
-def _negative_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    name = _kl_metric(view)
+def _negative_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    name = _kl_metric(series)
     note = "10-step median, below 0 in most rows"
     if name != "kl":
         note += " (the β·KL loss term: β > 0 keeps the sign)"
-    evidence = [Evidence(start_step(view, name), name, view.head(name, W), "start"),
-                smoothed_evidence(view, name, ep.last, note)]
+    evidence = [Evidence(start_step(series, name), name, series.head(name, W), "start"),
+                smoothed_evidence(series, name, ep.last, note)]
     causes = ["the completions were not sampled from the policy: generation settings (suppressed EOS, "
               "min_length, top-k) change the sampling distribution",
               "a k1 estimator reports the KL (it is unbiased but can be negative; k3 never is): a k1 mean that stays "
@@ -209,7 +209,7 @@ def _negative_explain(view: RunSeries, ep: Episode) -> Explanation:
     fixes = [advice("sample with plain temperature/top-p from the policy itself")]
     if cfg.get("kl_estimator") != "k3":
         fixes.append(make_fix(cfg, "report and penalise KL with k3", {"kl_estimator": "k3"}))
-    now = smoothed(view, name, ep.last)
+    now = smoothed(series, name, ep.last)
     return Explanation("warning" if now <= -NEGATIVE_WARNING else "info", evidence, causes, fixes)
 
 

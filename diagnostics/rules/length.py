@@ -23,34 +23,34 @@ LENGTH = "completions/mean_length"
 EVAL_LENGTH = "eval/completions/mean_length"  # a hand-written loop's validation rows: the length it logs, if no other
 
 
-def length_metric(view: RunSeries) -> str:
+def length_metric(series: RunSeries) -> str:
     """The completion length the run logs: the training batch's, else the validation rows'."""
-    return LENGTH if view.has(LENGTH) or not view.has(EVAL_LENGTH) else EVAL_LENGTH
+    return LENGTH if series.has(LENGTH) or not series.has(EVAL_LENGTH) else EVAL_LENGTH
 CLIPPED = "completions/clipped_ratio"
 
 
-def length_cap(view: RunSeries) -> tuple[float | None, str]:
+def length_cap(series: RunSeries) -> tuple[float | None, str]:
     """The completion-length cap: recorded, else read off the metrics (the longest completion at a step with
     truncation), with how it is known."""
-    cap = view.config.get("max_completion_length")
+    cap = series.config.get("max_completion_length")
     if isinstance(cap, (int, float)) and cap > 0:
-        return float(cap), view.config.describe("max_completion_length")
+        return float(cap), series.config.describe("max_completion_length")
     return None, "max_completion_length not recorded"
 
 
-def reward_length_correlation(view: RunSeries, upto: int) -> float:
+def reward_length_correlation(series: RunSeries, upto: int) -> float:
     """Correlation of the reward with the mean length, step by step, up to ``upto``."""
-    return correlation_upto(view, LENGTH, "reward", upto) if view.has("reward") else 0.0
+    return correlation_upto(series, LENGTH, "reward", upto) if series.has("reward") else 0.0
 
 
-def reward_per_token(view: RunSeries, upto: int) -> float:
+def reward_per_token(series: RunSeries, upto: int) -> float:
     """How much the step's mean reward rises per token of mean length (least-squares slope over the steps up to
     ``upto``); 0 when either is constant or there are fewer than 3 steps."""
-    if not view.has("reward") or not view.has(LENGTH):
+    if not series.has("reward") or not series.has(LENGTH):
         return 0.0
-    steps, x = view.finite(LENGTH)
+    steps, x = series.finite(LENGTH)
     n = int(np.searchsorted(steps, upto, side="right"))
-    y = view.asof("reward", steps[:n])
+    y = series.asof("reward", steps[:n])
     both = np.isfinite(y)
     x, y = x[:n][both], y[both]
     if len(x) < 3 or np.ptp(x) == 0:
@@ -60,50 +60,50 @@ def reward_per_token(view: RunSeries, upto: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------- length_shrink
-def _shrink_detect(view: RunSeries, since):
+def _shrink_detect(series: RunSeries, since):
     """The W-step median of the rows after the starting window (never mixing the two: a sparse log's length that
     collapses between its first two points is named at the second) fell to 60% of the start."""
-    name = length_metric(view)
-    lo, steps, values = rows(view, name, since)
-    b = view.rows(W, name)                      # the starting window's rows
+    name = length_metric(series)
+    lo, steps, values = rows(series, name, since)
+    b = series.rows(W, name)                      # the starting window's rows
     first = max(lo, b)
     med = np.full(len(steps), np.nan)
     if first < len(values):
-        window = max(view.rows(W, name), MIN_WINDOW_ROWS)
+        window = max(series.rows(W, name), MIN_WINDOW_ROWS)
         med[first - lo:] = signals.rolling(values[b:], window, "median", first - b, 1)
     with np.errstate(invalid="ignore"):
-        return steps, (row_index(lo, len(steps)) >= view.rows(2 * W, name) - 1) & (med <= 0.6 * view.head(name, W))
+        return steps, (row_index(lo, len(steps)) >= series.rows(2 * W, name) - 1) & (med <= 0.6 * series.head(name, W))
 
 
-def _shrink_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    name = length_metric(view)
-    start, now = view.head(name, W), smoothed(view, name, ep.last)
-    evidence = [Evidence(start_step(view, name), name, start, f"median of the first {W} steps"),
-                smoothed_evidence(view, name, ep.last, f"{now / start - 1:+.0%} from the start")]
+def _shrink_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    name = length_metric(series)
+    start, now = series.head(name, W), smoothed(series, name, ep.last)
+    evidence = [Evidence(start_step(series, name), name, start, f"median of the first {W} steps"),
+                smoothed_evidence(series, name, ep.last, f"{now / start - 1:+.0%} from the start")]
     causes, fixes = [], []
     loss_type = cfg.get("loss_type")
     if loss_type == "grpo":
         causes.append("per-sequence loss normalisation (loss_type = grpo) gives short completions a larger "
                       "per-token update")
         fixes.append(make_fix(cfg, "normalise the loss by a constant (Dr.GRPO)", {"loss_type": "dr_grpo"}))
-    if view.has(CLIPPED) and view.head(CLIPPED, W) >= 0.2:
-        evidence.append(Evidence(start_step(view, CLIPPED), CLIPPED, view.head(CLIPPED, W),
+    if series.has(CLIPPED) and series.head(CLIPPED, W) >= 0.2:
+        evidence.append(Evidence(start_step(series, CLIPPED), CLIPPED, series.head(CLIPPED, W),
                                  "many completions were truncated at the start"))
         causes.append("truncated (long) answers score low, so the model learns brevity: the cap punishes length")
         fixes.append(make_fix(cfg, "give answers room and stop punishing truncation",
                               {"max_completion_length": scaled(cfg, "max_completion_length", 2),
                                "mask_truncated_completions": True}))
-    correlation = reward_length_correlation(view, ep.last)
+    correlation = reward_length_correlation(series, ep.last)
     if correlation <= -0.5:
-        evidence.append(Evidence(ep.last, "reward", smoothed(view, "reward", ep.last),
+        evidence.append(Evidence(ep.last, "reward", smoothed(series, "reward", ep.last),
                                  f"reward rises as length falls (correlation {correlation:.2f})"))
         causes.insert(0, "the reward pays for shortness (a length or format term, or empty answers passing a check)")
-        if view.has(SAMPLE_EMPTY):
-            evidence.append(smoothed_evidence(view, SAMPLE_EMPTY, ep.last, "share of empty sampled completions"))
-        behind = component_behind(view, LENGTH, ep.last, -1)
+        if series.has(SAMPLE_EMPTY):
+            evidence.append(smoothed_evidence(series, SAMPLE_EMPTY, ep.last, "share of empty sampled completions"))
+        behind = component_behind(series, LENGTH, ep.last, -1)
         if behind:
-            evidence.append(smoothed_evidence(view, f"rewards/{behind[0]}/mean", ep.last,
+            evidence.append(smoothed_evidence(series, f"rewards/{behind[0]}/mean", ep.last,
                                               f"this reward function rose as length fell "
                                               f"(correlation −{behind[1]:.2f})"))
             fixes[:0] = without_component(cfg, behind[0], f"take {behind[0]} out of the reward")
@@ -130,33 +130,33 @@ LENGTH_SHRINK = Rule(
 
 
 # ---------------------------------------------------------------------------------------- length_explode
-def _explode_detect(view: RunSeries, since):
-    name = length_metric(view)
-    steps, idx, med = medians(view, name, since)
-    cap, _ = length_cap(view)
+def _explode_detect(series: RunSeries, since):
+    name = length_metric(series)
+    steps, idx, med = medians(series, name, since)
+    cap, _ = length_cap(series)
     near_cap = np.zeros(len(steps), dtype=bool)
     with np.errstate(invalid="ignore"):
         if cap:
             near_cap |= med >= 0.8 * cap
-        if view.has(CLIPPED):
-            near_cap |= (view.asof_roll(CLIPPED, W, steps) >= 0.5) & (view.head(CLIPPED, W) <= 0.25)
-        start = view.head(name, W)
+        if series.has(CLIPPED):
+            near_cap |= (series.asof_roll(CLIPPED, W, steps) >= 0.5) & (series.head(CLIPPED, W) <= 0.25)
+        start = series.head(name, W)
         grown = (med >= 1.3 * start) & near_cap
         tripled = med >= 3 * start  # far past any length the run started with, cap or not
-        return steps, (idx >= view.rows(2 * W, name) - 1) & (grown | tripled)
+        return steps, (idx >= series.rows(2 * W, name) - 1) & (grown | tripled)
 
 
-def _explode_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    cap, cap_text = length_cap(view)
-    name = length_metric(view)
-    start = view.head(name, W)
-    evidence = [Evidence(start_step(view, name), name, start, f"median of the first {W} steps"),
-                smoothed_evidence(view, name, ep.last, f"now; cap {cap_text}")]
-    if view.has(CLIPPED):
-        evidence.append(smoothed_evidence(view, CLIPPED, ep.last, "share truncated at the cap"))
+def _explode_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    cap, cap_text = length_cap(series)
+    name = length_metric(series)
+    start = series.head(name, W)
+    evidence = [Evidence(start_step(series, name), name, start, f"median of the first {W} steps"),
+                smoothed_evidence(series, name, ep.last, f"now; cap {cap_text}")]
+    if series.has(CLIPPED):
+        evidence.append(smoothed_evidence(series, CLIPPED, ep.last, "share truncated at the cap"))
     causes, fixes = [], []
-    correlation = reward_length_correlation(view, ep.last)
+    correlation = reward_length_correlation(series, ep.last)
     if correlation >= 0.5:
         causes.append(f"the reward prefers long outputs (reward–length correlation {correlation:.2f})")
     loss_type = cfg.get("loss_type")
@@ -165,12 +165,12 @@ def _explode_explain(view: RunSeries, ep: Episode) -> Explanation:
                       + (", assumed: check it" if cfg.is_assumed("loss_type") else "")
                       + "): a long wrong answer's penalty is spread over more tokens, so each is pushed down "
                         "less (Dr.GRPO)")
-    if view.has("entropy") and smoothed(view, "entropy", ep.last) > 1.5 * view.head("entropy", W):
+    if series.has("entropy") and smoothed(series, "entropy", ep.last) > 1.5 * series.head("entropy", W):
         causes.append("the policy rambles: entropy is rising with length (gibberish that fills the context)")
     if not causes:
         causes.append("the reward or the loss favours length")
     penalty = cfg.get("length_penalty")
-    slope = reward_per_token(view, ep.last) if correlation >= 0.5 else 0.0
+    slope = reward_per_token(series, ep.last) if correlation >= 0.5 else 0.0
     if cfg.ours and not penalty:
         # source doc A's 0.001 (docs/sources.md#a-42-outputs-that-shrink-or-explode) is too weak against a reward that
         # pays more than that per token
@@ -202,46 +202,46 @@ LENGTH_EXPLODE = Rule(
 
 
 # ---------------------------------------------------------------------------------------- truncation
-def _truncation_detect(view: RunSeries, since):
-    if view.has(CLIPPED):
-        return level(view, CLIPPED, since, lambda m: m >= 0.8, min_periods=1)
+def _truncation_detect(series: RunSeries, since):
+    if series.has(CLIPPED):
+        return level(series, CLIPPED, since, lambda m: m >= 0.8, min_periods=1)
     # No clipped_ratio (old TRL, hand-written loops): steps whose mean length is the cap cut every completion.
-    lo, steps, values = rows(view, LENGTH, since)
-    cap, _ = length_cap(view)
+    lo, steps, values = rows(series, LENGTH, since)
+    cap, _ = length_cap(series)
     at_cap = (values >= cap - 0.5).astype(np.float64)
     with np.errstate(invalid="ignore"):
-        return steps, signals.rolling(at_cap, view.rows(W, LENGTH), "mean", lo) >= 0.8  # a whole window of evidence
+        return steps, signals.rolling(at_cap, series.rows(W, LENGTH), "mean", lo) >= 0.8  # a whole window of evidence
 
 
-def _truncation_gate(view: RunSeries) -> Skip | None:
-    if view.has(CLIPPED) or length_cap(view)[0] is not None:
+def _truncation_gate(series: RunSeries) -> Skip | None:
+    if series.has(CLIPPED) or length_cap(series)[0] is not None:
         return None
     return needs("completions/clipped_ratio, or a known max_completion_length beside completions/mean_length")
 
 
-def _truncation_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    cap, cap_text = length_cap(view)
-    if view.has(CLIPPED):
-        evidence = [smoothed_evidence(view, CLIPPED, ep.last, "share of completions cut at the cap")]
+def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    cap, cap_text = length_cap(series)
+    if series.has(CLIPPED):
+        evidence = [smoothed_evidence(series, CLIPPED, ep.last, "share of completions cut at the cap")]
     else:
-        evidence = [smoothed_evidence(view, LENGTH, ep.last, "the mean length is the cap: every completion cut")]
+        evidence = [smoothed_evidence(series, LENGTH, ep.last, "the mean length is the cap: every completion cut")]
     for name, note in (("completions/mean_terminated_length", "mean length of the completions that ended"),
                        (LENGTH, "mean length")):
-        if view.has(name):
-            evidence.append(at(view, name, ep.last, note))
+        if series.has(name):
+            evidence.append(at(series, name, ep.last, note))
     severe = False
-    spread = uniform_metric(view)
-    if view.has(spread) and (smoothed(view, spread, ep.last) >= 0.9 if spread == "frac_reward_zero_std" else
-                             spread in SPREAD and smoothed(view, spread, ep.last) <= 1e-9):
+    spread = uniform_metric(series)
+    if series.has(spread) and (smoothed(series, spread, ep.last) >= 0.9 if spread == "frac_reward_zero_std" else
+                             spread in SPREAD and smoothed(series, spread, ep.last) <= 1e-9):
         severe = True
-        evidence.append(smoothed_evidence(view, spread, ep.last, "and the reward no longer separates them"))
+        evidence.append(smoothed_evidence(series, spread, ep.last, "and the reward no longer separates them"))
     causes = [f"the cap is too short for the task ({cap_text}): the answer never arrives, so the reward "
               "sees cut text (format checks anchored at the end fail too)"]
     if cfg.framework == "trl" and (cap in (None, 256.0)):
         causes.append("TRL's old default max_completion_length = 256 truncated 97–99% of DeepMath and 50–80% "
                       "of GSM8K completions")
-    if view.has(LENGTH) and smoothed(view, LENGTH, ep.last) > 1.3 * view.head(LENGTH, W):
+    if series.has(LENGTH) and smoothed(series, LENGTH, ep.last) > 1.3 * series.head(LENGTH, W):
         causes.append("the completions are growing (see length_explode)")
     new_cap = scaled(cfg, "max_completion_length", 2) if cap is None else int(2 * cap)
     fixes = [make_fix(cfg, "raise the length cap", {"max_completion_length": new_cap},
@@ -267,23 +267,23 @@ TRUNCATION = Rule(
 
 
 # ---------------------------------------------------------------------------------------- repetition
-def _repetition_metric(view: RunSeries) -> str:
-    return first_present(view, "repetition", SAMPLE_REPETITION) or "repetition"
+def _repetition_metric(series: RunSeries) -> str:
+    return first_present(series, "repetition", SAMPLE_REPETITION) or "repetition"
 
 
-def _repetition_detect(view: RunSeries, since):
-    name = _repetition_metric(view)
-    start = view.head(name, W)
-    return level(view, name, since, lambda m: (m >= 0.1) & (m >= start + 0.1))
+def _repetition_detect(series: RunSeries, since):
+    name = _repetition_metric(series)
+    start = series.head(name, W)
+    return level(series, name, since, lambda m: (m >= 0.1) & (m >= start + 0.1))
 
 
-def _repetition_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    name = _repetition_metric(view)
-    evidence = [Evidence(start_step(view, name), name, view.head(name, W), "start"),
-                smoothed_evidence(view, name, ep.last, "share of repeated 3-grams now")]
-    if view.has("frac_reward_zero_std"):
-        evidence.append(smoothed_evidence(view, "frac_reward_zero_std", ep.last, "uniform groups"))
+def _repetition_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    name = _repetition_metric(series)
+    evidence = [Evidence(start_step(series, name), name, series.head(name, W), "start"),
+                smoothed_evidence(series, name, ep.last, "share of repeated 3-grams now")]
+    if series.has("frac_reward_zero_std"):
+        evidence.append(smoothed_evidence(series, "frac_reward_zero_std", ep.last, "uniform groups"))
     causes, fixes = [], []
     temperature = cfg.get("temperature")
     if isinstance(temperature, (int, float)) and temperature < 0.7:
@@ -291,9 +291,9 @@ def _repetition_explain(view: RunSeries, ep: Episode) -> Explanation:
     epsilon, high = cfg.get("epsilon"), cfg.get("epsilon_high")
     if (isinstance(epsilon, (int, float)) and epsilon >= 0.28) or (isinstance(high, (int, float)) and high >= 0.28):
         causes.append("a wide clip range (ε) lets the policy sharpen fast")
-    behind = component_behind(view, name, ep.last, +1)
+    behind = component_behind(series, name, ep.last, +1)
     if behind:
-        evidence.append(smoothed_evidence(view, f"rewards/{behind[0]}/mean", ep.last,
+        evidence.append(smoothed_evidence(series, f"rewards/{behind[0]}/mean", ep.last,
                                           f"this reward function rose with repetition (correlation {behind[1]:.2f})"))
         causes.insert(0, f"the reward pays for repetition: {behind[0]} scores higher as the text repeats")
         fixes += without_component(cfg, behind[0], f"take {behind[0]} out of the reward")

@@ -21,10 +21,10 @@ WATCHED = FINITE_REQUIRED  # the catalogue's metrics that must stay finite (neve
 
 
 # ---------------------------------------------------------------------------------------- nonfinite
-def _nonfinite_detect(view: RunSeries, since):
+def _nonfinite_detect(series: RunSeries, since):
     axes, bad = [], []
     for name in WATCHED:
-        steps, values = view.raw(name)
+        steps, values = series.raw(name)
         first = 0 if since is None else int(np.searchsorted(steps, since, side="right"))
         steps, values = steps[first:], values[first:]
         if not any(len(a) == len(steps) and np.array_equal(a, steps) for a in axes):
@@ -36,18 +36,18 @@ def _nonfinite_detect(view: RunSeries, since):
     return steps, active
 
 
-def _first_bad(view: RunSeries, name: str, lo: int, hi: int) -> tuple[int, float] | None:
-    steps, values = view.raw(name)
+def _first_bad(series: RunSeries, name: str, lo: int, hi: int) -> tuple[int, float] | None:
+    steps, values = series.raw(name)
     keep = (steps >= lo) & (steps <= hi) & ~np.isfinite(values)
     return (int(steps[keep][0]), float(values[keep][0])) if keep.any() else None
 
 
-def _nonfinite_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    found = {n: hit for n in WATCHED if (hit := _first_bad(view, n, ep.start, ep.last))}
+def _nonfinite_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    found = {n: hit for n in WATCHED if (hit := _first_bad(series, n, ep.start, ep.last))}
     bad = dict(sorted(found.items(), key=lambda item: item[1][0]))  # the first to go first: it tells the cause
     evidence = [Evidence(step, name, value, "first non-finite value") for name, (step, value) in bad.items()]
-    skipped = [e for e in view.events if e.get("kind") == "skipped_update"
+    skipped = [e for e in series.events if e.get("kind") == "skipped_update"
                and ep.start <= (e.get("step") or -1) <= ep.last]
     if skipped:
         reason = decode_detail(skipped[0].get("detail")).get("reason", "")
@@ -61,7 +61,7 @@ def _nonfinite_explain(view: RunSeries, ep: Episode) -> Explanation:
         if cfg.ours and cfg.get("nonfinite_rewards") == "skip":
             fixes.append(make_fix(cfg, "leave NaN rewards out of the group statistics instead of skipping "
                                        "the step (TRL's behaviour)", {"nonfinite_rewards": "mask"}))
-    if "grad_norm" in bad and "loss" in view.series and "loss" not in bad:
+    if "grad_norm" in bad and "loss" in series.series and "loss" not in bad:
         causes.append("a hidden NaN: grad_norm is NaN while the logged loss looks fine (the HF Trainer "
                       "replaces NaN losses in its log; set logging_nan_inf_filter=False)")
     if "kl" in bad or "kl_loss" in bad:
@@ -88,47 +88,48 @@ NONFINITE = Rule(
 
 
 # ---------------------------------------------------------------------------------------- zero_grad
-def _zero_grad_detect(view: RunSeries, since):
-    lo, steps, _ = rows(view, "grad_norm", since)
-    med = view.roll("grad_norm", W, "median", lo, 3)
+def _zero_grad_detect(series: RunSeries, since):
+    lo, steps, _ = rows(series, "grad_norm", since)
+    med = series.roll("grad_norm", W, "median", lo, 3)
     signal = np.ones(len(steps), dtype=bool)
-    if view.has("frac_reward_zero_std"):  # most groups differ: a step with every group uniform is then unlikely
-        signal &= view.asof_roll("frac_reward_zero_std", W, steps) < 0.5
-    if view.has("reward_std"):
-        signal &= view.asof_roll("reward_std", W, steps) > 1e-6
-    share = _unexplained_zero_share(view, steps, lo)
+    if series.has("frac_reward_zero_std"):  # most groups differ: a step with every group uniform is then unlikely
+        signal &= series.asof_roll("frac_reward_zero_std", W, steps) < 0.5
+    if series.has("reward_std"):
+        signal &= series.asof_roll("reward_std", W, steps) > 1e-6
+    share = _unexplained_zero_share(series, steps, lo)
     with np.errstate(invalid="ignore"):
         return steps, ((med <= 1e-8) & signal) | (share >= 0.2)
 
 
-def _unexplained_zero_share(view: RunSeries, steps: np.ndarray, lo: int) -> np.ndarray:
+def _unexplained_zero_share(series: RunSeries, steps: np.ndarray, lo: int) -> np.ndarray:
     """Per row, the share of the last W steps whose grad_norm is exactly 0 while most groups of that very step differed
     (its frac_reward_zero_std below 0.5). Judged only on a log of every step: a logged grad_norm is its step's own,
     while frac_reward_zero_std averages the steps since the last log."""
-    if view.interval_of("grad_norm") != 1 or not view.has("frac_reward_zero_std"):
+    if series.interval_of("grad_norm") != 1 or not series.has("frac_reward_zero_std"):
         return np.zeros(len(steps))
-    gsteps, grads = view.finite("grad_norm")
+    start = max(0, lo - W + 1)  # only the rows that the windows ending at rows lo.. read: a live update is O(W)
+    gsteps, grads = (a[start:] for a in series.finite("grad_norm"))
     with np.errstate(invalid="ignore"):
-        unexplained = ((grads == 0) & (view.asof("frac_reward_zero_std", gsteps) < 0.5)).astype(np.float64)
-    return signals.rolling(unexplained, W, "mean", lo, W)
+        unexplained = ((grads == 0) & (series.asof("frac_reward_zero_std", gsteps) < 0.5)).astype(np.float64)
+    return signals.rolling(unexplained, W, "mean", lo - start, W)
 
 
-def _zero_grad_explain(view: RunSeries, ep: Episode) -> Explanation:
-    evidence = [smoothed_evidence(view, "grad_norm", ep.last, "10-step median")]
-    gsteps, grads = view.finite("grad_norm")
+def _zero_grad_explain(series: RunSeries, ep: Episode) -> Explanation:
+    evidence = [smoothed_evidence(series, "grad_norm", ep.last, "10-step median")]
+    gsteps, grads = series.finite("grad_norm")
     recent = (gsteps > ep.last - 10 * W) & (gsteps <= ep.last)
     zeros = int((grads[recent] == 0).sum())
     if zeros:
         evidence.append(Evidence(ep.last, "grad_norm", 0.0, f"exactly 0 at {zeros} of the last {int(recent.sum())} "
                                                             "logged steps, though most groups of the step differed"))
     for name, note in (("frac_reward_zero_std", "yet groups do differ"), ("reward_std", "and rewards vary")):
-        if view.has(name):
-            evidence.append(smoothed_evidence(view, name, ep.last, note))
+        if series.has(name):
+            evidence.append(smoothed_evidence(series, name, ep.last, note))
     causes = ["a framework or DeepSpeed bug (fixed by upgrading), or LoRA with offload"]
     lengths = [n for n in ("completions/min_length", "completions/max_length", "completions/mean_length")
-               if view.has(n)]
-    if len(lengths) == 3 and len({round(view.value_at(n, ep.last), 6) for n in lengths}) == 1:
-        evidence.append(at(view, lengths[0], ep.last, "min = max = mean length"))
+               if series.has(n)]
+    if len(lengths) == 3 and len({round(series.value_at(n, ep.last), 6) for n in lengths}) == 1:
+        evidence.append(at(series, lengths[0], ep.last, "min = max = mean length"))
         causes.insert(0, "the completion mask is built from token values (pad == eos): every length equals the "
                          "batch maximum and the loss cancels to 0")
     fixes = [advice("build the completion mask from the first EOS position, not from pad/eos token values"),
@@ -156,24 +157,24 @@ SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of thi
 LOSS_FLOOR = 1.0  # |loss| of a GRPO step sits near 0 (docs/field-reports.md#loss-near-0); 1 or more is far out
 
 
-def _loss_spike_detect(view: RunSeries, since):
+def _loss_spike_detect(series: RunSeries, since):
     """|loss| above 10 × the median |loss| of the 10 logged rows before it (and 10 MADs), and at least 1."""
-    lo, steps, values = rows(view, "loss", since)
+    lo, steps, values = rows(series, "loss", since)
     size = np.abs(values)
     spike = signals.spikes(size, SPIKE_ROWS, lo, k=10.0, ratio=10.0)
     return steps, spike & (size[lo:] >= LOSS_FLOOR)
 
 
-def _loss_spike_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    steps, values = view.finite("loss")
+def _loss_spike_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    steps, values = series.finite("loss")
     keep = (steps >= ep.start) & (steps <= ep.last)
     worst = int(np.argmax(np.where(keep, np.abs(values), -np.inf)))
-    before = smoothed(view, "loss", int(steps[max(worst - 1, 0)]))
+    before = smoothed(series, "loss", int(steps[max(worst - 1, 0)]))
     evidence = [Evidence(int(steps[worst]), "loss", float(values[worst]), f"the median before it was {fmt(before)}")]
     for name, note in (("advantage/abs_max", "largest |advantage| at that step"), ("grad_norm", "gradient norm then")):
-        if view.has(name):
-            evidence.append(at(view, name, int(steps[worst]), note))
+        if series.has(name):
+            evidence.append(at(series, name, int(steps[worst]), note))
     causes = ["an advantage blown up by a near-zero group std (non-dyadic rewards in a nearly uniform group)",
               "a reward outlier in one batch", f"an update too large ({cfg.describe('learning_rate')})"]
     fixes = [advice("floor the group std (1e-3) or skip normalising near-constant groups; check the rewards at "
@@ -195,8 +196,8 @@ LOSS_SPIKE = Rule(
 
 
 # ---------------------------------------------------------------------------------------- single_generation
-def _single_gate(view: RunSeries) -> Skip | None:
-    cfg = view.config
+def _single_gate(series: RunSeries) -> Skip | None:
+    cfg = series.config
     G = cfg.get("num_generations")
     if not cfg.recorded("num_generations") or not isinstance(G, (int, float)):
         return needs("num_generations in the run's config")
@@ -205,16 +206,16 @@ def _single_gate(view: RunSeries) -> Skip | None:
     return None
 
 
-def _single_detect(view: RunSeries, since):
-    name = first_present(view, "reward", "loss") or "reward"
-    lo, steps, _ = rows(view, name, since)
-    return steps, np.full(len(steps), view.config.get("num_generations") == 1)
+def _single_detect(series: RunSeries, since):
+    name = first_present(series, "reward", "loss") or "reward"
+    lo, steps, _ = rows(series, name, since)
+    return steps, np.full(len(steps), series.config.get("num_generations") == 1)
 
 
-def _single_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    name = first_present(view, "reward", "loss") or "reward"
-    evidence = [at(view, name, ep.onset, f"num_generations = 1 with a group advantage ({cfg.describe('advantage')})")]
+def _single_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    name = first_present(series, "reward", "loss") or "reward"
+    evidence = [at(series, name, ep.onset, f"num_generations = 1 with a group advantage ({cfg.describe('advantage')})")]
     causes = ["one completion per prompt: a group of one has no baseline, so every group-relative advantage is 0 "
               "(or the reward itself, with no variance to scale it): nothing is learnt"]
     fixes = [make_fix(cfg, "sample several completions per prompt", {"num_generations": 8}),
@@ -236,45 +237,45 @@ SINGLE_GENERATION = Rule(
 # ---------------------------------------------------------------------------------------- grad_spikes
 
 
-def _spike_detect(view: RunSeries, since):
+def _spike_detect(series: RunSeries, since):
     """Spikes and a rising trend among the steps that had a gradient (``GRAD_SIGNAL``); the trend compares medians
     over at least 3 rows, so two noisy rows of a sparse log are not a trend."""
-    lo, steps, values = rows(view, GRAD_SIGNAL, since)
-    span = max(SPIKE_ROWS, view.rows(SPIKE_SPAN, GRAD_SIGNAL))
+    lo, steps, values = rows(series, GRAD_SIGNAL, since)
+    span = max(SPIKE_ROWS, series.rows(SPIKE_SPAN, GRAD_SIGNAL))
     first = max(0, lo - span + 1)
     flags = signals.spikes(values, SPIKE_ROWS, first)
     total = np.concatenate(([0], np.cumsum(flags)))
     rel = np.arange(lo - first, len(flags))
     recent = total[rel + 1] - total[np.maximum(rel + 1 - span, 0)]  # spikes in the last SPIKE_SPAN steps' rows
     idx = row_index(lo, len(steps))
-    window = max(W, 3 * view.interval_of(GRAD_SIGNAL))
-    med = view.roll(GRAD_SIGNAL, window, "median", lo)
-    start = view.head(GRAD_SIGNAL, window)
+    window = max(W, 3 * series.interval_of(GRAD_SIGNAL))
+    med = series.roll(GRAD_SIGNAL, window, "median", lo)
+    start = series.head(GRAD_SIGNAL, window)
     with np.errstate(invalid="ignore"):
-        trend = (idx >= view.rows(3 * W, GRAD_SIGNAL) - 1) & (med >= 5 * start) & (start > 0)
+        trend = (idx >= series.rows(3 * W, GRAD_SIGNAL) - 1) & (med >= 5 * start) & (start > 0)
         return steps, (recent >= 3) | trend
 
 
-def _spike_rows(view: RunSeries, n: int) -> np.ndarray:
+def _spike_rows(series: RunSeries, n: int) -> np.ndarray:
     """The spikes among the first ``n`` rows of grad_norm with a gradient, as row indices. A spike depends only on
-    the rows before it, so the rows examined so far are kept in ``view.memo`` and a live run examines only its new
+    the rows before it, so the rows examined so far are kept in ``series.memo`` and a live run examines only its new
     ones."""
-    done, rows = view.memo.get("grad_spikes", (0, np.empty(0, dtype=np.int64)))
+    done, rows = series.memo.get("grad_spikes", (0, np.empty(0, dtype=np.int64)))
     if n > done:
-        values = view.finite(GRAD_SIGNAL)[1]
+        values = series.finite(GRAD_SIGNAL)[1]
         rows = np.concatenate([rows, done + np.flatnonzero(signals.spikes(values[:n], SPIKE_ROWS, done))])
-        view.memo["grad_spikes"] = (n, rows)
+        series.memo["grad_spikes"] = (n, rows)
     return rows[rows < n]
 
 
-def _spike_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    steps, values = view.finite(GRAD_SIGNAL)
-    found = _spike_rows(view, int(np.searchsorted(steps, ep.last, side="right")))[-5:]
+def _spike_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    steps, values = series.finite(GRAD_SIGNAL)
+    found = _spike_rows(series, int(np.searchsorted(steps, ep.last, side="right")))[-5:]
     evidence = [Evidence(int(s), "grad_norm", float(v), f"spike: > 10 MADs and 5× the median of the {SPIKE_ROWS} "
                          "logged values before") for s, v in zip(steps[found], values[found])]
-    start = fmt(view.head(GRAD_SIGNAL, max(W, 3 * view.interval_of(GRAD_SIGNAL))))
-    evidence.append(smoothed_evidence(view, "grad_norm", ep.last, f"median now; start {start}"))
+    start = fmt(series.head(GRAD_SIGNAL, max(W, 3 * series.interval_of(GRAD_SIGNAL))))
+    evidence.append(smoothed_evidence(series, "grad_norm", ep.last, f"median now; start {start}"))
     causes = ["a batch too small for the reward's variance: single batches yank the policy",
               "outliers from the reward function (check rewards at the spike steps)"]
     mu = cfg.get("num_iterations")
@@ -311,32 +312,32 @@ def _as_entropy(evidence: Evidence) -> Evidence:
     return evidence
 
 
-def _entropy_collapse_detect(view: RunSeries, since):
-    steps, idx, med = medians(view, ENTROPY, since)
+def _entropy_collapse_detect(series: RunSeries, since):
+    steps, idx, med = medians(series, ENTROPY, since)
     # variety lost: more uniform groups or less reward spread; unknown (taken as lost) when neither is logged
-    less_variety = np.full(len(steps), not (view.has("frac_reward_zero_std") or view.has("reward_std")))
+    less_variety = np.full(len(steps), not (series.has("frac_reward_zero_std") or series.has("reward_std")))
     with np.errstate(invalid="ignore"):
-        if view.has("frac_reward_zero_std"):
-            uniform = view.asof_roll("frac_reward_zero_std", W, steps)
-            less_variety |= uniform >= view.head("frac_reward_zero_std", W) + 0.2
-        if view.has("reward_std"):
-            less_variety |= view.asof_roll("reward_std", W, steps) <= 0.5 * view.head("reward_std", W)
+        if series.has("frac_reward_zero_std"):
+            uniform = series.asof_roll("frac_reward_zero_std", W, steps)
+            less_variety |= uniform >= series.head("frac_reward_zero_std", W) + 0.2
+        if series.has("reward_std"):
+            less_variety |= series.asof_roll("reward_std", W, steps) <= 0.5 * series.head("reward_std", W)
         stalled = np.ones(len(steps), dtype=bool)
-        if view.has("reward"):
-            now = view.asof_roll("reward", W, steps)
-            before = view.asof_roll("reward", W, steps - 3 * W)
+        if series.has("reward"):
+            now = series.asof_roll("reward", W, steps)
+            before = series.asof_roll("reward", W, steps - 3 * W)
             stalled = ~(now > before + 1e-9 + 0.02 * np.abs(before))
-        low = med <= 0.2 * view.head(ENTROPY, W)
-        return steps, (idx >= view.rows(3 * W, ENTROPY) - 1) & low & less_variety & stalled
+        low = med <= 0.2 * series.head(ENTROPY, W)
+        return steps, (idx >= series.rows(3 * W, ENTROPY) - 1) & low & less_variety & stalled
 
 
-def _entropy_collapse_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    evidence = [Evidence(start_step(view, ENTROPY), "entropy", view.head(ENTROPY, W), "start"),
-                _as_entropy(smoothed_evidence(view, ENTROPY, ep.last, "now: below 20% of the start"))]
+def _entropy_collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    evidence = [Evidence(start_step(series, ENTROPY), "entropy", series.head(ENTROPY, W), "start"),
+                _as_entropy(smoothed_evidence(series, ENTROPY, ep.last, "now: below 20% of the start"))]
     for name, note in (("frac_reward_zero_std", "more uniform groups"), ("reward_std", "less reward spread")):
-        if view.has(name):
-            evidence.append(smoothed_evidence(view, name, ep.last, note))
+        if series.has(name):
+            evidence.append(smoothed_evidence(series, name, ep.last, note))
     can_clip = not cfg.one_update_per_rollout()  # with one update per rollout the ratio is 1: ε changes nothing
     causes = ["no entropy bonus, low temperature, or an over-trained starting checkpoint"]
     if can_clip:
@@ -361,17 +362,17 @@ ENTROPY_COLLAPSE = Rule(
 )
 
 
-def _entropy_blowup_detect(view: RunSeries, since):
-    steps, idx, med = medians(view, ENTROPY, since)
+def _entropy_blowup_detect(series: RunSeries, since):
+    steps, idx, med = medians(series, ENTROPY, since)
     with np.errstate(invalid="ignore"):
-        return steps, (idx >= view.rows(3 * W, ENTROPY) - 1) & (med >= 2 * view.head(ENTROPY, W)) & (med >= 1.0)
+        return steps, (idx >= series.rows(3 * W, ENTROPY) - 1) & (med >= 2 * series.head(ENTROPY, W)) & (med >= 1.0)
 
 
-def _entropy_blowup_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    evidence = [Evidence(start_step(view, ENTROPY), "entropy", view.head(ENTROPY, W), "start"),
-                _as_entropy(smoothed_evidence(view, ENTROPY, ep.last, "now: doubled and above 1 nat"))]
-    fell = reward_fell(view, ep, "")
+def _entropy_blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    evidence = [Evidence(start_step(series, ENTROPY), "entropy", series.head(ENTROPY, W), "start"),
+                _as_entropy(smoothed_evidence(series, ENTROPY, ep.last, "now: doubled and above 1 nat"))]
+    fell = reward_fell(series, ep, "")
     evidence += [fell] if fell else []
     severe = fell is not None
     causes, fixes = [], []
@@ -380,7 +381,7 @@ def _entropy_blowup_explain(view: RunSeries, ep: Episode) -> Explanation:
             and not cfg.one_update_per_rollout():
         causes.append(f"clip-higher is too permissive (epsilon_high = {high:g})")
         fixes.append(make_fix(cfg, "narrow clip-higher", {"epsilon_high": float(epsilon)}))
-    if view.has("completions/clipped_ratio") and smoothed(view, "completions/clipped_ratio", ep.last) >= 0.3:
+    if series.has("completions/clipped_ratio") and smoothed(series, "completions/clipped_ratio", ep.last) >= 0.3:
         causes.append("many overlong, truncated completions in the loss")
         if not cfg.get("mask_truncated_completions"):
             fixes.append(make_fix(cfg, "mask truncated completions", {"mask_truncated_completions": True}))
@@ -403,24 +404,24 @@ ENTROPY_BLOWUP = Rule(
 _MEMORY = re.compile(r"out of memory|outofmemory|memoryerror|cuda oom|cannot allocate memory", re.IGNORECASE)
 
 
-def _oom_events(view: RunSeries, since) -> list[dict]:
-    return [e for e in view.events if e.get("kind") == "crash" and e.get("step") is not None
+def _oom_events(series: RunSeries, since) -> list[dict]:
+    return [e for e in series.events if e.get("kind") == "crash" and e.get("step") is not None
             and (since is None or e["step"] > since)
             and _MEMORY.search(" ".join(str(v) for v in decode_detail(e.get("detail")).values()))]
 
 
-def _oom_detect(view: RunSeries, since):
-    steps = np.array(sorted({int(e["step"]) for e in _oom_events(view, since)}), dtype=np.int64)
+def _oom_detect(series: RunSeries, since):
+    steps = np.array(sorted({int(e["step"]) for e in _oom_events(series, since)}), dtype=np.int64)
     return steps, np.ones(len(steps), dtype=bool)
 
 
-def _oom_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    event = next(e for e in _oom_events(view, None) if int(e["step"]) == ep.last)
+def _oom_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    event = next(e for e in _oom_events(series, None) if int(e["step"]) == ep.last)
     text = " ".join(str(v) for v in decode_detail(event.get("detail")).values())
     evidence = [Evidence(ep.last, "events", float("nan"), text[:200])]
-    if view.has("memory/peak_gb"):
-        evidence.append(at(view, "memory/peak_gb", ep.last, "peak memory before the crash"))
+    if series.has("memory/peak_gb"):
+        evidence.append(at(series, "memory/peak_gb", ep.last, "peak memory before the crash"))
     causes = ["the batch (completions per step) or G is too large for the device",
               "the logits tensor B × L × V dominates memory, not the model size; a long completion late in the "
               "run can tip it over"]
@@ -442,7 +443,7 @@ def _oom_explain(view: RunSeries, ep: Episode) -> Explanation:
 OOM = Rule(
     id="oom", title="The run crashed out of memory",
     requires=(), detect=_oom_detect, explain=_oom_explain,
-    gate=lambda view: None if view.events or view.config.ours else needs("crash events (runs trained here)"),
+    gate=lambda series: None if series.events or series.config.ours else needs("crash events (runs trained here)"),
     references=("docs/troubleshooting.md#oom",
                 "docs/field-reports.md#out-of-memory"),
     read="A crash event whose error mentions memory. The ladder: batch → 32, then G → 4, then gradient "

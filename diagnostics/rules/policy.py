@@ -24,26 +24,26 @@ IS_RATIO = "sampling/importance_sampling_ratio/mean"
 ROLLOUT_KL = "rollout_kl"
 
 
-def _clip_metric(view: RunSeries) -> str:
-    return first_present(view, *CLIP) or CLIP[0]
+def _clip_metric(series: RunSeries) -> str:
+    return first_present(series, *CLIP) or CLIP[0]
 
 
 # ---------------------------------------------------------------------------------------- clip_high
-def _clip_gate(view: RunSeries) -> Skip | None:
-    if view.config.one_update_per_rollout():
-        return not_applicable(f"{view.config.describe('num_iterations')}: one update per rollout, so clipping is 0 "
+def _clip_gate(series: RunSeries) -> Skip | None:
+    if series.config.one_update_per_rollout():
+        return not_applicable(f"{series.config.describe('num_iterations')}: one update per rollout, so clipping is 0 "
                               "by construction")
     return None
 
 
-def _clip_detect(view: RunSeries, since):
-    return level(view, _clip_metric(view), since, lambda m: m > 0.3)
+def _clip_detect(series: RunSeries, since):
+    return level(series, _clip_metric(series), since, lambda m: m > 0.3)
 
 
-def _clip_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    name = _clip_metric(view)
-    evidence = [smoothed_evidence(view, name, ep.last, "10-step median share of clipped tokens")]
+def _clip_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    name = _clip_metric(series)
+    evidence = [smoothed_evidence(series, name, ep.last, "10-step median share of clipped tokens")]
     causes, fixes = [], []
     epsilon, mu = cfg.get("epsilon"), cfg.get("num_iterations")
     if isinstance(epsilon, (int, float)) and epsilon < 0.1:
@@ -73,47 +73,47 @@ CLIP_HIGH = Rule(
 
 
 # ---------------------------------------------------------------------------------------- rollout_mismatch
-def _mismatch_gate(view: RunSeries) -> Skip | None:
-    if view.has(IS_RATIO) or view.has(ROLLOUT_KL):
+def _mismatch_gate(series: RunSeries) -> Skip | None:
+    if series.has(IS_RATIO) or series.has(ROLLOUT_KL):
         return None
-    if any(view.has(n) for n in CLIP) and view.config.one_update_per_rollout():
+    if any(series.has(n) for n in CLIP) and series.config.one_update_per_rollout():
         return None
-    if not any(view.has(n) for n in CLIP):
+    if not any(series.has(n) for n in CLIP):
         return needs(f"clip_ratio/region_mean, {IS_RATIO} or {ROLLOUT_KL}")
-    return not_applicable(f"{view.config.describe('num_iterations')}: clipping is expected with several updates per "
+    return not_applicable(f"{series.config.describe('num_iterations')}: clipping is expected with several updates per "
                           "rollout")
 
 
-def _mismatch_detect(view: RunSeries, since):
+def _mismatch_detect(series: RunSeries, since):
     """The first of: the rollout-vs-trainer KL (verl's rollout_corr/kl) at 0.1 or more, the importance-sampling
     ratio mean below 0.8, clipping with one update per rollout."""
-    if view.has(ROLLOUT_KL):  # a direct measure: no window needed to see 0.1 nats per token
-        return level(view, ROLLOUT_KL, since, lambda m: m >= 0.1, min_periods=1)
-    if view.has(IS_RATIO):
-        steps, active = level(view, IS_RATIO, since, lambda m: m < 0.8)
-        if view.config.one_update_per_rollout() and any(view.has(n) for n in CLIP):
-            clip = view.asof_roll(_clip_metric(view), W, steps)
+    if series.has(ROLLOUT_KL):  # a direct measure: no window needed to see 0.1 nats per token
+        return level(series, ROLLOUT_KL, since, lambda m: m >= 0.1, min_periods=1)
+    if series.has(IS_RATIO):
+        steps, active = level(series, IS_RATIO, since, lambda m: m < 0.8)
+        if series.config.one_update_per_rollout() and any(series.has(n) for n in CLIP):
+            clip = series.asof_roll(_clip_metric(series), W, steps)
             with np.errstate(invalid="ignore"):
                 active |= clip > 1e-3
         return steps, active
-    return level(view, _clip_metric(view), since, lambda m: m > 1e-3)
+    return level(series, _clip_metric(series), since, lambda m: m > 1e-3)
 
 
-def _mismatch_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
+def _mismatch_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
     evidence, causes = [], []
-    if any(view.has(n) for n in CLIP):
-        name = _clip_metric(view)
-        evidence.append(smoothed_evidence(view, name, ep.last, f"clipping although {cfg.describe('num_iterations')}"))
-    if view.has(IS_RATIO):
-        evidence.append(smoothed_evidence(view, IS_RATIO, ep.last, "importance-sampling ratio, ideally 1"))
-    if view.has(ROLLOUT_KL):
-        evidence.append(smoothed_evidence(view, ROLLOUT_KL, ep.last, "KL between the rollout's and the trainer's "
+    if any(series.has(n) for n in CLIP):
+        name = _clip_metric(series)
+        evidence.append(smoothed_evidence(series, name, ep.last, f"clipping although {cfg.describe('num_iterations')}"))
+    if series.has(IS_RATIO):
+        evidence.append(smoothed_evidence(series, IS_RATIO, ep.last, "importance-sampling ratio, ideally 1"))
+    if series.has(ROLLOUT_KL):
+        evidence.append(smoothed_evidence(series, ROLLOUT_KL, ep.last, "KL between the rollout's and the trainer's "
                                                                      "log-probs of the same tokens, ideally ~0"))
-    if view.has(LOGP_DIFF):
-        diff = smoothed(view, LOGP_DIFF, ep.last)
+    if series.has(LOGP_DIFF):
+        diff = smoothed(series, LOGP_DIFF, ep.last)
         evidence.append(Evidence(ep.last, LOGP_DIFF, diff, "per-token |trainer − rollout| log-prob"))
-        if view.has(IS_RATIO) and smoothed(view, IS_RATIO, ep.last) < 0.8 and diff < 0.05:
+        if series.has(IS_RATIO) and smoothed(series, IS_RATIO, ep.last) < 0.8 and diff < 0.05:
             causes.append("sequence-level importance sampling multiplies a small per-token difference over "
                           "every token (exp Σ Δ), so long completions are masked or shrunk")
     causes.append("the rollout engine's log-probs differ from the trainer's (different kernels or precision, "
@@ -123,8 +123,8 @@ def _mismatch_explain(view: RunSeries, ep: Episode) -> Explanation:
     fixes = [advice("TRL: vllm_importance_sampling_correction=True (token-level mode for long completions); "
                     "verl: the same log_prob and ppo micro-batch sizes"),
              advice("compare the trainer's and the rollout's log-probs at lr = 0: they should match")]
-    far = (view.has(ROLLOUT_KL) and smoothed(view, ROLLOUT_KL, ep.last) >= 1.0) or (
-        view.has(IS_RATIO) and smoothed(view, IS_RATIO, ep.last) < 0.1)
+    far = (series.has(ROLLOUT_KL) and smoothed(series, ROLLOUT_KL, ep.last) >= 1.0) or (
+        series.has(IS_RATIO) and smoothed(series, IS_RATIO, ep.last) < 0.1)
     if far:
         causes.insert(0, "the rollout engine samples from a different model than the one being trained (weights not "
                          "synced, a different checkpoint or dtype, a broken weight load)")
@@ -134,7 +134,7 @@ def _mismatch_explain(view: RunSeries, ep: Episode) -> Explanation:
 ROLLOUT_MISMATCH = Rule(
     id="rollout_mismatch", title="Rollout and trainer disagree (training–inference mismatch)",
     requires=(), detect=_mismatch_detect, explain=_mismatch_explain, gate=_mismatch_gate, open_after=1,
-    rests_on=lambda view: () if view.has(IS_RATIO) or view.has(ROLLOUT_KL) else ("num_iterations",),
+    rests_on=lambda series: () if series.has(IS_RATIO) or series.has(ROLLOUT_KL) else ("num_iterations",),
     references=("docs/field-reports.md#rollout-and-trainer-disagree",
                 "docs/field-reports.md#is-correction-masks-long-completions",
                 "docs/field-reports.md#gate-on-the-configuration"),
@@ -146,9 +146,9 @@ ROLLOUT_MISMATCH = Rule(
 
 
 # ---------------------------------------------------------------------------------------- advantage_explosion
-def _bound(view: RunSeries) -> tuple[float, bool] | None:
+def _bound(series: RunSeries) -> tuple[float, bool] | None:
     """(limit, strict): the z-score bound (G−1)/√G, strict when groups are prompts scaled by their own std."""
-    cfg = view.config
+    cfg = series.config
     G = cfg.get("num_generations")
     if not isinstance(G, (int, float)) or G < 2:
         return None
@@ -157,28 +157,28 @@ def _bound(view: RunSeries) -> tuple[float, bool] | None:
     return (bound if strict else 2 * bound), strict
 
 
-def _explosion_gate(view: RunSeries) -> Skip | None:
-    cfg = view.config
+def _explosion_gate(series: RunSeries) -> Skip | None:
+    cfg = series.config
     if cfg.get("advantage") not in ("grpo", None) or cfg.get("scale_rewards") == "none":
         return not_applicable("advantages are not z-scored (advantage/scale_rewards), so no bound applies")
-    if _bound(view) is None:
+    if _bound(series) is None:
         return needs("num_generations in the run's config")
     return None
 
 
-def _explosion_detect(view: RunSeries, since):
-    limit, _ = _bound(view)
-    lo, steps, _ = rows(view, "advantage/abs_max", since)
-    peak = view.roll("advantage/abs_max", W, "max", lo, 1)
+def _explosion_detect(series: RunSeries, since):
+    limit, _ = _bound(series)
+    lo, steps, _ = rows(series, "advantage/abs_max", since)
+    peak = series.roll("advantage/abs_max", W, "max", lo, 1)
     with np.errstate(invalid="ignore"):
         return steps, peak > limit * 1.001 + 1e-6
 
 
-def _explosion_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    limit, strict = _bound(view)
+def _explosion_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    limit, strict = _bound(series)
     G = cfg.get("num_generations")
-    steps, values = view.finite("advantage/abs_max")
+    steps, values = series.finite("advantage/abs_max")
     keep = (steps >= ep.start) & (steps <= ep.last)
     worst = int(np.argmax(np.where(keep, values, -np.inf)))
     evidence = [Evidence(int(steps[worst]), "advantage/abs_max", float(values[worst]),
@@ -210,7 +210,7 @@ def _explosion_explain(view: RunSeries, ep: Episode) -> Explanation:
 ADVANTAGE_EXPLOSION = Rule(
     id="advantage_explosion", title="Advantages exceed the group bound (G−1)/√G",
     requires=("advantage/abs_max",), detect=_explosion_detect, explain=_explosion_explain,
-    gate=_explosion_gate, rests_on=lambda view: ("num_generations", "scale_rewards"),
+    gate=_explosion_gate, rests_on=lambda series: ("num_generations", "scale_rewards"),
     references=("docs/troubleshooting.md#advantage-explosion",
                 "docs/source-mistakes.md#the-advantage-bound-is-far-below-100",
                 "docs/field-reports.md#near-zero-std-spikes"),
@@ -222,8 +222,8 @@ ADVANTAGE_EXPLOSION = Rule(
 
 
 # ---------------------------------------------------------------------------------------- advantage_not_centred
-def _centred_gate(view: RunSeries) -> Skip | None:
-    cfg = view.config
+def _centred_gate(series: RunSeries) -> Skip | None:
+    cfg = series.config
     if framework(cfg.framework).token_weighted_advantage_mean:
         return not_applicable(f"{cfg.framework}'s advantage mean is token-weighted, so it is not 0 by construction "
                               "(docs/field-reports.md#advantage-mean-near-0)")
@@ -237,15 +237,15 @@ def _centred_gate(view: RunSeries) -> Skip | None:
 GROUP_MEAN = "advantage/group_mean_abs_max"  # the embedded trainer's per-group check (0 by construction)
 
 
-def _centred_detect(view: RunSeries, since):
-    if view.has(GROUP_MEAN):
-        return level(view, GROUP_MEAN, since, lambda m: m > GROUP_MEAN_TOLERANCE)
-    return level(view, "advantage/mean", since, lambda m: np.abs(m) > 0.05)
+def _centred_detect(series: RunSeries, since):
+    if series.has(GROUP_MEAN):
+        return level(series, GROUP_MEAN, since, lambda m: m > GROUP_MEAN_TOLERANCE)
+    return level(series, "advantage/mean", since, lambda m: np.abs(m) > 0.05)
 
 
-def _centred_explain(view: RunSeries, ep: Episode) -> Explanation:
-    name = GROUP_MEAN if view.has(GROUP_MEAN) else "advantage/mean"
-    evidence = [smoothed_evidence(view, name, ep.last, "should be 0: each group is centred on its mean")]
+def _centred_explain(series: RunSeries, ep: Episode) -> Explanation:
+    name = GROUP_MEAN if series.has(GROUP_MEAN) else "advantage/mean"
+    evidence = [smoothed_evidence(series, name, ep.last, "should be 0: each group is centred on its mean")]
     causes = ["advantages computed over the wrong groups (prompt ids not shared, partial groups, per-rank "
               "statistics before gathering rewards)", "NaN rewards handled differently in the mean and the "
               "advantage"]
@@ -257,7 +257,7 @@ def _centred_explain(view: RunSeries, ep: Episode) -> Explanation:
 ADVANTAGE_NOT_CENTRED = Rule(
     id="advantage_not_centred", title="Advantages are not centred per group",
     requires=((GROUP_MEAN, "advantage/mean"),), detect=_centred_detect, explain=_centred_explain,
-    gate=_centred_gate, rests_on=lambda view: ("advantage",),
+    gate=_centred_gate, rests_on=lambda series: ("advantage",),
     open_after=3,
     references=("docs/troubleshooting.md#multi-process-grouping-error",
                 "docs/field-reports.md#multi-gpu-grouping-errors"),

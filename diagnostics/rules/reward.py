@@ -23,35 +23,35 @@ MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is jud
 _ACCURACY = re.compile(r"correct|accura|\bacc\b|^acc|exact|match|solve|verif|pass", re.IGNORECASE)
 
 
-def components(view: RunSeries) -> list[str]:
+def components(series: RunSeries) -> list[str]:
     """The per-function rewards (``rewards/<fn>/mean``) the run logged."""
-    return [n for n in view.names() if n.startswith("rewards/") and n.endswith("/mean") and view.has(n)]
+    return [n for n in series.names() if n.startswith("rewards/") and n.endswith("/mean") and series.has(n)]
 
 
-def component_behind(view: RunSeries, metric: str, upto: int, sign: int) -> tuple[str, float] | None:
+def component_behind(series: RunSeries, metric: str, upto: int, sign: int) -> tuple[str, float] | None:
     """The reward function whose mean moved with ``metric`` (``sign`` +1: rose with it, −1: rose as it fell)
     most closely up to step ``upto``, as (function name, correlation), when that correlation is 0.5 or more. Never the
     accuracy reward itself, and no one while the accuracy is still rising: a symptom bought with real progress is not
     a reward paying for the symptom."""
-    accuracy = accuracy_component(view)
+    accuracy = accuracy_component(series)
     if accuracy is not None:
-        w = slow_window(view, accuracy)
-        gain = smoothed(view, accuracy, upto, w) - view.head(accuracy, w)
-        if gain > max(4 * median_noise(view, accuracy, w), 1e-9):
+        w = slow_window(series, accuracy)
+        gain = smoothed(series, accuracy, upto, w) - series.head(accuracy, w)
+        if gain > max(4 * median_noise(series, accuracy, w), 1e-9):
             return None
     best = None
-    for name in components(view):
+    for name in components(series):
         if name == accuracy:
             continue
-        r = sign * correlation_upto(view, metric, name, upto)
+        r = sign * correlation_upto(series, metric, name, upto)
         if r >= 0.5 and (best is None or r > best[1]):
             best = (name.split("/")[1], r)
     return best
 
 
-def accuracy_component(view: RunSeries) -> str | None:
+def accuracy_component(series: RunSeries) -> str | None:
     """The per-function reward that measures correctness (by its name), when there is one."""
-    return next((n for n in components(view) if _ACCURACY.search(n.split("/")[1])), None)
+    return next((n for n in components(series) if _ACCURACY.search(n.split("/")[1])), None)
 
 
 # A training metric of answer quality that is not the reward (a loop's accuracy, a recommender's NDCG or recall).
@@ -59,73 +59,73 @@ _QUALITY = re.compile(r"ndcg|recall|precision|(?:^|_)f1(?:$|_)|bleu|rouge|pass@|
                       re.IGNORECASE)
 
 
-def quality_metric(view: RunSeries) -> str | None:
+def quality_metric(series: RunSeries) -> str | None:
     """What measures the answers apart from the reward: an accuracy-like reward function, else the accuracy or
     another quality metric the loop logs beside the reward (validation rows excluded). Kept for the pass."""
-    key = ("quality_metric", len(view.series))
-    if key not in view.memo:
-        view.memo[key] = _quality_metric(view)
-    return view.memo[key]
+    key = ("quality_metric", len(series.series))
+    if key not in series.memo:
+        series.memo[key] = _quality_metric(series)
+    return series.memo[key]
 
 
-def _quality_metric(view: RunSeries) -> str | None:
-    found = accuracy_component(view)
-    if found is not None and len(components(view)) >= 2:
+def _quality_metric(series: RunSeries) -> str | None:
+    found = accuracy_component(series)
+    if found is not None and len(components(series)) >= 2:
         return found
-    if view.has("accuracy"):
+    if series.has("accuracy"):
         return "accuracy"
-    return next((n for n in view.names() if _QUALITY.search(n) and not n.startswith(("eval/", "rewards/", "reward"))
-                 and view.has(n)), None)
+    return next((n for n in series.names() if _QUALITY.search(n) and not n.startswith(("eval/", "rewards/", "reward"))
+                 and series.has(n)), None)
 
 
-def reward_rising(view: RunSeries, step: int) -> bool:
+def reward_rising(series: RunSeries, step: int) -> bool:
     """The reward's 20-step median at ``step`` is above its start by more than the noise."""
-    return view.has("reward") and smoothed(view, "reward", step, 2 * W) - view.head(
-        "reward", start_window(view, "reward")) > _gain_tolerance(view, "reward")
+    return series.has("reward") and smoothed(series, "reward", step, 2 * W) - series.head(
+        "reward", start_window(series, "reward")) > _gain_tolerance(series, "reward")
 
 
-def _gain_tolerance(view: RunSeries, name: str) -> float:
+def _gain_tolerance(series: RunSeries, name: str) -> float:
     """How much a 2W-step median must exceed the starting median to count as a real rise."""
-    noise = median_noise(view, name)
-    start = abs(view.head(name, start_window(view, name)))
+    noise = median_noise(series, name)
+    start = abs(series.head(name, start_window(series, name)))
     return max(2.0 * noise * math.sqrt(1.5), 1e-9 + 1e-6 * (0.0 if math.isnan(start) else start))
 
 
 # ---------------------------------------------------------------------------------------- reward_flat
-def _flat_detect(view: RunSeries, since):
-    lo, steps, _ = rows(view, "reward", since)
-    best = view.running("reward", 2 * W, "median", "max", lo)  # a reward that rose and fell is not flat
+def _flat_detect(series: RunSeries, since):
+    lo, steps, _ = rows(series, "reward", since)
+    best = series.running("reward", 2 * W, "median", "max", lo)  # a reward that rose and fell is not flat
     idx = row_index(lo, len(steps))
-    covered = steps - start_step(view, "reward") + view.interval_of("reward")  # steps 1..100 cover 100 steps
-    judged = (idx >= max(view.rows(2 * W, "reward"), MIN_ROWS) - 1) & (covered >= MIN_STEPS)
+    covered = steps - start_step(series, "reward") + series.interval_of("reward")  # steps 1..100 cover 100 steps
+    judged = (idx >= max(series.rows(2 * W, "reward"), MIN_ROWS) - 1) & (covered >= MIN_STEPS)
     with np.errstate(invalid="ignore"):
-        gain = best - view.head("reward", start_window(view, "reward"))
-        return steps, judged & (gain < _gain_tolerance(view, "reward"))
+        gain = best - series.head("reward", start_window(series, "reward"))
+        return steps, judged & (gain < _gain_tolerance(series, "reward"))
 
 
-def _flat_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    start, now = view.head("reward", start_window(view, "reward")), smoothed(view, "reward", ep.last, 2 * W)
+def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    start, now = series.head("reward", start_window(series, "reward")), smoothed(series, "reward", ep.last, 2 * W)
     evidence = [
-        Evidence(start_step(view, "reward"), "reward", start, f"median of the first {W} logged steps"),
+        Evidence(start_step(series, "reward"), "reward", start, f"median of the first {W} logged steps"),
         Evidence(ep.last, "reward", now, f"median of the last {2 * W} logged steps; no {2 * W}-step median rose "
                                          "above the start by more than the noise"),
     ]
     causes, fixes = [], []
-    spread = smoothed(view, "reward_std", ep.last) if view.has("reward_std") else math.nan
-    uniform = smoothed(view, "frac_reward_zero_std", ep.last) if view.has("frac_reward_zero_std") else math.nan
-    kl = smoothed(view, "kl", ep.last) if view.has("kl") else math.nan
+    spread = smoothed(series, "reward_std", ep.last) if series.has("reward_std") else math.nan
+    uniform = smoothed(series, "frac_reward_zero_std", ep.last) if series.has("frac_reward_zero_std") else math.nan
+    kl = smoothed(series, "kl", ep.last) if series.has("kl") else math.nan
     constant = spread == spread and spread <= 1e-9
     if constant:
-        evidence.append(at(view, "reward_std", ep.last, "every completion in the batch got the same reward"))
+        evidence.append(at(series, "reward_std", ep.last, "every completion in the batch got the same reward"))
         causes.append("the reward cannot discriminate: every completion gets the same score, so every "
                       "advantage is 0")
         fixes.append(advice("check the reward function on a few completions: it returns one value for all"))
     if uniform == uniform and uniform >= 0.5:
-        evidence.append(smoothed_evidence(view, "frac_reward_zero_std", ep.last, "share of uniform groups"))
+        evidence.append(smoothed_evidence(series, "frac_reward_zero_std", ep.last, "share of uniform groups"))
         causes.append(f"no variety within groups: {uniform:.0%} of groups score all alike")
     if kl == kl and abs(kl) < 1e-4 and (cfg.get("beta") or 0) > 0:
-        evidence.append(smoothed_evidence(view, "kl", ep.last, "the policy has not moved from the reference"))
+        evidence.append(smoothed_evidence(series, "kl", ep.last, "the policy has not moved from the reference"))
         causes.append("the policy is not changing (KL ≈ 0): learning rate too small, or the updated weights "
                       "never reach the generator (LoRA + vLLM weight sync)")
     if constant:  # a reward with no spread gives every advantage 0 whatever lr, G or temperature are
@@ -153,20 +153,20 @@ REWARD_FLAT = Rule(
 
 
 # ---------------------------------------------------------------------------------------- reward_collapse
-def score_metric(view: RunSeries) -> str:
+def score_metric(series: RunSeries) -> str:
     """The run's score: the reward, else an accuracy a hand-written loop logs instead."""
-    return "reward" if view.has("reward") or not view.has("accuracy") else "accuracy"
+    return "reward" if series.has("reward") or not series.has("accuracy") else "accuracy"
 
 
-def _collapse_detect(view: RunSeries, since):
+def _collapse_detect(series: RunSeries, since):
     """Fallen back by 80% of a clear gain, or, with no gain to speak of, lost three quarters of a positive level the
     run held, by more than 6 × the noise of a median (a plateau that drops out from under the run)."""
-    name = score_metric(view)
-    lo, steps, _ = rows(view, name, since)
-    peak = view.running(name, 2 * W, "median", "max", lo)
-    now = view.roll(name, W, "median", lo)
-    noise = max(6 * median_noise(view, name), 1e-9)
-    gain = peak - view.head(name, W)
+    name = score_metric(series)
+    lo, steps, _ = rows(series, name, since)
+    peak = series.running(name, 2 * W, "median", "max", lo)
+    now = series.roll(name, W, "median", lo)
+    noise = max(6 * median_noise(series, name), 1e-9)
+    gain = peak - series.head(name, W)
     with np.errstate(invalid="ignore"):
         rose = gain > noise
         fell_back = rose & (peak - now >= 0.8 * gain)
@@ -174,23 +174,23 @@ def _collapse_detect(view: RunSeries, since):
         return steps, fell_back | fell_off
 
 
-def _collapse_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    name = score_metric(view)
-    steps, values = view.finite(name)
+def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    name = score_metric(series)
+    steps, values = series.finite(name)
     upto = steps <= ep.start
-    med = signals.rolling(values[upto], view.rows(2 * W, name), "median", min_periods=1)
+    med = signals.rolling(values[upto], series.rows(2 * W, name), "median", min_periods=1)
     peak_i = int(np.nanargmax(med)) if np.isfinite(med).any() else 0
     evidence = [
-        Evidence(start_step(view, name), name, view.head(name, W), "starting level"),
+        Evidence(start_step(series, name), name, series.head(name, W), "starting level"),
         Evidence(int(steps[upto][peak_i]), name, float(med[peak_i]), "peak (20-step median)"),
-        smoothed_evidence(view, name, ep.start, "fallen back from that peak"),
+        smoothed_evidence(series, name, ep.start, "fallen back from that peak"),
     ]
     causes = []
-    if view.has("kl"):
-        before, after = smoothed(view, "kl", int(steps[upto][peak_i])), smoothed(view, "kl", ep.start)
+    if series.has("kl"):
+        before, after = smoothed(series, "kl", int(steps[upto][peak_i])), smoothed(series, "kl", ep.start)
         if after > 2 * max(before, 1e-6):
-            evidence.append(smoothed_evidence(view, "kl", ep.start, f"KL jumped from {fmt(before)}"))
+            evidence.append(smoothed_evidence(series, "kl", ep.start, f"KL jumped from {fmt(before)}"))
     causes.append(f"learning rate too high ({cfg.describe('learning_rate')}); 5e-5 collapsed a 0.6B model "
                   "where 1e-6 was stable")
     beta = cfg.get("beta")
@@ -217,60 +217,61 @@ REWARD_COLLAPSE = Rule(
 
 
 # ---------------------------------------------------------------------------------------- reward_hacking
-def _hacking_detect(view: RunSeries, since):
+def _hacking_detect(series: RunSeries, since):
     """Reward hacking builds up slowly, so its windows are W logged rows however sparse the log (W steps at least)."""
-    lo, steps, _ = rows(view, "reward", since)
+    lo, steps, _ = rows(series, "reward", since)
     idx = row_index(lo, len(steps))
-    w = slow_window(view, "reward")
-    start = view.head("reward", w)
-    med = view.roll("reward", w, "median", lo)
-    rising = (idx >= view.rows(2 * w, "reward") - 1) & (med - start > max(4 * median_noise(view, "reward", w), 1e-9))
+    w = slow_window(series, "reward")
+    start = series.head("reward", w)
+    med = series.roll("reward", w, "median", lo)
+    noise = max(4 * median_noise(series, "reward", w), 1e-9)
+    rising = (idx >= series.rows(2 * w, "reward") - 1) & (med - start > noise)
     worse = np.zeros(len(steps), dtype=bool)
-    acc = quality_metric(view)
+    acc = quality_metric(series)
     if acc is not None:
-        wa = slow_window(view, acc)
-        acc_start = view.head(acc, wa)
-        acc_now = view.asof_roll(acc, wa, steps)
-        worse |= acc_now < acc_start - max(4 * median_noise(view, acc, wa), 0.1 * abs(acc_start), 1e-9)
-    if view.has(SAMPLE_EMPTY):
-        worse |= view.asof_roll(SAMPLE_EMPTY, W, steps) >= 0.5
+        wa = slow_window(series, acc)
+        acc_start = series.head(acc, wa)
+        acc_now = series.asof_roll(acc, wa, steps)
+        worse |= acc_now < acc_start - max(4 * median_noise(series, acc, wa), 0.1 * abs(acc_start), 1e-9)
+    if series.has(SAMPLE_EMPTY):
+        worse |= series.asof_roll(SAMPLE_EMPTY, W, steps) >= 0.5
     with np.errstate(invalid="ignore"):
         return steps, rising & worse
 
 
-def slow_window(view: RunSeries, name: str) -> int:
+def slow_window(series: RunSeries, name: str) -> int:
     """Steps of a window of W logged rows (at least W steps): for symptoms that build over hundreds of steps."""
-    return W * view.interval_of(name)
+    return W * series.interval_of(name)
 
 
-def _hacking_gate(view: RunSeries) -> Skip | None:
-    if quality_metric(view) or view.has(SAMPLE_EMPTY):
+def _hacking_gate(series: RunSeries) -> Skip | None:
+    if quality_metric(series) or series.has(SAMPLE_EMPTY):
         return None
     return needs("a measure of answer quality beside the reward (an accuracy reward function among others, an "
                  "accuracy, NDCG or recall metric) or sampled completions")
 
 
-def _hacking_explain(view: RunSeries, ep: Episode) -> Explanation:
-    cfg = view.config
-    evidence = [Evidence(start_step(view, "reward"), "reward", view.head("reward", W), "start"),
-                smoothed_evidence(view, "reward", ep.last, "now: higher")]
-    acc = quality_metric(view)
+def _hacking_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    evidence = [Evidence(start_step(series, "reward"), "reward", series.head("reward", W), "start"),
+                smoothed_evidence(series, "reward", ep.last, "now: higher")]
+    acc = quality_metric(series)
     causes = []
     if acc is not None:
-        evidence += [Evidence(start_step(view, acc), acc, view.head(acc, slow_window(view, acc)), "start"),
-                     smoothed_evidence(view, acc, ep.last, "now: lower", slow_window(view, acc))]
-        others = [c for c in components(view) if c != acc]
-        rising = max(others, key=lambda c: smoothed(view, c, ep.last) - view.head(c, W), default=None)
+        evidence += [Evidence(start_step(series, acc), acc, series.head(acc, slow_window(series, acc)), "start"),
+                     smoothed_evidence(series, acc, ep.last, "now: lower", slow_window(series, acc))]
+        others = [c for c in components(series) if c != acc]
+        rising = max(others, key=lambda c: smoothed(series, c, ep.last) - series.head(c, W), default=None)
         if rising:
-            evidence.append(smoothed_evidence(view, rising, ep.last, "the component that pays"))
+            evidence.append(smoothed_evidence(series, rising, ep.last, "the component that pays"))
             quality = acc.split("/")[1] if acc.startswith("rewards/") else acc
             causes.append(f"reward hacking: {rising.split('/')[1]} rises while {quality} falls: the policy found a "
                           "loophole in the reward")
         else:
             causes.append(f"reward hacking: the reward rises while {acc} falls: the policy is paid for something "
                           "other than the answer")
-    if view.has(SAMPLE_EMPTY) and smoothed(view, SAMPLE_EMPTY, ep.last) >= 0.5:
-        evidence.append(smoothed_evidence(view, SAMPLE_EMPTY, ep.last, "share of empty sampled completions"))
+    if series.has(SAMPLE_EMPTY) and smoothed(series, SAMPLE_EMPTY, ep.last) >= 0.5:
+        evidence.append(smoothed_evidence(series, SAMPLE_EMPTY, ep.last, "share of empty sampled completions"))
         causes.append("the reward pays for empty or near-empty answers")
     if cfg.get("advantage") == "reinforce":
         causes.append("the EMA baseline is stale: it trails the reward, so every sample looks better than it is")
@@ -296,36 +297,36 @@ REWARD_HACKING = Rule(
 
 
 # ---------------------------------------------------------------------------------------- reward_component_constant
-def _constant_components(view: RunSeries, upto: int | None = None) -> list[str]:
+def _constant_components(series: RunSeries, upto: int | None = None) -> list[str]:
     """Reward functions whose mean has had one value at every logged step since the first (and whose std, if
     logged, is 0): they score every completion alike."""
     out = []
-    for name in components(view):
-        steps, values = view.finite(name)
+    for name in components(series):
+        steps, values = series.finite(name)
         if upto is not None:
             values = values[:int(np.searchsorted(steps, upto, side="right"))]
         std = name[:-len("mean")] + "std"
-        if len(values) and np.all(values == values[0]) and (not view.has(std) or view.finite(std)[1].max() == 0):
+        if len(values) and np.all(values == values[0]) and (not series.has(std) or series.finite(std)[1].max() == 0):
             out.append(name)
     return out
 
 
-def _constant_detect(view: RunSeries, since):
-    """Per component, whether its mean has kept its first value so far (kept in ``view.memo``: a live update reads only
-    the new rows)."""
+def _constant_detect(series: RunSeries, since):
+    """Per component, whether its mean has kept its first value so far (kept in ``series.memo``: a live update reads
+    only the new rows)."""
     out_steps, out_active = [], []
-    for name in components(view):
+    for name in components(series):
         std = name[:-len("mean")] + "std"
-        if view.has(std) and view.finite(std)[1].max() > 0:
+        if series.has(std) and series.finite(std)[1].max() > 0:
             continue  # it scores the completions of a batch differently, even if its mean does not move
-        lo, steps, values = rows(view, name, since)
-        done, same = view.memo.get(("constant", name), (0, True))
+        lo, steps, values = rows(series, name, since)
+        done, same = series.memo.get(("constant", name), (0, True))
         if done != lo:  # a pass that does not continue the last one: start over
             done, same = 0, True
         fresh = values[done:]
         unchanged = same & (np.cumsum(fresh != values[0]) == 0) if len(values) else fresh.astype(bool)
-        view.memo[("constant", name)] = (len(values), bool(unchanged[-1]) if len(unchanged) else same)
-        enough = row_index(lo, len(steps)) >= view.rows(W, name) - 1
+        series.memo[("constant", name)] = (len(values), bool(unchanged[-1]) if len(unchanged) else same)
+        enough = row_index(lo, len(steps)) >= series.rows(W, name) - 1
         out_steps.append(steps)
         out_active.append(unchanged[lo - done:] & enough)
     if not out_steps:
@@ -339,18 +340,18 @@ def _constant_detect(view: RunSeries, since):
     return steps, active
 
 
-def _constant_explain(view: RunSeries, ep: Episode) -> Explanation:
-    names = _constant_components(view, ep.last) or components(view)[:1]
-    evidence = [smoothed_evidence(view, "reward", ep.last, "the total reward")] if view.has("reward") else []
-    evidence += [Evidence(ep.last, n, view.value_at(n, ep.last), f"the same value at every step since step "
-                                                                 f"{start_step(view, n)}") for n in names]
-    span = ep.last - start_step(view, names[0]) + view.interval_of(names[0]) if names else 0
+def _constant_explain(series: RunSeries, ep: Episode) -> Explanation:
+    names = _constant_components(series, ep.last) or components(series)[:1]
+    evidence = [smoothed_evidence(series, "reward", ep.last, "the total reward")] if series.has("reward") else []
+    evidence += [Evidence(ep.last, n, series.value_at(n, ep.last), f"the same value at every step since step "
+                                                                 f"{start_step(series, n)}") for n in names]
+    span = ep.last - start_step(series, names[0]) + series.interval_of(names[0]) if names else 0
     fns = ", ".join(n.split("/")[1] for n in names)
     causes = [f"{fns} gives every completion the same score: it adds no learning signal (a parser that never "
               "matches, a check that always fails or always passes)"]
     fixes = [advice(f"run {fns} on a few sampled completions: does it ever return another value?"),
              advice("fix or drop it; if it is the task's own reward, nothing is being learned about the task")]
-    rose = reward_rising(view, ep.last)
+    rose = reward_rising(series, ep.last)
     if rose:
         causes.append("the other reward functions still teach: the total reward is rising")
     return Explanation("warning" if span >= MIN_STEPS and not rose else "info", evidence, causes, fixes)
@@ -359,7 +360,7 @@ def _constant_explain(view: RunSeries, ep: Episode) -> Explanation:
 REWARD_COMPONENT_CONSTANT = Rule(
     id="reward_component_constant", title="A reward function gives every completion the same score",
     requires=(), detect=_constant_detect, explain=_constant_explain, open_after=1,
-    gate=lambda view: None if components(view) else needs("per-function rewards (rewards/<fn>/mean)"),
+    gate=lambda series: None if components(series) else needs("per-function rewards (rewards/<fn>/mean)"),
     references=("docs/field-reports.md#no-learning-signal",
                 "docs/field-reports.md#per-function-std-vs-group-std"),
     read="A per-function reward (rewards/<fn>/mean) has had exactly one value at every logged step since the start, "
