@@ -122,10 +122,10 @@ def start_run_from_the_form(page, db: str, fields: dict[str, object], *, open_it
                     lambda: f"the page says:\n{page.inner_text('body')[:3000]}\n{tail(dashboard_log)}")
 
 
-def first_step(db: str, name: str, timeout: float = 180):
-    """The run once it has logged a step; on a timeout, the message shows its row and its trainer's log."""
+def first_step(db: str, name: str, log: Path, timeout: float = 180):
+    """The run once it has logged a step; on a timeout, the message shows its row and its trainer's ``log``."""
     return wait_for(lambda: (r := run_named(db, name)) and r["last_step"] and r, timeout, f"{name}'s first step",
-                    lambda: f"the run: {run_named(db, name)}\n{tail(launch.runs_dir(db) / f'{name}.log')}")
+                    lambda: f"the run: {run_named(db, name)}\n{tail(log)}")
 
 
 def test_start_a_run_watch_it_then_restart_a_sick_one_with_a_fix(dashboard, page):
@@ -137,7 +137,7 @@ def test_start_a_run_watch_it_then_restart_a_sick_one_with_a_fix(dashboard, page
     start_run_from_the_form(page, db, {"run_name": "browser-run", "per_device_train_batch_size": 16,
                                        "max_steps": 100_000, "save_steps": 0}, open_it=False, dashboard_log=log)
     shot(page, "1-new-run-form")
-    run = first_step(db, "browser-run")
+    run = first_step(db, "browser-run", launch.runs_dir(db) / "browser-run.log")
     assert run["config"]["per_device_train_batch_size"] == 16 and run["pid"]
     page.get_by_text(re.compile(r"browser-run · step \d+")).wait_for(timeout=30_000)  # listed under Running
     shot(page, "2-runs-page-running")
@@ -208,8 +208,7 @@ def test_a_restarted_dashboard_resumes_the_live_view(tmp_path, page):
              "--save_steps", "0"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         with serving(db, tmp_path / "dashboard.log") as served:
-            run = wait_for(lambda: (r := run_named(str(db), "live-run")) and r["last_step"] and r, 180,
-                           "live-run's first step", lambda: tail(tmp_path / "trainer.log"))
+            run = first_step(str(db), "live-run", tmp_path / "trainer.log")
             page.goto(f"{served.url}/run?run={run['id']}")
             before = wait_for(lambda: shown_step(page), 60, "the run's step on its page")
 

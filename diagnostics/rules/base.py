@@ -132,9 +132,10 @@ def median_noise(series: RunSeries, name: str, w: int = W) -> float:
     key = ("median_noise", name, n)
     if key in series.memo:  # fixed once the run has those first rows
         return series.memo[key]
-    values = series.finite(name)[1][:max(3 * n, 10)]
+    needed = max(3 * n, 10)
+    values = series.finite(name)[1][:needed]
     noise = 1.25 * signals.robust_sigma(values) / math.sqrt(n)
-    if len(values) == max(3 * n, 10):
+    if len(values) == needed:
         series.memo[key] = noise
     return noise
 

@@ -8,7 +8,8 @@ from diagnostics import signals
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, make_fix, scaled
 from diagnostics.rules.base import (
-    Episode, Explanation, Rule, W, fmt, medians, reward_fell, rows, smoothed, smoothed_evidence, start_step
+    Episode, Explanation, Rule, W, first_present, fmt, medians, reward_fell, rows, smoothed, smoothed_evidence,
+    start_step
 )
 from diagnostics.series import RunSeries
 
@@ -178,7 +179,7 @@ KL_MISMATCH_AT_START = Rule(
 
 def _kl_metric(series: RunSeries) -> str:
     """KL itself, else the loss's β·KL term (the same sign when β > 0)."""
-    return "kl" if series.has("kl") or not series.has("kl_loss") else "kl_loss"
+    return first_present(series, "kl", "kl_loss") or "kl"
 
 
 def _negative_detect(series: RunSeries, since):

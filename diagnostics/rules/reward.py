@@ -12,8 +12,8 @@ from diagnostics import signals
 from diagnostics.findings import Evidence
 from diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer
 from diagnostics.rules.base import (
-    Episode, Explanation, Rule, Skip, W, at, correlation_upto, fmt, median_noise, needs, row_index, rows, smoothed,
-    smoothed_evidence, start_step, start_window
+    Episode, Explanation, Rule, Skip, W, at, correlation_upto, first_present, fmt, median_noise, needs, row_index,
+    rows, smoothed, smoothed_evidence, start_step, start_window
 )
 from diagnostics.series import SAMPLE_EMPTY, RunSeries
 
@@ -155,7 +155,7 @@ REWARD_FLAT = Rule(
 # ---------------------------------------------------------------------------------------- reward_collapse
 def score_metric(series: RunSeries) -> str:
     """The run's score: the reward, else an accuracy a hand-written loop logs instead."""
-    return "reward" if series.has("reward") or not series.has("accuracy") else "accuracy"
+    return first_present(series, "reward", "accuracy") or "reward"
 
 
 def _collapse_detect(series: RunSeries, since):
