@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from app import chart_view
 from app.charts import overlay_figure
 from app.present import ordered
 from app.session import run_label
@@ -55,4 +56,4 @@ def charts(store, runs: pd.DataFrame, run_ids: list[int], metrics: list[str], sm
         series = {label: s for label, s in series.items() if len(s)}
         with columns[i % 2]:
             figure = overlay_figure(series, health(metric, config), metric, smoothing=smoothing, marks=marks)
-            st.plotly_chart(figure, key=f"compare.chart.{metric}", config={"displaylogo": False})
+            chart_view.show(figure, f"compare.chart.{metric}")

@@ -1,6 +1,7 @@
 """The findings panel: each finding's symptom, evidence (its onset is marked on the charts), causes and fixes,
-with one primary action per finding (the other fixes below it, secondary): "Restart with this fix" for our own runs (or the fix in the source framework's terms, ready to copy,
-for an imported one), and, for a run restarted with a fix, whether the symptom cleared."""
+with one primary action per finding (the other fixes below it, secondary): "Restart with this fix" for our own
+runs (or the fix in the source framework's terms, ready to copy, for an imported one), and, for a run restarted
+with a fix, whether the symptom cleared."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import streamlit as st
 
-from app import launch
+from app import chart_view, launch
 from app.docs_view import reference_link
 from app.access import require_control
 from app.charts import overlay_figure
@@ -213,7 +214,7 @@ def _overlay(finding: Finding, parent: dict, child: dict, parent_series: pd.Seri
     marks += [(finding.onset_step, "onset")] if finding.onset_step is not None else []
     figure = overlay_figure({run_label(parent["id"], parent["name"]): parent_series,
                              run_label(child["id"], child["name"]): child_series}, band, metric, marks=marks)
-    st.plotly_chart(figure, key=f"{key}.overlay", config={"displaylogo": False})
+    chart_view.show(figure, f"{key}.overlay")
 
 
 def _say(outcome, subject: str) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import streamlit as st
 
-from app import diagnosis, findings_view, launch
+from app import chart_view, diagnosis, findings_view, launch
 from app.access import control_refusal, require_control
 from app.charts import MAX_POINTS, LiveFigures, blank_reason, metric_spec
 from app.docs_view import with_reference_links
@@ -275,10 +275,10 @@ def charts(tick: RunTick, names: list[str], smoothing: float, marks: dict[str, l
                 figure = figures.figure(f"{key}.{name}", *spec)
                 reason = blank_reason(name, series, band, config)
                 if reason is None:
-                    st.plotly_chart(figure, key=f"{key}.{name}", config={"displaylogo": False})
+                    chart_view.show(figure, f"{key}.{name}")
                     continue
                 with st.expander(f"{name}: nothing to show here ({reason})", icon=":material/visibility_off:"):
-                    st.plotly_chart(figure, key=f"{key}.{name}", config={"displaylogo": False})
+                    chart_view.show(figure, f"{key}.{name}")
 
 
 def downsampling_note(tick: RunTick) -> None:

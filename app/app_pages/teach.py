@@ -3,7 +3,7 @@
 
 import streamlit as st
 
-from app import teach_view
+from app import chart_view, teach_view
 from app.access import control_refusal
 from app.findings_view import evidence_table
 from app.session import open_store
@@ -36,7 +36,7 @@ else:
     entry = lesson.entry
     st.markdown(f"**How the recorded run makes it happen:** {entry['why']}  \n"
                 f"`grpo-doctor train {entry['options']}`")
-    st.plotly_chart(teach_view.figure(lesson), key="teach.chart", config={"displaylogo": False})
+    chart_view.show(teach_view.figure(lesson), "teach.chart")
     finding = lesson.finding
     if entry["rule"] is None:
         st.success("The diagnoser raises no warning on this run: it is the baseline the other rows depart from.")
