@@ -35,7 +35,7 @@ test: install browser
 
 # The README's picture of the Run page (docs/img/run-page.png), taken by the browser test.
 screenshot: install browser
-	$(BIN)/python -m pytest -q tests/test_browser.py -k restart_a_sick_one
+	$(BIN)/python -m pytest -q tests/e2e/test_browser.py -k restart_a_sick_one
 	mkdir -p docs/img && cp artifacts/screenshots/readme-run-page.png docs/img/run-page.png
 
 # The browser test drives Debian's chromium through Playwright (which never downloads a browser of its own).

@@ -34,9 +34,9 @@ def run(steps: int, stop_on: str | None) -> tuple[float, float]:
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.callbacks import GRPODoctorCallback
-    from trainer.tasks import correctness, format_reward, make_prompts
-    from trainer.tiny import DEFAULT_ASSET
+    from grpo_doctor.trainer.callbacks import GRPODoctorCallback
+    from grpo_doctor.trainer.tasks import correctness, format_reward, make_prompts
+    from grpo_doctor.trainer.tiny import DEFAULT_ASSET
 
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(output_dir=tmp, per_device_train_batch_size=64, num_generations=8, max_completion_length=8,

@@ -9,7 +9,7 @@ downsampling, building every plotly figure and serialising it) without a browser
 - first render: a new session opens the Run page of a finished 100k-step run with the trainer's 43 metrics,
   which the server has not seen before (it reads every step, diagnoses the whole run, draws the charts);
 - live tick: the same run marked running; the "trainer" logs one more step, then the page's 2-second
-  fragment (``run_view.follow``: read the new step, diagnose it, draw findings and charts) runs once; it is
+  fragment (``run_page.follow``: read the new step, diagnose it, draw findings and charts) runs once; it is
   also timed as a whole-page rerun, which redraws the controls above it as well.
 
 With ``--writers N``, N other runs stream into the same store all the while (``bench_load.writer``: 30
@@ -74,8 +74,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--writers", type=int, default=0, help="other runs streaming into the store meanwhile")
     args = parser.parse_args()
-    from app import diagnosis
-    from diagnostics.store import RunStore
+    from grpo_doctor.app.dashboard import diagnosis
+    from grpo_doctor.diagnostics.store import RunStore
 
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "bench.db")
@@ -135,7 +135,7 @@ def start_writers(db: str, n: int) -> list[mp.Process]:
 
 def stop_writers(db: str, procs: list[mp.Process]) -> int:
     """Stop the writers; the steps they wrote."""
-    from diagnostics.store import RunStore
+    from grpo_doctor.diagnostics.store import RunStore
 
     for p in procs:
         p.terminate()
@@ -146,15 +146,15 @@ def stop_writers(db: str, procs: list[mp.Process]) -> int:
 
 
 def follow_tick(run_id: int) -> None:
-    """What the Run page's fragment runs every 2 seconds (app/app_pages/run.py), as a script of its own."""
-    from app import run_view
+    """What the Run page's fragment runs every 2 seconds (app/dashboard/app_pages/run.py), as a script of its own."""
+    from grpo_doctor.app.dashboard import run_page
 
-    run_view.follow(run_id, 0.0, True)
+    run_page.follow(run_id, 0.0, True)
 
 
 def measure_ticks(at, db: str, run_id: int, step: int, n: int) -> list[float]:
     """Seconds per ``at.run()``, each after the "trainer" logged one more step."""
-    from diagnostics.store import RunStore
+    from grpo_doctor.diagnostics.store import RunStore
 
     at.run()
     ticks = []

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from diagnostics.engine import Diagnoser, diagnose
-from diagnostics.store import RunStore
+from grpo_doctor.diagnostics.engine import Diagnoser, diagnose
+from grpo_doctor.diagnostics.store import RunStore
 
 CONFIG = {"num_generations": 8, "beta": 0.04, "loss_type": "dapo", "num_iterations": 1, "scale_rewards": "group",
           "advantage": "grpo", "learning_rate": 1e-6, "max_grad_norm": 1.0, "max_completion_length": 512,

@@ -4,7 +4,7 @@
 
 A store with one finished run of ``--steps`` steps and the embedded trainer's 43 metrics (``bench_dashboard``'s
 synthetic run: random walks with spikes and NaN/inf steps, written through the store's API), then
-``grpo-doctor dashboard`` on it (as ``tests/test_browser.py`` starts it), then Chromium (Playwright, the system's
+``grpo-doctor dashboard`` on it (as ``tests/e2e/test_browser.py`` starts it), then Chromium (Playwright, the system's
 ``chromium``) opens ``/run?run=ID`` and the time from navigation to the first plotly chart drawn
 (``.js-plotly-plot .main-svg``) is printed:
 
@@ -42,7 +42,8 @@ sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
 from bench_dashboard import make_run  # noqa: E402
 from dashboards import Dashboard, _free_port  # noqa: E402
 from waiting import wait_for  # noqa: E402
-from diagnostics.store import RunStore  # noqa: E402
+
+from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from diagnostics.store import RunStore
+from grpo_doctor.diagnostics.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log, db = Path(tmp) / "exp.jsonl", Path(tmp) / "runs.db"
         log.write_text("".join(line(s) for s in range(1, args.history + 1)))
-        follow = subprocess.Popen([sys.executable, "-m", "app.cli", "--db", str(db), "follow", str(log)],
+        follow = subprocess.Popen([sys.executable, "-P", "-m", "grpo_doctor.app.cli.main", "--db", str(db), "follow", str(log)],
                                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
         try:

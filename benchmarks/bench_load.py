@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from diagnostics.store import RunStore
+from grpo_doctor.diagnostics.store import RunStore
 
 METRICS = [f"metric_{k:02d}" for k in range(30)]
 
@@ -104,7 +104,7 @@ def big_run(db: str, n_steps: int) -> None:
 
 
 def imported_run(folder: Path, n_steps: int) -> None:
-    from diagnostics.importers import import_path
+    from grpo_doctor.diagnostics.importers import import_path
 
     log = folder / "history.csv"
     rng = np.random.default_rng(0)

@@ -31,15 +31,25 @@ from pathlib import Path
 
 import torch  # noqa: E402
 
-from trainer import grpo_math as gm  # noqa: E402
-from trainer.config import parse_config  # noqa: E402
-from trainer.run import prepare  # noqa: E402
-from trainer.tasks import correctness, format_reward, make_prompts  # noqa: E402
-from trainer.tiny import DEFAULT_ASSET, build_model, build_tokenizer, count_parameters  # noqa: E402
-from trainer.distributed import Dist  # noqa: E402
-from trainer.sampling import rollout  # noqa: E402
-from trainer.startup import device_clock, load_policy, load_reference, pick_device  # noqa: E402
-from trainer.train import train  # noqa: E402
+from grpo_doctor.trainer import grpo_math as gm  # noqa: E402
+from grpo_doctor.trainer.config import parse_config  # noqa: E402
+from grpo_doctor.trainer.distributed import Dist  # noqa: E402
+from grpo_doctor.trainer.run import prepare  # noqa: E402
+from grpo_doctor.trainer.sampling import rollout  # noqa: E402
+from grpo_doctor.trainer.startup import (  # noqa: E402
+    device_clock,
+    load_policy,
+    load_reference,
+    pick_device,
+)
+from grpo_doctor.trainer.tasks import correctness, format_reward, make_prompts  # noqa: E402
+from grpo_doctor.trainer.tiny import (  # noqa: E402
+    DEFAULT_ASSET,
+    build_model,
+    build_tokenizer,
+    count_parameters,
+)
+from grpo_doctor.trainer.train import train  # noqa: E402
 
 PHASES = ["time/generation", "time/reference", "time/policy", "time/optimizer", "time/store"]
 
@@ -112,7 +122,8 @@ def run_floor(args, model: str) -> list[dict[str, float]]:
 def run_trl(args, model: str) -> list[float]:
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
-    from trl import GRPOConfig as TRLConfig, GRPOTrainer
+    from trl import GRPOConfig as TRLConfig
+    from trl import GRPOTrainer
 
     class StepEnds(TrainerCallback):
         def __init__(self):

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from diagnostics.store import RunStore
+from grpo_doctor.diagnostics.store import RunStore
 
 
 def main() -> None:

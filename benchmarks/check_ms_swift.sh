@@ -6,7 +6,7 @@
 #
 # NOT part of `make test`: ms-swift 4.6 pins trl<1.0, transformers<5.20, peft<0.21, datasets<4.8.5, which conflict
 # with the test extra (trl>=1.16), so it runs in its own venv outside the repo ($SWIFT_VENV, default
-# /tmp/swiftvenv), made here when missing. tests/test_callback.py covers the ms-swift argument mapping without it.
+# /tmp/swiftvenv), made here when missing. tests/e2e/test_callback.py covers the ms-swift argument mapping without it.
 #
 #   bash benchmarks/check_ms_swift.sh     # ~2 min with the venv in place; making it first: ~10 min, 2 GB
 set -uo pipefail
@@ -45,7 +45,7 @@ cp -r "$ROOT/trainer/assets/tiny-adder" "$WORK/model"
 "$VENV/bin/python" - "$WORK" <<'EOF' || fail "model and dataset"
 import json, sys
 from transformers import AutoTokenizer
-from trainer.tasks import make_prompts
+from grpo_doctor.trainer.tasks import make_prompts
 work = sys.argv[1]
 tok = AutoTokenizer.from_pretrained(f"{work}/model")
 tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -91,8 +91,8 @@ else fail "swift rlhf exited $rc: $(grep -E 'Error|error:' "$WORK/swift.log" | t
 # ---------------------------------------------------------------- what the store holds
 "$CHECK_PY" - "$WORK" <<'EOF' || FAILED=1
 import glob, json, sys
-from diagnostics.engine import diagnose
-from diagnostics.store import RunStore
+from grpo_doctor.diagnostics.engine import diagnose
+from grpo_doctor.diagnostics.store import RunStore
 
 work, failed = sys.argv[1], False
 def check(ok, what):
@@ -130,7 +130,7 @@ with RunStore(f"{work}/runs.db") as store:
           + f"; assumed {d.assumed}")
 sys.exit(1 if failed else 0)
 EOF
-"$CHECK_PY" -m app.cli --db "$WORK/runs.db" show swift-grpo > "$WORK/show.txt" 2>&1 \
+"$CHECK_PY" -P -m grpo_doctor.app.cli.main --db "$WORK/runs.db" show swift-grpo > "$WORK/show.txt" 2>&1 \
     && grep -q "source ms-swift · last step 3" "$WORK/show.txt" \
     && pass "grpo-doctor show: $(head -2 "$WORK/show.txt" | tr '\n' ' ')" \
     || fail "grpo-doctor show: $(head -3 "$WORK/show.txt")"

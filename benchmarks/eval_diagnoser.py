@@ -24,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from diagnostics.engine import diagnose  # noqa: E402
-from diagnostics.importers import import_path  # noqa: E402
-from diagnostics.store import RunStore  # noqa: E402
-from trainer.scenarios import SCENARIOS, Scenario  # noqa: E402
+from grpo_doctor.diagnostics.engine import diagnose  # noqa: E402
+from grpo_doctor.diagnostics.importers import import_path  # noqa: E402
+from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
+from grpo_doctor.trainer.scenarios import SCENARIOS, Scenario  # noqa: E402
 
 FORMATS = ("store", "trl", "verl")
 # The metrics TRL's GRPOTrainer logs (research/trl.md §1); per-function rewards are added as found.

@@ -7,7 +7,7 @@ diagnosed as the CLI's ``diagnose`` does. None of them should raise a warning or
 
 Prints per run its config, the warning/critical findings (rule and onset step) and the total
 "N/40 runs with no warning", with the wall time and the trainers' time summed. The run is diagnosed twice: as the run in the store and as its exported JSONL read
-back by the importer (what ``tests/test_healthy_runs.py`` reads); a run counts as warned when either warns.
+back by the importer (what ``tests/unit/diagnostics/test_healthy_runs.py`` reads); a run counts as warned when either warns.
 ``--record`` writes each run's metrics (``grpo-doctor export --format jsonl``, cost metrics left out: they are
 this machine's timings) to ``tests/data/healthy_runs/`` with ``index.json`` listing each run's options.
 ``--work DIR`` keeps each run's store there, and a second call trains only what is missing.
@@ -107,9 +107,9 @@ def alarms(result) -> list[str]:
 
 def diagnose_log(path: Path):
     """The recorded log as the test reads it: imported into a fresh in-memory store."""
-    from diagnostics.engine import diagnose
-    from diagnostics.importers import import_path
-    from diagnostics.store import RunStore
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_path
+    from grpo_doctor.diagnostics.store import RunStore
 
     with RunStore(":memory:") as memory:
         return diagnose(memory, import_path(memory, path), save=False)
@@ -133,9 +133,9 @@ def evaluate(rows: list[dict], folder: Path, steps: int, record: bool, jobs: int
     """Train every run first (each in a subprocess), then export and diagnose them all: the diagnoser is imported
     only once training is over, so the figures are those of the code in the tree at the end."""
     train_all(rows, folder, steps, jobs)
-    from diagnostics.engine import diagnose
-    from diagnostics.importers.export import export_jsonl
-    from diagnostics.store import RunStore
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers.export import export_jsonl
+    from grpo_doctor.diagnostics.store import RunStore
 
     logs = RECORDED if record else folder / "logs"
     logs.mkdir(parents=True, exist_ok=True)

@@ -29,9 +29,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from diagnostics.engine import Diagnosis, diagnose  # noqa: E402
-from diagnostics.importers import LogFormatError, import_runs  # noqa: E402
-from diagnostics.store import RunStore  # noqa: E402
+from grpo_doctor.diagnostics.engine import Diagnosis, diagnose  # noqa: E402
+from grpo_doctor.diagnostics.importers import LogFormatError, import_runs  # noqa: E402
+from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "real_logs"
 READINGS = CORPUS / "readings.yaml"

@@ -24,7 +24,7 @@ torch.__version__, '| transformers', transformers.__version__, '| accelerate', a
 peft.__version__, '| cuda', torch.cuda.is_available())"
 
 echo "== tests (the CUDA one, and the model side under this machine's versions)"
-$PY -m pytest -q -p no:cacheprovider tests/test_grpo_math.py tests/test_policy.py 2>&1 | tail -3
+$PY -m pytest -q -p no:cacheprovider tests/unit/trainer/test_grpo_math.py tests/unit/trainer/test_policy.py 2>&1 | tail -3
 
 echo "== training on $DEVICE: $TRAIN_STEPS steps each, 16 prompts x 8"
 for variant in "" "--advantage gae" "--lora_r 16 --lora_target_modules all-linear --learning_rate 1e-3"; do
@@ -35,7 +35,7 @@ for variant in "" "--advantage gae" "--lora_r 16 --lora_target_modules all-linea
 done
 $PY - "$OUT/train.db" <<'EOF'
 import math, sys
-from diagnostics.store import RunStore
+from grpo_doctor.diagnostics.store import RunStore
 with RunStore(sys.argv[1]) as store:
     for _, run in store.list_runs().iloc[::-1].iterrows():
         wide = store.metrics(run["id"])

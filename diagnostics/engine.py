@@ -15,12 +15,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from diagnostics import signals
-from diagnostics.findings import RANK, Finding, Fix, most_severe_first
-from diagnostics.health import MetricHealth, health_summary
-from diagnostics.rules import RULES, Rule
-from diagnostics.rules.base import Episode
-from diagnostics.series import RunSeries
+from grpo_doctor.diagnostics.findings import RANK, Finding, Fix, most_severe_first
+from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.metrics.health import MetricHealth, health_summary
+from grpo_doctor.diagnostics.rules import RULES, Rule
+from grpo_doctor.diagnostics.rules.base import Episode
+from grpo_doctor.diagnostics.series import RunSeries
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Track:
         """Feed new rows; True when the finding opened, reopened, resolved or saw the symptom again. The finding
         resolves after ``clear_rows`` rows without the symptom (the rule's ``clear_after`` steps)."""
         touched = False
-        for value, first, length in signals.runs(active):
+        for value, first, length in rolling.runs(active):
             if value:
                 if self.true_run == 0:
                     self.true_from = int(steps[first])

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 
-from diagnostics.config_map import VERL_LOSS_AGG, framework_key
-from diagnostics.findings import Fix
-from diagnostics.numbers import number
-from diagnostics import frameworks
-from diagnostics.runconfig import RunConfig
+from grpo_doctor.diagnostics.config import frameworks
+from grpo_doctor.diagnostics.config.keys import VERL_LOSS_AGG, framework_key
+from grpo_doctor.diagnostics.config.resolved import RunConfig
+from grpo_doctor.diagnostics.findings import Fix
+from grpo_doctor.diagnostics.formatting import number
 
 TRAINER_FIELDS: dict[str, type] = {
     "beta": float, "learning_rate": float, "loss_type": str, "temperature": float, "num_generations": int,
@@ -98,7 +98,7 @@ def drop_uniform_groups(cfg: RunConfig, why: str) -> list[Fix]:
 
 
 def text(value) -> str:
-    """A config value as ``--set`` takes it: a number by ``diagnostics.numbers.number`` (6 digits), a list spaced."""
+    """A config value as ``--set`` takes it: a number by ``diagnostics.formatting.number`` (6 digits), a list spaced."""
     if isinstance(value, float):
         return number(value, 6)
     if isinstance(value, (list, tuple)):

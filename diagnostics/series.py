@@ -16,9 +16,14 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from diagnostics import signals
-from diagnostics.repetition import text_repetition
-from diagnostics.runconfig import LoggedFacts, RunConfig, run_config, update_facts
+from grpo_doctor.diagnostics.config.resolved import (
+    LoggedFacts,
+    RunConfig,
+    run_config,
+    update_facts,
+)
+from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.metrics.repetition import text_repetition
 
 # Per-step statistics of the stored completions, kept as metrics the rules can read like any other.
 INTERVAL_ROWS = 5  # the logging interval is read off this many first logged steps
@@ -227,7 +232,7 @@ class RunSeries:
         return max(1, int(round(steps / interval)))
 
     def roll(self, name: str, w: int, fn: str = "median", lo: int = 0, min_periods: int | None = None):
-        """signals.rolling over the metric's finite values for rows lo.. (cached for this pass), over a window of
+        """rolling.rolling over the metric's finite values for rows lo.. (cached for this pass), over a window of
         ``w`` optimizer steps: ``rows(w)`` logged rows, and at least ``MIN_WINDOW_ROWS`` (a median of one or two rows
         of a sparse log is noise). NaN where the window holds fewer than ``min_periods`` rows (default: the rows that
         cover ``w`` steps, so a sparse log's first rows get a verdict as early as a dense log's)."""
@@ -238,7 +243,7 @@ class RunSeries:
         if key not in self._pass:
             base = (name, w, fn, lo, 1)
             if base not in self._pass:
-                self._pass[base] = signals.rolling(self.finite(name)[1], w, fn, lo, 1)
+                self._pass[base] = rolling.rolling(self.finite(name)[1], w, fn, lo, 1)
             values = self._pass[base]
             if need > 1 and lo < need - 1:  # only the run's first rows have short windows
                 values = values.copy()
@@ -252,7 +257,7 @@ class RunSeries:
         w = self.rows(w, name)
         key = (name, w, fn)
         if key not in self._heads:
-            value = signals.head(self.finite(name)[1], w, fn)
+            value = rolling.head(self.finite(name)[1], w, fn)
             if math.isnan(value):
                 return value
             self._heads[key] = value
@@ -316,7 +321,7 @@ def _reduce(how: str, values: np.ndarray) -> float:
 
 def sample_statistics(samples) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per step of the stored completions (sorted by step): the share that are empty, and the mean repetition
-    (``diagnostics.repetition``: the share of 3-grams repeating an earlier one; words and punctuation, or
+    (``diagnostics.metrics.repetition``: the share of 3-grams repeating an earlier one; words and punctuation, or
     characters for text without spaces)."""
     steps, empty, repetition = [], [], []
     for step, rows in itertools.groupby(zip(samples["step"].tolist(), samples["completion"].tolist()),

@@ -15,8 +15,10 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+from grpo_doctor.app.dashboard import SCRIPT
+
 DOCS = ROOT / "docs"
 #: A link into the docs as the code and the docs write it: ``docs/health-ranges.md#gradient-norm``.
 DOCS_LINK = re.compile(r"docs/([a-z0-9][\w.-]*\.md)(?:#([\w-]+))?")  # "docs/FILE.md" is a placeholder
@@ -137,8 +139,8 @@ def test_the_recorded_runs_the_teach_page_shows_cite_only_the_docs():
 
 # ---------------------------------------------------------------------------------------- what is printed
 def test_every_rule_reference_and_health_source_is_a_docs_link_that_resolves():
-    from diagnostics.catalogue import CATALOGUE
-    from diagnostics.rules import RULES
+    from grpo_doctor.diagnostics.metrics.catalogue import CATALOGUE
+    from grpo_doctor.diagnostics.rules import RULES
 
     for rule in RULES:
         assert rule.references, rule.id
@@ -157,7 +159,7 @@ def test_every_rule_reference_and_health_source_is_a_docs_link_that_resolves():
 
 
 def test_every_reference_diagnose_json_prints_on_the_sample_runs_resolves(tmp_path, capsys, monkeypatch):
-    from app.cli import main
+    from grpo_doctor.app.cli.main import main
 
     monkeypatch.delenv("GRPO_DOCTOR_DB", raising=False)
     logs = sorted((ROOT / "sample_runs").glob("*.jsonl"))
@@ -180,7 +182,7 @@ def test_every_reference_diagnose_json_prints_on_the_sample_runs_resolves(tmp_pa
 
 
 def test_the_text_report_names_a_file_once():
-    from diagnostics.report import references_text
+    from grpo_doctor.diagnostics.report.render import references_text
 
     refs = ["docs/troubleshooting.md#kl-blow-up", "docs/field-reports.md#sudden-collapse",
             "docs/field-reports.md#early-kl-rise"]
@@ -189,7 +191,7 @@ def test_the_text_report_names_a_file_once():
 
 
 def test_a_health_ranges_section_says_where_its_range_comes_from():
-    from diagnostics.catalogue import health
+    from grpo_doctor.diagnostics.metrics.catalogue import health
 
     assert "source doc B §3.2" in section(health("grad_norm").source)
     assert "source doc A §2.5" in section(health("kl").source)
@@ -201,8 +203,8 @@ def test_a_health_ranges_section_says_where_its_range_comes_from():
 
 # ---------------------------------------------------------------------------------------- the dashboard
 def test_a_reference_is_a_link_to_its_section_on_the_docs_page():
-    from app.docs_view import reference_link
-    from app.run_view import _md
+    from grpo_doctor.app.dashboard.doc_sections import reference_link
+    from grpo_doctor.app.dashboard.run_page import _md
 
     assert reference_link("docs/troubleshooting.md#kl-blow-up") == \
         "[docs/troubleshooting.md#kl-blow-up](docs?file=troubleshooting.md&section=kl-blow-up)"
@@ -217,7 +219,7 @@ def test_a_reference_is_a_link_to_its_section_on_the_docs_page():
 def test_the_run_page_shows_a_findings_references_as_links(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from diagnostics.store import RunStore
+    from grpo_doctor.diagnostics.store import RunStore
 
     path = str(tmp_path / "kl.db")
     with RunStore(path) as store:
@@ -226,7 +228,7 @@ def test_the_run_page_shows_a_findings_references_as_links(tmp_path, monkeypatch
         store.write_steps(run, ((step, {"kl": 0.0 if step == 1 else (0.02 if step < 8 else 0.02 * 1.5 ** (step - 7)),
                                         "reward": 0.5, "grad_norm": 0.5, "loss": 0.1}) for step in range(1, 41)))
     monkeypatch.setenv("GRPO_DOCTOR_DB", path)
-    at = AppTest.from_file(str(ROOT / "app" / "dashboard.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(SCRIPT), default_timeout=60).run()
     at.query_params["run"] = str(run)
     at.switch_page("app_pages/run.py").run()
     assert not at.exception
@@ -245,11 +247,11 @@ def test_the_docs_page_opens_the_section_a_reference_names(link):
     its level), with the whole document folded below it."""
     from streamlit.testing.v1 import AppTest
 
-    from app.docs_view import reference_link
+    from grpo_doctor.app.dashboard.doc_sections import reference_link
 
     target = reference_link(link).split("](")[1].rstrip(")")
     query = dict(pair.split("=") for pair in target.partition("?")[2].split("&"))
-    at = AppTest.from_file(str(ROOT / "app" / "dashboard.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(SCRIPT), default_timeout=60).run()
     for key, value in query.items():
         at.query_params[key] = value
     at.switch_page("app_pages/docs.py").run()
@@ -264,7 +266,7 @@ def test_the_docs_page_opens_the_section_a_reference_names(link):
 def test_the_docs_page_refuses_a_file_outside_docs_in_one_line():
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(ROOT / "app" / "dashboard.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(SCRIPT), default_timeout=60).run()
     at.query_params["file"] = "../pyproject.toml"
     at.switch_page("app_pages/docs.py").run()
     assert not at.exception

@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
-PAGES = ROOT / "app" / "app_pages"
+PAGES = ROOT / "app" / "dashboard" / "app_pages"
 PACKAGES = ("app", "trainer", "diagnostics")
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 500
@@ -34,7 +34,7 @@ def _functions(path: Path):
 # ------------------------------------------------------------------------------------- pages and rules
 def app_test_sources() -> list[str]:
     """The test modules that drive the dashboard with Streamlit's AppTest."""
-    return [p.read_text() for p in sorted(TESTS.glob("test_*.py")) if "AppTest" in p.read_text()]
+    return [p.read_text() for p in sorted(TESTS.rglob("test_*.py")) if "AppTest" in p.read_text()]
 
 
 def page_is_tested(page: str, sources: list[str]) -> bool:
@@ -56,17 +56,17 @@ def test_the_page_check_sees_a_test_and_misses_a_page_without_one():
 @pytest.mark.parametrize("page", sorted(p.stem for p in PAGES.glob("*.py") if p.stem != "__init__"))
 def test_every_page_has_an_app_test(page):
     assert page_is_tested(page, app_test_sources()), (
-        f"app/app_pages/{page}.py has no AppTest: open it in tests/test_app.py (open_page({page!r}, ...)), and "
+        f"app/dashboard/app_pages/{page}.py has no AppTest: open it in tests/unit/app/test_app.py (open_page({page!r}, ...)), and "
         f"add it to test_pages_on_an_empty_store if it reads runs")
 
 
 def test_every_rule_has_a_fixture_is_guarded_in_test_rules():
-    """The guard itself lives beside the fixtures (``tests/test_rules.py``): every rule id in
+    """The guard itself lives beside the fixtures (``tests/unit/diagnostics/test_rules.py``): every rule id in
     ``diagnostics.rules.RULES`` is expected by some ``Fixture``. Here: that guard is still there."""
-    tree = ast.parse((TESTS / "test_rules.py").read_text())
+    tree = ast.parse((TESTS / "unit" / "diagnostics" / "test_rules.py").read_text())
     guard = next((f for f in tree.body if isinstance(f, ast.FunctionDef)
                   and f.name == "test_every_rule_is_exercised_by_a_fixture"), None)
-    assert guard is not None, "tests/test_rules.py lost test_every_rule_is_exercised_by_a_fixture"
+    assert guard is not None, "tests/unit/diagnostics/test_rules.py lost test_every_rule_is_exercised_by_a_fixture"
     text = ast.unparse(guard)
     assert "RULES" in text and "FIXTURES" in text
 
@@ -91,11 +91,10 @@ def test_no_function_over_80_lines_and_no_module_over_500():
 
 
 def test_the_cli_is_a_table_of_small_commands():
-    """The command line split by role: ``app/cli.py`` keeps the table, the parser and the error handling."""
-    assert len((ROOT / "app" / "cli.py").read_text().splitlines()) <= MAX_MODULE_LINES
-    for module in ("cli", "cli_common", "commands_logs", "commands_train"):
-        path = ROOT / "app" / f"{module}.py"
-        assert all(n <= MAX_FUNCTION_LINES for _, _, n in _functions(path)), module
+    """The command line split by role: ``app/cli/main.py`` keeps the table, the parser and the error handling."""
+    assert len((ROOT / "app" / "cli" / "main.py").read_text().splitlines()) <= MAX_MODULE_LINES
+    for path in sorted((ROOT / "app" / "cli").glob("*.py")):
+        assert all(n <= MAX_FUNCTION_LINES for _, _, n in _functions(path)), path.name
 
 
 # ------------------------------------------------------------------------------------- one meaning per name
@@ -107,19 +106,20 @@ def _definitions(pattern: str) -> list[str]:
 
 
 def test_one_number_formatter():
-    """Numbers for people are written by ``diagnostics.numbers.number`` alone (the CLI, the reports, the fixes,
+    """Numbers for people are written by ``diagnostics.formatting.number`` alone (the CLI, the reports, the fixes,
     the dashboard), not by look-alikes that differ in their digits and their ``.0``."""
-    from diagnostics import fixes, numbers, report
+    from grpo_doctor.diagnostics import fixes, formatting
+    from grpo_doctor.diagnostics.report import render
 
-    assert _definitions(r"\s*def (number|value_text)\(") == ["diagnostics/numbers.py"]
-    assert report.number is numbers.number
-    assert fixes.text(0.04) == numbers.number(0.04, 6) and fixes.text([1.0, 2]) == "1.0 2"
-    assert [numbers.number(x) for x in (2.0, 0.123456, 1e-6, float("nan"), -float("inf"), 3, None)] == [
+    assert _definitions(r"\s*def (number|value_text)\(") == ["diagnostics/formatting.py"]
+    assert render.number is formatting.number
+    assert fixes.text(0.04) == formatting.number(0.04, 6) and fixes.text([1.0, 2]) == "1.0 2"
+    assert [formatting.number(x) for x in (2.0, 0.123456, 1e-6, float("nan"), -float("inf"), 3, None)] == [
         "2.0", "0.1235", "1e-06", "NaN", "-inf", "3", "–"]
 
 
 def test_one_meaning_per_name():
-    assert _definitions(r"\s*HEADLINE\b") == ["app/compare_view.py"]  # the Compare page's first charts
-    assert _definitions(r"\s*class LaunchError\b") == ["app/launch.py"]  # a refused launch
+    assert _definitions(r"\s*HEADLINE\b") == ["app/dashboard/compare_page.py"]  # the Compare page's first charts
+    assert _definitions(r"\s*class LaunchError\b") == ["app/launch/processes.py"]  # a refused launch
     assert _definitions(r"\s*class WorldSizeError\b") == ["trainer/distributed.py"]  # processes ≠ WORLD_SIZE
-    assert _definitions(r"\s*class (View|RunTick)\b") == ["app/run_view.py"]  # one refresh of the Run page
+    assert _definitions(r"\s*class (View|RunTick)\b") == ["app/dashboard/run_page.py"]  # one refresh of the Run page

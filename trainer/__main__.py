@@ -2,10 +2,10 @@
 
 import sys
 
-from trainer.lifeline import watch_parent
+from grpo_doctor.trainer.lifeline import watch_parent
 
 watch_parent()  # first, before the slow imports: a launcher killed meanwhile ends this trainer
 
-from trainer.run import main  # noqa: E402
+from grpo_doctor.trainer.run import main  # noqa: E402
 
 sys.exit(main(sys.argv[1:]))

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer import grpo_math as gm
-from trainer.batch import Batch
-from trainer.checkpoint import TrainState
-from trainer.config import GRPOConfig
-from trainer.policy import TokenOutputs
-from trainer.startup import Run
+from grpo_doctor.trainer import grpo_math as gm
+from grpo_doctor.trainer.batch import Batch
+from grpo_doctor.trainer.checkpoint import TrainState
+from grpo_doctor.trainer.config import GRPOConfig
+from grpo_doctor.trainer.policy import TokenOutputs
+from grpo_doctor.trainer.startup import Run
 
 
 @dataclass

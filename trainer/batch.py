@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer import grpo_math as gm
-from trainer.config import GRPOConfig
-from trainer.rewards import score
-from trainer.sampling import Rollout, rollout
-from trainer.startup import Run
+from grpo_doctor.trainer import grpo_math as gm
+from grpo_doctor.trainer.config import GRPOConfig
+from grpo_doctor.trainer.rewards import score
+from grpo_doctor.trainer.sampling import Rollout, rollout
+from grpo_doctor.trainer.startup import Run
 
 
 @dataclass

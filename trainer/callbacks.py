@@ -1,6 +1,6 @@
 """Stream your own TRL (or any transformers ``Trainer``) run into the GRPO Doctor store, live.
 
-    from trainer.callbacks import GRPODoctorCallback
+    from grpo_doctor.trainer.callbacks import GRPODoctorCallback
     trainer = GRPOTrainer(..., callbacks=[GRPODoctorCallback()])       # or GRPODoctorCallback(trainer=trainer)
 
 The store is ``db``, else ``$GRPO_DOCTOR_DB``, else ``./grpo_runs.db`` (as the CLI resolves it); open it with
@@ -12,10 +12,10 @@ writes with ``log_completions=True``; ``on_save`` records the checkpoint.
 Only the world-process-zero writes. The run ends ``finished``, ``stopped`` (by ``stop_on``) or, when the process
 exits without ``on_train_end`` (an exception, a kill), ``crashed``.
 
-The dashboard's *Save checkpoint now* and *Stop* buttons write requests to the store (``diagnostics.control``);
+The dashboard's *Save checkpoint now* and *Stop* buttons write requests to the store (``diagnostics.store.control_requests``);
 the callback reads them at each step end and answers through ``control.should_save`` and
 ``control.should_training_stop`` (every rank agreeing through an all-reduce), and records when it did.
-``alert_webhook=URL`` posts each new warning or critical finding once (Slack-compatible JSON; ``diagnostics.alerts``).
+``alert_webhook=URL`` posts each new warning or critical finding once (Slack-compatible JSON; ``diagnostics.report.alerts``).
 ``stop_on="critical"`` (or ``"warning"``) diagnoses the run at every log; a finding that severe saves a checkpoint
 and stops training. Every rank reads the same averaged logs and runs the same diagnosis (ranks other than zero on a
 store in memory), so every rank takes the same decision through the trainer's own control flow: no rank waits on
@@ -36,14 +36,18 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from diagnostics import control as control_requests
-from diagnostics.alerts import Alerter, check_url
-from diagnostics.catalogue import canonical_row
-from diagnostics.config_map import normalise_config
-from diagnostics.engine import RANK, Diagnoser
-from diagnostics.frameworks import dialect_of
-from diagnostics.importers._base import SUMMARY_KEYS
-from diagnostics.store import RunNotFound, RunStore, default_db_path
+from grpo_doctor.diagnostics.config.frameworks import dialect_of
+from grpo_doctor.diagnostics.config.keys import normalise_config
+from grpo_doctor.diagnostics.engine import RANK, Diagnoser
+from grpo_doctor.diagnostics.importers._base import SUMMARY_KEYS
+from grpo_doctor.diagnostics.metrics.catalogue import canonical_row
+from grpo_doctor.diagnostics.report.alerts import Alerter, check_url
+from grpo_doctor.diagnostics.store import (
+    RunNotFound,
+    RunStore,
+    control_requests,
+    default_db_path,
+)
 
 STOP_ON = (None, "warning", "critical")
 HEARTBEAT_EVERY = 10.0  # seconds between heartbeats while steps run without a log

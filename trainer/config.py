@@ -16,7 +16,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.variant_names import ADVANTAGES, GROUP_BY, KL_ESTIMATORS, LOSS_TYPES, SCALE_REWARDS
+from grpo_doctor.trainer.variant_names import (
+    ADVANTAGES,
+    GROUP_BY,
+    KL_ESTIMATORS,
+    LOSS_TYPES,
+    SCALE_REWARDS,
+)
 
 KL_IN = ("loss", "reward")
 EPSILON_SCHEDULES = ("constant", "linear")

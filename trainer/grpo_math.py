@@ -3,7 +3,7 @@
 Every function is stateless and framework-free (no model, no config object), and each family of variants is
 one name → function table (``ADVANTAGES``, ``SCALE_REWARDS``, ``GROUP_BY``, ``LOSS_TYPES``, ``KL_ESTIMATORS``)
 whose keys are the config's choices (``trainer.variant_names``); the training loop picks a row by name and
-tests/test_grpo_math.py checks every row against a float64 loop. The math of each row: docs/variants.md.
+tests/unit/trainer/test_grpo_math.py checks every row against a float64 loop. The math of each row: docs/variants.md.
 Notation: N samples (completions), T completion tokens, V vocabulary, M the 0/1 loss mask, r the reward
 (advantages) or the ratio π_θ/π_old (surrogate).
 

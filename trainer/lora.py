@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from trainer.config import ConfigError, GRPOConfig
+from grpo_doctor.trainer.config import ConfigError, GRPOConfig
 
 ADAPTER_CONFIG = "adapter_config.json"  # what peft's save_pretrained writes beside the adapter weights
 

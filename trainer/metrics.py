@@ -11,12 +11,12 @@ import resource
 
 import torch
 
-from trainer import grpo_math as gm
-from trainer.batch import Batch
-from trainer.config import GRPOConfig
-from trainer.startup import Run
-from trainer.tokens import repetition_sum_count
-from trainer.update import Update
+from grpo_doctor.trainer import grpo_math as gm
+from grpo_doctor.trainer.batch import Batch
+from grpo_doctor.trainer.config import GRPOConfig
+from grpo_doctor.trainer.startup import Run
+from grpo_doctor.trainer.tokens import repetition_sum_count
+from grpo_doctor.trainer.update import Update
 
 #: Update.means that are logged, in this order, after the batch statistics.
 LOSS_KEYS = ("loss", "policy_loss", "kl_loss", "value_loss", "grad_norm")

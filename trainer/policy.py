@@ -2,7 +2,7 @@
 
 The G completions of a prompt share it, so the prompt is run once per prompt, its key/value cache is repeated
 G times, and only the completion tokens are run per completion: the same numbers as running each
-prompt + completion in full (tests/test_policy.py checks logits and gradients), for a fraction of the work when
+prompt + completion in full (tests/unit/trainer/test_policy.py checks logits and gradients), for a fraction of the work when
 the prompt is long next to the completion. One ``nn.Module`` (policy + optional value head) so that
 DistributedDataParallel wraps a single forward.
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from trainer import tokens
+from grpo_doctor.trainer import tokens
 
 
 def cache_kwarg(lm: nn.Module) -> str:

@@ -18,14 +18,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from diagnostics.store import RunStore, StoreError
-from trainer import checkpoint, lifeline, tracking
-from trainer.advantages import Advantages
-from trainer.batch import Batch
-from trainer.config import GRPOConfig
-from trainer.sampling import Rollout
-from trainer.startup import Run
-from trainer.update import Update
+from grpo_doctor.diagnostics.store import RunStore, StoreError
+from grpo_doctor.trainer import checkpoint, lifeline, tracking
+from grpo_doctor.trainer.advantages import Advantages
+from grpo_doctor.trainer.batch import Batch
+from grpo_doctor.trainer.config import GRPOConfig
+from grpo_doctor.trainer.sampling import Rollout
+from grpo_doctor.trainer.startup import Run
+from grpo_doctor.trainer.update import Update
 
 STORE_ERRORS = (sqlite3.Error, StoreError, OSError)
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 
 import torch
 
-from trainer.config import ConfigError
-from trainer.tasks import REWARD_FUNCS
+from grpo_doctor.trainer.config import ConfigError
+from grpo_doctor.trainer.tasks import REWARD_FUNCS
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -24,6 +26,14 @@ def reward_name(fn: RewardFunc) -> str:
     while hasattr(fn, "func"):
         fn = fn.func
     return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _user_module(name: str):
+    """A user's reward module, found from the current folder too: appended to ``sys.path`` last, so it never
+    stands in for an installed package (the trainer starts with ``python -P``, which leaves the folder out)."""
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    return importlib.import_module(name)
 
 
 def load_reward_funcs(specs: Sequence[str]) -> list[RewardFunc]:
@@ -39,7 +49,7 @@ def load_reward_funcs(specs: Sequence[str]) -> list[RewardFunc]:
                             "nor package.module:function")
             continue
         try:
-            fn = getattr(importlib.import_module(module_name), attr)
+            fn = getattr(_user_module(module_name), attr)
         except ImportError as e:
             problems.append(f"reward_funcs: cannot import {module_name!r} ({e})")
             continue

@@ -6,7 +6,7 @@
     python -m trainer --restart_from RUN@STEP --set beta=0.08 loss_type=dr_grpo
 
 A run has one writer: a resume is refused while another live process writes the run (the store's lease).
-A store on a network filesystem is refused unless --unsafe-fs is given (diagnostics/fs.py).
+A store on a network filesystem is refused unless --unsafe-fs is given (diagnostics/store/filesystem.py).
 
 Several processes: the same command under ``accelerate launch`` or ``torchrun`` (trainer.distributed).
 Process 0 parses the options and creates or attaches the run; the others receive its config.
@@ -22,11 +22,24 @@ import threading
 import time
 from pathlib import Path
 
-from diagnostics.fs import UNSAFE_ENV
-from diagnostics.store import Lease, LeaseHeld, LeaseLost, RunStore, StoreError, default_db_path
-from trainer.checkpoint import CheckpointError, load_state
-from trainer.config import FIELDS, ConfigError, GRPOConfig, overrides_to_argv, parse_config
-from trainer.distributed import WorldSizeError, setup
+from grpo_doctor.diagnostics.store import (
+    Lease,
+    LeaseHeld,
+    LeaseLost,
+    RunStore,
+    StoreError,
+    default_db_path,
+)
+from grpo_doctor.diagnostics.store.filesystem import UNSAFE_ENV
+from grpo_doctor.trainer.checkpoint import CheckpointError, load_state
+from grpo_doctor.trainer.config import (
+    FIELDS,
+    ConfigError,
+    GRPOConfig,
+    overrides_to_argv,
+    parse_config,
+)
+from grpo_doctor.trainer.distributed import WorldSizeError, setup
 
 USER_ERRORS = (ConfigError, StoreError, CheckpointError, WorldSizeError)
 
@@ -91,7 +104,7 @@ def _db_from(argv: list[str]) -> str:
 
 def prepare(argv: list[str]):
     """Parse the command line and create or attach the run: returns (config, Session)."""
-    from trainer.record import Session
+    from grpo_doctor.trainer.record import Session
 
     launch, rest = launch_parser().parse_known_args(argv)
     if launch.resume_from and launch.restart_from:
@@ -167,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         dist = setup(cpu=_wants_cpu(argv))
     except WorldSizeError as e:
         return _report(e)
-    from trainer.train import Session, train
+    from grpo_doctor.trainer.train import Session, train
 
     shared = None  # what process 0 hands the others: the resolved config, the run's name, its checkpoint
     if dist.is_main:

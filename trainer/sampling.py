@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from trainer.config import GRPOConfig
-from trainer.policy import cache_kwarg, output_cache, positions, run_prompts
-from trainer.tokens import completion_mask
+from grpo_doctor.trainer.config import GRPOConfig
+from grpo_doctor.trainer.policy import cache_kwarg, output_cache, positions, run_prompts
+from grpo_doctor.trainer.tokens import completion_mask
 
 
 @dataclass

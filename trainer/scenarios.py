@@ -9,7 +9,7 @@ recorded runs of the same table. Every option is a ``grpo-doctor train`` flag (`
 Measured on this 2-core machine (about 0.12 s per step at this batch): each symptom shows within the
 steps given, with the default seed; the onset steps in ``onset_by`` are the latest the eval accepts.
 
-``fixed_when`` states, before any twin is trained, what a fixed twin must show (``diagnostics/judge.py``): the
+``fixed_when`` states, before any twin is trained, what a fixed twin must show (``diagnostics/fix_verdict.py``): the
 symptom's own metric(s), which way, and by how much, over the steps from the broken run's onset on, chosen from
 what the symptom means (the troubleshooting row's signature), not from what any particular fix achieves. A twin
 counts as fixed only when every margin is met and no critical finding is left open in it.
@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diagnostics.judge import Margin
-from diagnostics.repetition import repeated_share
+from grpo_doctor.diagnostics.fix_verdict import Margin
+from grpo_doctor.diagnostics.metrics.repetition import repeated_share
 
 COMMON = ("--per_device_train_batch_size", "64", "--save_steps", "0")
 
 
 def repeats(prompts, completions, **_) -> list[float]:
-    """A reward that pays for repetitive text: the completion's repetition (``diagnostics.repetition``: the
+    """A reward that pays for repetitive text: the completion's repetition (``diagnostics.metrics.repetition``: the
     share of 3-grams repeating an earlier one) over its characters, spaces included; 0 under 3 characters.
 
     The tiny adder's answers are 1–3 digits, too short to repeat themselves; this reward stands for a
@@ -74,7 +74,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              fixed_when=(Margin("completions/mean_length", "lower", "recover", 0.5),  # half the growth undone
                          Margin("completions/clipped_ratio", "lower", "recover", 0.5))),  # half as many at the cap
     Scenario("repetition", "repetition / low temperature",
-             ("--reward_funcs", "prefers_long", "trainer.scenarios:repeats", "--temperature", "0.5"), 120,
+             ("--reward_funcs", "prefers_long", "grpo_doctor.trainer.scenarios:repeats", "--temperature", "0.5"), 120,
              rule="repetition", onset_by=110,
              why="at temperature 0.5, with a reward that pays for length and for repeated text (``repeats``), "
                  "the answers become one character repeated to the cap. Temperature 0.5 with the length reward "

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import torch
 
-from trainer import checkpoint, lora
-from trainer.checkpoint import TrainState
-from trainer.config import GRPOConfig
-from trainer.distributed import Dist
-from trainer.policy import PolicyModel
-from trainer.rewards import load_reward_funcs, reward_name
-from trainer.tasks import TASKS
-from trainer.tiny import DEFAULT_ASSET
+from grpo_doctor.trainer import checkpoint, lora
+from grpo_doctor.trainer.checkpoint import TrainState
+from grpo_doctor.trainer.config import GRPOConfig
+from grpo_doctor.trainer.distributed import Dist
+from grpo_doctor.trainer.policy import PolicyModel
+from grpo_doctor.trainer.rewards import load_reward_funcs, reward_name
+from grpo_doctor.trainer.tasks import TASKS
+from grpo_doctor.trainer.tiny import DEFAULT_ASSET
 
 
 @dataclass

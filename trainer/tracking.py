@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer.config import ConfigError, GRPOConfig
+from grpo_doctor.trainer.config import ConfigError, GRPOConfig
 
 
 class WandbMirror:

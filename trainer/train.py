@@ -15,13 +15,13 @@ The math is in ``trainer.grpo_math``; its variants are name → function tables 
 
 from __future__ import annotations
 
-from trainer import advantages, startup
-from trainer.batch import collect
-from trainer.config import GRPOConfig
-from trainer.distributed import Dist
-from trainer.metrics import controllers, counters, step_metrics
-from trainer.record import Recorder, Session
-from trainer.update import optimise, policy_pass, reference_logp, uses_gae
+from grpo_doctor.trainer import advantages, startup
+from grpo_doctor.trainer.batch import collect
+from grpo_doctor.trainer.config import GRPOConfig
+from grpo_doctor.trainer.distributed import Dist
+from grpo_doctor.trainer.metrics import controllers, counters, step_metrics
+from grpo_doctor.trainer.record import Recorder, Session
+from grpo_doctor.trainer.update import optimise, policy_pass, reference_logp, uses_gae
 
 __all__ = ["Session", "train"]
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer import grpo_math as gm
-from trainer.advantages import Advantages
-from trainer.batch import Batch
-from trainer.config import GRPOConfig
-from trainer.policy import TokenOutputs
-from trainer.sampling import Rollout
-from trainer.startup import Run
+from grpo_doctor.trainer import grpo_math as gm
+from grpo_doctor.trainer.advantages import Advantages
+from grpo_doctor.trainer.batch import Batch
+from grpo_doctor.trainer.config import GRPOConfig
+from grpo_doctor.trainer.policy import TokenOutputs
+from grpo_doctor.trainer.sampling import Rollout
+from grpo_doctor.trainer.startup import Run
 
 
 @dataclass

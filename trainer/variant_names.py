@@ -1,7 +1,7 @@
 """The names of the trainer's variants, without torch: the config's choices and the keys of grpo_math's tables.
 
 Each tuple here is the key set of one name → function table in ``trainer.grpo_math`` (same name, a dict there);
-tests/test_variants.py checks that the two, the ``### `` headings of docs/variants.md and the dashboard's
+tests/unit/trainer/test_variants.py checks that the two, the ``### `` headings of docs/variants.md and the dashboard's
 new-run form all list the same names. The dashboard imports this module (through ``trainer.config``) on
 machines without torch, so it imports nothing.
 """

@@ -20,8 +20,13 @@ import time
 
 import torch
 
-from trainer.tasks import correctness, make_prompts
-from trainer.tiny import build_model, build_tokenizer, count_parameters, sample_completions
+from grpo_doctor.trainer.tasks import correctness, make_prompts
+from grpo_doctor.trainer.tiny import (
+    build_model,
+    build_tokenizer,
+    count_parameters,
+    sample_completions,
+)
 
 HELDOUT_SEED = 1234
 HELDOUT_SIZE = 256

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diagnostics.catalogue import canonical_row
-from diagnostics.importers._base import NEW_RUN, LogFormatError, ParsedLog
-from diagnostics.importers.detect import detect_format, resolve
-from diagnostics.importers.formats import FORMATS
-from diagnostics.importers.export import export_csv, export_jsonl
+from grpo_doctor.diagnostics.importers._base import NEW_RUN, LogFormatError, ParsedLog
+from grpo_doctor.diagnostics.importers.detect import detect_format, resolve
+from grpo_doctor.diagnostics.importers.export import export_csv, export_jsonl
+from grpo_doctor.diagnostics.importers.formats import FORMATS
+from grpo_doctor.diagnostics.metrics.catalogue import canonical_row
 
 __all__ = [
     "FORMATS", "Imported", "LogFormatError", "ParsedLog", "detect_format", "parse", "import_path", "import_runs",

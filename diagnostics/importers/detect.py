@@ -10,12 +10,24 @@ import os
 import re
 from pathlib import Path
 
-from diagnostics.importers._base import LogFormatError, decode_head, read_head
-from diagnostics.importers.formats import FORMAT_LIST, FORMATS
-from diagnostics.importers.hf import _LOG_KEYS, find_dicts, trainer_state_global_step
-from diagnostics.importers.tabular import header_is_ours, is_wandb_header, step_column
-from diagnostics.importers.tensorboard import event_files, looks_like_events
-from diagnostics.importers.verl import CONFIG_MARKERS, STEP_LINE
+from grpo_doctor.diagnostics.importers._base import (
+    LogFormatError,
+    decode_head,
+    read_head,
+)
+from grpo_doctor.diagnostics.importers.formats import FORMAT_LIST, FORMATS
+from grpo_doctor.diagnostics.importers.hf import (
+    _LOG_KEYS,
+    find_dicts,
+    trainer_state_global_step,
+)
+from grpo_doctor.diagnostics.importers.tabular import (
+    header_is_ours,
+    is_wandb_header,
+    step_column,
+)
+from grpo_doctor.diagnostics.importers.tensorboard import event_files, looks_like_events
+from grpo_doctor.diagnostics.importers.verl import CONFIG_MARKERS, STEP_LINE
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 _TRL_MARKERS = ("GRPOConfig(", "RLOOConfig(", "TrainingArguments(", "GRPOTrainer", "[INFO:swift]")

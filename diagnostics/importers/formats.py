@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from diagnostics.importers import hf, tabular, tensorboard, verl
-from diagnostics.importers._base import ParsedLog
+from grpo_doctor.diagnostics.importers import hf, tabular, tensorboard, verl
+from grpo_doctor.diagnostics.importers._base import ParsedLog
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,15 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from diagnostics.config_map import FIELDS, normalise_config
-from diagnostics.frameworks import dialect_of
-from diagnostics.importers._base import (
-    bracket_depths,
+from grpo_doctor.diagnostics.config.frameworks import dialect_of
+from grpo_doctor.diagnostics.config.keys import FIELDS, normalise_config
+from grpo_doctor.diagnostics.importers._base import (
     BAD,
     HF_STRING_FIELDS,
     NEW_RUN,
     ParsedLog,
     Source,
+    bracket_depths,
     iter_lines,
     json_records,
     read_head,
@@ -26,8 +26,11 @@ from diagnostics.importers._base import (
     to_float,
     to_step,
 )
-from diagnostics.importers.jsonstream import stream_items
-from diagnostics.importers.safe_pickle import UnsafeToRead, read_training_args
+from grpo_doctor.diagnostics.importers.jsonstream import stream_items
+from grpo_doctor.diagnostics.importers.safe_pickle import (
+    UnsafeToRead,
+    read_training_args,
+)
 
 # Keys that make a printed dict an HF training log (and not some other dict in the output).
 _LOG_KEYS = frozenset({

@@ -8,10 +8,9 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from diagnostics.config_map import normalise_config
-from diagnostics.frameworks import dialect_of
-from diagnostics.importers._base import (
-    json_records,
+from grpo_doctor.diagnostics.config.frameworks import dialect_of
+from grpo_doctor.diagnostics.config.keys import normalise_config
+from grpo_doctor.diagnostics.importers._base import (
     MAX_LINE_CHARS,
     STEP_KEYS,
     STEP_LIKE,
@@ -21,11 +20,16 @@ from diagnostics.importers._base import (
     flatten,
     iter_lines,
     json_line,
+    json_records,
     read_head,
     to_step,
 )
-from diagnostics.importers.hf import is_eval_row, is_summary_row, run_name_for
-from diagnostics.importers.jsonstream import array_records
+from grpo_doctor.diagnostics.importers.hf import (
+    is_eval_row,
+    is_summary_row,
+    run_name_for,
+)
+from grpo_doctor.diagnostics.importers.jsonstream import array_records
 
 WANDB_STEP_KEYS = ("train/global_step", "_step")
 _WANDB_SKIP_PREFIXES = ("eval/", "test/")

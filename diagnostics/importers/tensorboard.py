@@ -12,8 +12,8 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from diagnostics.config_map import normalise_config
-from diagnostics.importers._base import SUMMARY_KEYS, ParsedLog, Source
+from grpo_doctor.diagnostics.config.keys import normalise_config
+from grpo_doctor.diagnostics.importers._base import SUMMARY_KEYS, ParsedLog, Source
 
 EVENTS_GLOB = "events.out.tfevents."
 _SKIP_TAG_PREFIXES = ("eval/", "test/")

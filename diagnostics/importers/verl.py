@@ -8,19 +8,19 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from diagnostics.config_map import normalise_config
-from diagnostics.frameworks import dialect_of
-from diagnostics.importers._base import (
-    bracket_depths,
-    json_records,
+from grpo_doctor.diagnostics.config.frameworks import dialect_of
+from grpo_doctor.diagnostics.config.keys import normalise_config
+from grpo_doctor.diagnostics.importers._base import (
     ParsedLog,
     Source,
+    bracket_depths,
     flatten,
     iter_lines,
+    json_records,
     strip_ansi,
     to_step,
 )
-from diagnostics.importers.hf import run_name_for
+from grpo_doctor.diagnostics.importers.hf import run_name_for
 
 STEP_LINE = re.compile(r"(?<![\w/])step:(\d+) - (\S+?:.*)$")
 _RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")

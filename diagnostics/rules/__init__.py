@@ -6,8 +6,16 @@ a detector over the run's series, an explanation with evidence, ranked causes an
 docs (``docs/troubleshooting.md``, ``docs/field-reports.md``).
 """
 
-from diagnostics.rules import expected, groups, kl, length, optim, policy, reward
-from diagnostics.rules.base import Rule
+from grpo_doctor.diagnostics.rules import (
+                           expected,
+                           groups,
+                           kl,
+                           length,
+                           optim,
+                           policy,
+                           reward,
+)
+from grpo_doctor.diagnostics.rules.base import Rule
 
 RULES: tuple[Rule, ...] = (optim.NONFINITE, *reward.RULES, *groups.RULES, *kl.RULES, *length.RULES,
                            *(r for r in optim.RULES if r is not optim.NONFINITE), *policy.RULES, *expected.RULES)

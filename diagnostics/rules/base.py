@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnostics import signals
-from diagnostics.findings import Evidence, Fix
-from diagnostics.series import DERIVED_FROM, MIN_WINDOW_ROWS, RunSeries
+from grpo_doctor.diagnostics.findings import Evidence, Fix
+from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.series import DERIVED_FROM, MIN_WINDOW_ROWS, RunSeries
 
 W = 10            # optimizer steps in a window (RunSeries.rows turns steps into logged rows)
 
@@ -134,7 +135,7 @@ def median_noise(series: RunSeries, name: str, w: int = W) -> float:
         return series.memo[key]
     needed = max(3 * n, 10)
     values = series.finite(name)[1][:needed]
-    noise = 1.25 * signals.robust_sigma(values) / math.sqrt(n)
+    noise = 1.25 * rolling.robust_sigma(values) / math.sqrt(n)
     if len(values) == needed:
         series.memo[key] = noise
     return noise
@@ -159,7 +160,7 @@ def correlation_upto(series: RunSeries, x_name: str, y_name: str, upto: int) -> 
     if n < done:
         y = series.asof(y_name, steps[:n])
         both = np.isfinite(y)
-        return signals.correlation(x[:n][both], y[both])
+        return rolling.correlation(x[:n][both], y[both])
     if n > done:
         y = series.asof(y_name, steps[done:n])
         both = np.isfinite(y)
@@ -201,16 +202,10 @@ def reward_fell(series: RunSeries, ep: Episode, why: str) -> Evidence | None:
         return None
     before, after = smoothed(series, "reward", ep.start), smoothed(series, "reward", ep.last)
     if after < before - 0.1 * max(abs(before), 1e-9):
-        return Evidence(ep.last, "reward", after, f"reward fell from {fmt(before)} {why}".rstrip())
+        return Evidence(ep.last, "reward", after, f"reward fell from {number(before, 3)} {why}".rstrip())
     return None
 
 
 def start_step(series: RunSeries, name: str) -> int:
     steps = series.finite(name)[0]
     return int(steps[0]) if len(steps) else 0
-
-
-def fmt(x: float) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:.3g}"

@@ -8,13 +8,23 @@ from collections.abc import Callable
 
 import numpy as np
 
-from diagnostics import signals
-from diagnostics.frameworks import framework
-from diagnostics.rules.base import (
-    Episode, Explanation, Rule, Skip, W, at, level, median_noise, not_applicable, row_index, rows
+from grpo_doctor.diagnostics.config.frameworks import framework
+from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.rules.base import (
+    Episode,
+    Explanation,
+    Rule,
+    Skip,
+    W,
+    at,
+    level,
+    median_noise,
+    not_applicable,
+    row_index,
+    rows,
 )
-from diagnostics.rules.policy import CLIP
-from diagnostics.series import RunSeries
+from grpo_doctor.diagnostics.rules.policy import CLIP
+from grpo_doctor.diagnostics.series import RunSeries
 
 
 def note(id: str, title: str, requires: tuple, detect, why: Callable[[RunSeries], str] | str, metric: str,
@@ -95,7 +105,7 @@ def _kl_spike(series, since):
     twice that median on both of the next two rows; reported at the second of them."""
     lo, steps, values = rows(series, "kl", since)
     first = max(0, lo - 2)
-    flags = signals.spikes(values, W, first)                        # rows first.. of values
+    flags = rolling.spikes(values, W, first)                        # rows first.. of values
     out = np.zeros(len(steps), dtype=bool)
     i = np.arange(max(lo, first + 2), len(values))                 # the row two after a candidate spike
     if not len(i):

@@ -5,14 +5,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnostics.findings import Evidence
-from diagnostics.fixes import advice, drop_uniform_groups, make_fix, warmer
-from diagnostics.rules.base import (
-    Episode, Explanation, Rule, W, at, first_present, level, medians, not_applicable, row_index, rows, smoothed,
-    smoothed_evidence
+from grpo_doctor.diagnostics.findings import Evidence
+from grpo_doctor.diagnostics.fixes import advice, drop_uniform_groups, make_fix, warmer
+from grpo_doctor.diagnostics.rules.base import (
+    Episode,
+    Explanation,
+    Rule,
+    W,
+    at,
+    first_present,
+    level,
+    medians,
+    not_applicable,
+    row_index,
+    rows,
+    smoothed,
+    smoothed_evidence,
 )
-from diagnostics.rules.reward import accuracy_component, reward_rising
-from diagnostics.series import RunSeries
+from grpo_doctor.diagnostics.rules.reward import accuracy_component, reward_rising
+from grpo_doctor.diagnostics.series import RunSeries
+
 
 def expected_uniform_share(p: float, G: int) -> float:
     """P(all G binary rewards equal) = p^G + (1 − p)^G (docs/field-reports.md#expected-share-of-uniform-groups)."""

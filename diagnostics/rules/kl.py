@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnostics import signals
-from diagnostics.findings import Evidence
-from diagnostics.fixes import advice, doubled_beta, make_fix, scaled
-from diagnostics.rules.base import (
-    Episode, Explanation, Rule, W, first_present, fmt, medians, reward_fell, rows, smoothed, smoothed_evidence,
-    start_step
+from grpo_doctor.diagnostics.findings import Evidence
+from grpo_doctor.diagnostics.fixes import advice, doubled_beta, make_fix, scaled
+from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.rules.base import (
+    Episode,
+    Explanation,
+    Rule,
+    W,
+    first_present,
+    medians,
+    reward_fell,
+    rows,
+    smoothed,
+    smoothed_evidence,
+    start_step,
 )
-from diagnostics.series import RunSeries
+from grpo_doctor.diagnostics.series import RunSeries
 
 TARGET_HIGH = 0.05   # the adaptive controller's target band, 0.01–0.05 (docs/health-ranges.md#kl-to-the-reference)
 EXTREME = 1.0        # nats per token: the policy's tokens are e-fold likelier or rarer than the reference's
@@ -77,7 +87,7 @@ def _blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
     now = smoothed(series, "kl", ep.last)
     upper = _upper(series)
     evidence = [smoothed_evidence(series, "kl", ep.start, "onset, 10-step median"),
-                smoothed_evidence(series, "kl", ep.last, f"latest; target ≤ {fmt(upper)}")]
+                smoothed_evidence(series, "kl", ep.last, f"latest; target ≤ {number(upper, 3)}")]
     fell = reward_fell(series, ep, "after the KL rise")
     severe = now >= EXTREME or fell is not None
     evidence += [fell] if fell else []
@@ -93,7 +103,7 @@ def _blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
     raise_beta = make_fix(cfg, "raise the KL weight", {"beta": doubled_beta(cfg)})
     if now >= EXTREME:  # no KL weight holds a policy that has moved e-fold: the step size must come down first
         fixes = [make_fix(cfg, "lower the learning rate tenfold", {"learning_rate": scaled(cfg, "learning_rate", 0.1)},
-                          f"KL is {fmt(now)} nats per token, past what raising β can pull back"), raise_beta]
+                          f"KL is {number(now, 3)} nats per token, past what raising β can pull back"), raise_beta]
     else:
         fixes = [raise_beta,
                  make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
@@ -188,7 +198,7 @@ def _negative_detect(series: RunSeries, since):
     name = _kl_metric(series)
     lo, steps, values = rows(series, name, since)
     med = series.roll(name, W, "median", lo, 3)
-    share, spread = signals.below_zero(values, series.rows(W, name), lo)
+    share, spread = rolling.below_zero(values, series.rows(W, name), lo)
     with np.errstate(invalid="ignore"):
         sustained = (share >= 0.8) & (med < -3 * spread) & (med < -1e-3)
         return steps, (med < -1.0) | sustained

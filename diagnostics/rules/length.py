@@ -8,16 +8,42 @@ from __future__ import annotations
 
 import numpy as np
 
-from diagnostics import signals
-from diagnostics.findings import Evidence
-from diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer, without_component
-from diagnostics.rules.base import (
-    Episode, Explanation, Rule, Skip, W, at, correlation_upto, first_present, level, medians, needs,
-    row_index, rows, smoothed, smoothed_evidence, start_step
+from grpo_doctor.diagnostics.findings import Evidence
+from grpo_doctor.diagnostics.fixes import (
+    advice,
+    doubled_beta,
+    make_fix,
+    scaled,
+    warmer,
+    without_component,
 )
-from diagnostics.rules.groups import SPREAD, uniform_metric
-from diagnostics.rules.reward import component_behind
-from diagnostics.series import MIN_WINDOW_ROWS, SAMPLE_EMPTY, SAMPLE_REPETITION, RunSeries
+from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.rules.base import (
+    Episode,
+    Explanation,
+    Rule,
+    Skip,
+    W,
+    at,
+    correlation_upto,
+    first_present,
+    level,
+    medians,
+    needs,
+    row_index,
+    rows,
+    smoothed,
+    smoothed_evidence,
+    start_step,
+)
+from grpo_doctor.diagnostics.rules.groups import SPREAD, uniform_metric
+from grpo_doctor.diagnostics.rules.reward import component_behind
+from grpo_doctor.diagnostics.series import (
+    MIN_WINDOW_ROWS,
+    SAMPLE_EMPTY,
+    SAMPLE_REPETITION,
+    RunSeries,
+)
 
 LENGTH = "completions/mean_length"
 EVAL_LENGTH = "eval/completions/mean_length"  # a hand-written loop's validation rows: the length it logs, if no other
@@ -70,7 +96,7 @@ def _shrink_detect(series: RunSeries, since):
     med = np.full(len(steps), np.nan)
     if first < len(values):
         window = max(series.rows(W, name), MIN_WINDOW_ROWS)
-        med[first - lo:] = signals.rolling(values[b:], window, "median", first - b, 1)
+        med[first - lo:] = rolling.rolling(values[b:], window, "median", first - b, 1)
     with np.errstate(invalid="ignore"):
         return steps, (row_index(lo, len(steps)) >= series.rows(2 * W, name) - 1) & (med <= 0.6 * series.head(name, W))
 
@@ -210,7 +236,7 @@ def _truncation_detect(series: RunSeries, since):
     cap, _ = length_cap(series)
     at_cap = (values >= cap - 0.5).astype(np.float64)
     with np.errstate(invalid="ignore"):
-        return steps, signals.rolling(at_cap, series.rows(W, LENGTH), "mean", lo) >= 0.8  # a whole window of evidence
+        return steps, rolling.rolling(at_cap, series.rows(W, LENGTH), "mean", lo) >= 0.8  # a whole window of evidence
 
 
 def _truncation_gate(series: RunSeries) -> Skip | None:

@@ -7,15 +7,42 @@ import re
 
 import numpy as np
 
-from diagnostics import signals
-from diagnostics.catalogue import FINITE_REQUIRED
-from diagnostics.findings import Evidence
-from diagnostics.fixes import advice, doubled_beta, drop_uniform_groups, make_fix, scaled, warmer
-from diagnostics.rules.base import (
-    Episode, Explanation, Rule, Skip, W, at, first_present, fmt, medians, needs, not_applicable, reward_fell,
-    row_index, rows, smoothed, smoothed_evidence, start_step
+from grpo_doctor.diagnostics.findings import Evidence
+from grpo_doctor.diagnostics.fixes import (
+    advice,
+    doubled_beta,
+    drop_uniform_groups,
+    make_fix,
+    scaled,
+    warmer,
 )
-from diagnostics.series import ENTROPY_MEASURED, GRAD_SIGNAL, RunSeries, decode_detail
+from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.metrics.catalogue import FINITE_REQUIRED
+from grpo_doctor.diagnostics.rules.base import (
+    Episode,
+    Explanation,
+    Rule,
+    Skip,
+    W,
+    at,
+    first_present,
+    medians,
+    needs,
+    not_applicable,
+    reward_fell,
+    row_index,
+    rows,
+    smoothed,
+    smoothed_evidence,
+    start_step,
+)
+from grpo_doctor.diagnostics.series import (
+    ENTROPY_MEASURED,
+    GRAD_SIGNAL,
+    RunSeries,
+    decode_detail,
+)
 
 WATCHED = FINITE_REQUIRED  # the catalogue's metrics that must stay finite (never the loss alone)
 
@@ -111,7 +138,7 @@ def _unexplained_zero_share(series: RunSeries, steps: np.ndarray, lo: int) -> np
     gsteps, grads = (a[start:] for a in series.finite("grad_norm"))
     with np.errstate(invalid="ignore"):
         unexplained = ((grads == 0) & (series.asof("frac_reward_zero_std", gsteps) < 0.5)).astype(np.float64)
-    return signals.rolling(unexplained, W, "mean", lo - start, W)
+    return rolling.rolling(unexplained, W, "mean", lo - start, W)
 
 
 def _zero_grad_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -161,7 +188,7 @@ def _loss_spike_detect(series: RunSeries, since):
     """|loss| above 10 × the median |loss| of the 10 logged rows before it (and 10 MADs), and at least 1."""
     lo, steps, values = rows(series, "loss", since)
     size = np.abs(values)
-    spike = signals.spikes(size, SPIKE_ROWS, lo, k=10.0, ratio=10.0)
+    spike = rolling.spikes(size, SPIKE_ROWS, lo, k=10.0, ratio=10.0)
     return steps, spike & (size[lo:] >= LOSS_FLOOR)
 
 
@@ -171,7 +198,7 @@ def _loss_spike_explain(series: RunSeries, ep: Episode) -> Explanation:
     keep = (steps >= ep.start) & (steps <= ep.last)
     worst = int(np.argmax(np.where(keep, np.abs(values), -np.inf)))
     before = smoothed(series, "loss", int(steps[max(worst - 1, 0)]))
-    evidence = [Evidence(int(steps[worst]), "loss", float(values[worst]), f"the median before it was {fmt(before)}")]
+    evidence = [Evidence(int(steps[worst]), "loss", float(values[worst]), f"the median before it was {number(before, 3)}")]
     for name, note in (("advantage/abs_max", "largest |advantage| at that step"), ("grad_norm", "gradient norm then")):
         if series.has(name):
             evidence.append(at(series, name, int(steps[worst]), note))
@@ -243,7 +270,7 @@ def _spike_detect(series: RunSeries, since):
     lo, steps, values = rows(series, GRAD_SIGNAL, since)
     span = max(SPIKE_ROWS, series.rows(SPIKE_SPAN, GRAD_SIGNAL))
     first = max(0, lo - span + 1)
-    flags = signals.spikes(values, SPIKE_ROWS, first)
+    flags = rolling.spikes(values, SPIKE_ROWS, first)
     total = np.concatenate(([0], np.cumsum(flags)))
     rel = np.arange(lo - first, len(flags))
     recent = total[rel + 1] - total[np.maximum(rel + 1 - span, 0)]  # spikes in the last SPIKE_SPAN steps' rows
@@ -263,7 +290,7 @@ def _spike_rows(series: RunSeries, n: int) -> np.ndarray:
     done, rows = series.memo.get("grad_spikes", (0, np.empty(0, dtype=np.int64)))
     if n > done:
         values = series.finite(GRAD_SIGNAL)[1]
-        rows = np.concatenate([rows, done + np.flatnonzero(signals.spikes(values[:n], SPIKE_ROWS, done))])
+        rows = np.concatenate([rows, done + np.flatnonzero(rolling.spikes(values[:n], SPIKE_ROWS, done))])
         series.memo["grad_spikes"] = (n, rows)
     return rows[rows < n]
 
@@ -274,7 +301,7 @@ def _spike_explain(series: RunSeries, ep: Episode) -> Explanation:
     found = _spike_rows(series, int(np.searchsorted(steps, ep.last, side="right")))[-5:]
     evidence = [Evidence(int(s), "grad_norm", float(v), f"spike: > 10 MADs and 5× the median of the {SPIKE_ROWS} "
                          "logged values before") for s, v in zip(steps[found], values[found])]
-    start = fmt(series.head(GRAD_SIGNAL, max(W, 3 * series.interval_of(GRAD_SIGNAL))))
+    start = number(series.head(GRAD_SIGNAL, max(W, 3 * series.interval_of(GRAD_SIGNAL))), 3)
     evidence.append(smoothed_evidence(series, "grad_norm", ep.last, f"median now; start {start}"))
     causes = ["a batch too small for the reward's variance: single batches yank the policy",
               "outliers from the reward function (check rewards at the spike steps)"]

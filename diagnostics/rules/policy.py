@@ -8,15 +8,25 @@ import math
 
 import numpy as np
 
-from diagnostics.catalogue import GROUP_MEAN_TOLERANCE
-from diagnostics.findings import Evidence
-from diagnostics.fixes import advice, make_fix, scaled
-from diagnostics.frameworks import framework
-from diagnostics.rules.base import (
-    Episode, Explanation, Rule, Skip, W, first_present, level, needs, not_applicable, rows, smoothed,
-    smoothed_evidence
+from grpo_doctor.diagnostics.config.frameworks import framework
+from grpo_doctor.diagnostics.findings import Evidence
+from grpo_doctor.diagnostics.fixes import advice, make_fix, scaled
+from grpo_doctor.diagnostics.metrics.catalogue import GROUP_MEAN_TOLERANCE
+from grpo_doctor.diagnostics.rules.base import (
+    Episode,
+    Explanation,
+    Rule,
+    Skip,
+    W,
+    first_present,
+    level,
+    needs,
+    not_applicable,
+    rows,
+    smoothed,
+    smoothed_evidence,
 )
-from diagnostics.series import RunSeries
+from grpo_doctor.diagnostics.series import RunSeries
 
 CLIP = ("clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean")
 LOGP_DIFF = "sampling/sampling_logp_difference/mean"

@@ -8,14 +8,29 @@ import re
 
 import numpy as np
 
-from diagnostics import signals
-from diagnostics.findings import Evidence
-from diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer
-from diagnostics.rules.base import (
-    Episode, Explanation, Rule, Skip, W, at, correlation_upto, first_present, fmt, median_noise, needs, row_index,
-    rows, smoothed, smoothed_evidence, start_step, start_window
+from grpo_doctor.diagnostics.findings import Evidence
+from grpo_doctor.diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer
+from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.rules.base import (
+    Episode,
+    Explanation,
+    Rule,
+    Skip,
+    W,
+    at,
+    correlation_upto,
+    first_present,
+    median_noise,
+    needs,
+    row_index,
+    rows,
+    smoothed,
+    smoothed_evidence,
+    start_step,
+    start_window,
 )
-from diagnostics.series import SAMPLE_EMPTY, RunSeries
+from grpo_doctor.diagnostics.series import SAMPLE_EMPTY, RunSeries
 
 # "run 100 steps, read reward and KL" (docs/sources.md#a-34-hyperparameters-for-a-7b-model-and-the-tuning-order)
 MIN_STEPS = 100
@@ -179,7 +194,7 @@ def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
     name = score_metric(series)
     steps, values = series.finite(name)
     upto = steps <= ep.start
-    med = signals.rolling(values[upto], series.rows(2 * W, name), "median", min_periods=1)
+    med = rolling.rolling(values[upto], series.rows(2 * W, name), "median", min_periods=1)
     peak_i = int(np.nanargmax(med)) if np.isfinite(med).any() else 0
     evidence = [
         Evidence(start_step(series, name), name, series.head(name, W), "starting level"),
@@ -190,7 +205,7 @@ def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
     if series.has("kl"):
         before, after = smoothed(series, "kl", int(steps[upto][peak_i])), smoothed(series, "kl", ep.start)
         if after > 2 * max(before, 1e-6):
-            evidence.append(smoothed_evidence(series, "kl", ep.start, f"KL jumped from {fmt(before)}"))
+            evidence.append(smoothed_evidence(series, "kl", ep.start, f"KL jumped from {number(before, 3)}"))
     causes.append(f"learning rate too high ({cfg.describe('learning_rate')}); 5e-5 collapsed a 0.6B model "
                   "where 1e-6 was stable")
     beta = cfg.get("beta")

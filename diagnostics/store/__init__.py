@@ -15,19 +15,29 @@ connection (``connection.Connection``: opening, migrations, transactions):
 - ``timeline``: sampled completions and events;
 - ``findings``: the diagnoser's findings.
 
-The schema and its migrations are ``diagnostics.schema``; packing series into blocks is ``diagnostics.blocks``.
+The schema and its migrations are ``diagnostics.store.schema``; packing series into blocks is ``diagnostics.store.packing``.
 """
 
 from __future__ import annotations
 
-from diagnostics.store.connection import DEFAULT_DB, default_db_path
-from diagnostics.store.errors import LeaseHeld, LeaseLost, RunNotFound, StoreError
-from diagnostics.store.findings import StoredFindings
-from diagnostics.store.leases import LEASE_TIMEOUT, Lease, Leases, _pid_alive
-from diagnostics.store.reads import MetricReads
-from diagnostics.store.runs import STATUSES, Run, Runs, runs_frame
-from diagnostics.store.timeline import Timeline
-from diagnostics.store.writes import MetricWrites
+from grpo_doctor.diagnostics.store.connection import DEFAULT_DB, default_db_path
+from grpo_doctor.diagnostics.store.errors import (
+    LeaseHeld,
+    LeaseLost,
+    RunNotFound,
+    StoreError,
+)
+from grpo_doctor.diagnostics.store.findings import StoredFindings
+from grpo_doctor.diagnostics.store.leases import (
+    LEASE_TIMEOUT,
+    Lease,
+    Leases,
+    _pid_alive,
+)
+from grpo_doctor.diagnostics.store.reads import MetricReads
+from grpo_doctor.diagnostics.store.runs import STATUSES, Run, Runs, runs_frame
+from grpo_doctor.diagnostics.store.timeline import Timeline
+from grpo_doctor.diagnostics.store.writes import MetricWrites
 
 
 class RunStore(Runs, Leases, MetricWrites, MetricReads, Timeline, StoredFindings):

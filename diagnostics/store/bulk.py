@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from diagnostics import blocks
-from diagnostics.store.errors import StoreError
+from grpo_doctor.diagnostics.store import packing
+from grpo_doctor.diagnostics.store.errors import StoreError
 
 INSERT_ROW = "INSERT OR REPLACE INTO metrics (run_id, key_id, step, value) VALUES (?,?,?,?)"
 _NO_STEP = -(2**63)
@@ -46,7 +46,7 @@ def insert_blocks(conn: sqlite3.Connection, run_id: int, key_id: int, steps: np.
     """Write a sorted series as consecutive blocks."""
     conn.executemany(
         "INSERT INTO metric_blocks (run_id, key_id, first_step, last_step, steps, vals) VALUES (?,?,?,?,?,?)",
-        [(run_id, key_id, int(s[0]), int(s[-1]), *blocks.encode(s, v)) for s, v in blocks.chunks(steps, values)],
+        [(run_id, key_id, int(s[0]), int(s[-1]), *packing.encode(s, v)) for s, v in packing.chunks(steps, values)],
     )
 
 
@@ -83,7 +83,7 @@ class BulkWrite:
 
     def feed(self, rows: Iterable[tuple[int, Mapping[str, object]]]) -> tuple[int, int | None]:
         """Buffer (or write) every value; returns (the number of steps, the largest step)."""
-        size = blocks.BLOCK_SIZE
+        size = packing.BLOCK_SIZE
         buffers, start, pack = self.buffers, self._start, self._pack
         conn, run_id = self.conn, self.run_id
         n, last = 0, None

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from diagnostics import fs
-from diagnostics.schema import migrate
-from diagnostics.store.errors import StoreError
+from grpo_doctor.diagnostics.store import filesystem
+from grpo_doctor.diagnostics.store.errors import StoreError
+from grpo_doctor.diagnostics.store.schema import migrate
 
 if TYPE_CHECKING:
-    from diagnostics.store.bulk import BulkWrite
-    from diagnostics.store.leases import Lease
+    from grpo_doctor.diagnostics.store.bulk import BulkWrite
+    from grpo_doctor.diagnostics.store.leases import Lease
 
 # numpy integers (ids read from a DataFrame) would otherwise bind as blobs and match nothing.
 for _np_int in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
@@ -42,13 +42,13 @@ class Connection:
 
     def __init__(self, path: str | os.PathLike = ":memory:", *, timeout: float = 30.0, unsafe_fs: bool | None = None):
         """``unsafe_fs``: open a file on a network filesystem anyway (None: as ``--unsafe-fs`` / ``$GRPO_DOCTOR_UNSAFE_FS``
-        says); without it such a file is refused (``diagnostics.fs``)."""
+        says); without it such a file is refused (``diagnostics.store.filesystem``)."""
         self.path = str(path)
         if self.path != ":memory:":
             folder = Path(self.path).resolve().parent
             if not folder.is_dir():
                 raise StoreError(f"{self.path}: folder {folder} does not exist")
-            _check_filesystem(self.path, folder, fs.unsafe_allowed() if unsafe_fs is None else unsafe_fs)
+            _check_filesystem(self.path, folder, filesystem.unsafe_allowed() if unsafe_fs is None else unsafe_fs)
         try:
             self.conn = sqlite3.connect(
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -112,10 +112,10 @@ _WARNED: set[str] = set()
 
 def _check_filesystem(path: str, folder: Path, unsafe: bool) -> None:
     """Refuse a store on a network filesystem (one line saying why and what to do), or warn once when allowed."""
-    found = fs.network_fs(folder)
+    found = filesystem.network_fs(folder)
     if found is None:
         return
-    message = fs.refusal(path, *found)
+    message = filesystem.refusal(path, *found)
     if not unsafe:
         raise StoreError(message)
     if path not in _WARNED:

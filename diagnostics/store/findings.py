@@ -7,8 +7,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict
 
-from diagnostics.findings import Finding, most_severe_first
-from diagnostics.store.connection import Connection
+from grpo_doctor.diagnostics.findings import Finding, most_severe_first
+from grpo_doctor.diagnostics.store.connection import Connection
 
 
 def _detail(f: Finding) -> str:

@@ -14,8 +14,8 @@ import socket
 import time
 from dataclasses import dataclass
 
-from diagnostics.store.connection import Connection
-from diagnostics.store.errors import LeaseHeld, LeaseLost, RunNotFound
+from grpo_doctor.diagnostics.store.connection import Connection
+from grpo_doctor.diagnostics.store.errors import LeaseHeld, LeaseLost, RunNotFound
 
 #: A lease from another host whose heartbeat is older than this (seconds) is taken over. On this host the
 #: writer's process is checked instead. The trainer beats every 10 s.

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from diagnostics import blocks
-from diagnostics.store.connection import Connection
+from grpo_doctor.diagnostics.store import packing
+from grpo_doctor.diagnostics.store.connection import Connection
 
 Series = dict[str, tuple[np.ndarray, np.ndarray]]  # {metric: (int64 steps, float64 values)}
 
@@ -45,7 +45,7 @@ class MetricReads(Connection):
                 + key_filter + " ORDER BY key_id, step", params).fetchall()
         parts: dict[int, list] = {}
         for key_id, _, steps_blob, vals_blob in block_rows:
-            steps, values = blocks.decode(steps_blob, vals_blob)
+            steps, values = packing.decode(steps_blob, vals_blob)
             keep = (steps > since) & (steps <= until)
             parts.setdefault(key_id, []).append((steps[keep], values[keep]))
         tails: dict[int, list] = {}
@@ -53,14 +53,14 @@ class MetricReads(Connection):
             tails.setdefault(row[0], []).append((row[1], row[2]))
         out = {}
         for key_id in sorted(set(parts) | set(tails), key=lambda k: names_of[k]):
-            row_steps, row_values = blocks.rows_to_arrays(tails.get(key_id, []))
-            out[names_of[key_id]] = blocks.merge(parts.get(key_id, []), row_steps, row_values)
+            row_steps, row_values = packing.rows_to_arrays(tails.get(key_id, []))
+            out[names_of[key_id]] = packing.merge(parts.get(key_id, []), row_steps, row_values)
         return out
 
     def steps(self, run_id: int) -> np.ndarray:
         """Every step that has at least one metric, sorted."""
         with self._snapshot():
-            parts = [blocks.decode(b, b"")[0] for (b,) in self.conn.execute(
+            parts = [packing.decode(b, b"")[0] for (b,) in self.conn.execute(
                 "SELECT steps FROM metric_blocks WHERE run_id = ?", (run_id,))]
             parts.append(np.array([r[0] for r in self.conn.execute(
                 "SELECT DISTINCT step FROM metrics WHERE run_id = ?", (run_id,))], dtype=np.int64))
@@ -112,7 +112,7 @@ class MetricReads(Connection):
                 " (SELECT MAX(last_step) FROM metric_blocks WHERE run_id = b.run_id AND key_id = b.key_id)",
                 (run_id,),
             ):
-                steps, values = blocks.decode(steps_blob, vals_blob)
+                steps, values = packing.decode(steps_blob, vals_blob)
                 last[names_of[key_id]] = (int(steps[-1]), float(values[-1]))
             for key_id, step, value in self.conn.execute(
                 "SELECT m.key_id, m.step, m.value FROM metrics m JOIN (SELECT key_id, MAX(step) AS step"
@@ -142,7 +142,7 @@ class MetricReads(Connection):
             "SELECT key_id, steps, vals FROM metric_blocks WHERE run_id = ? AND last_step >= ? AND first_step <= ?",
             (run_id, step, step),
         ):
-            steps, values = blocks.decode(steps_blob, vals_blob)
+            steps, values = packing.decode(steps_blob, vals_blob)
             i = int(np.searchsorted(steps, step))
             if i < len(steps) and steps[i] == step:
                 found[key_id] = float(values[i])

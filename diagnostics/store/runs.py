@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, fields
 
 import pandas as pd
 
-from diagnostics.store.connection import Connection
-from diagnostics.store.errors import RunNotFound, StoreError
-from diagnostics.store.leases import Lease
+from grpo_doctor.diagnostics.store.connection import Connection
+from grpo_doctor.diagnostics.store.errors import RunNotFound, StoreError
+from grpo_doctor.diagnostics.store.leases import Lease
 
 STATUSES = ("running", "finished", "crashed", "stopped")
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from diagnostics.store.connection import Connection
+from grpo_doctor.diagnostics.store.connection import Connection
 
 _SAMPLE_COLUMNS = {"group", "prompt", "completion", "reward", "length", "truncated"}  # the rest goes to extra
 

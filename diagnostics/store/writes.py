@@ -2,7 +2,7 @@
 and cutting a run back to a step (a resume redoes the steps after its checkpoint).
 
 A series lives partly in ``metric_blocks`` (old steps, packed) and partly in ``metrics`` rows (the live tail
-and any step written again later); a row wins over a block entry with the same step (``diagnostics.blocks``).
+and any step written again later); a row wins over a block entry with the same step (``diagnostics.store.packing``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 
-from diagnostics import blocks
-from diagnostics.store.bulk import INSERT_ROW, BulkWrite, as_float, insert_blocks
-from diagnostics.store.connection import Connection
+from grpo_doctor.diagnostics.store import packing
+from grpo_doctor.diagnostics.store.bulk import (
+    INSERT_ROW,
+    BulkWrite,
+    as_float,
+    insert_blocks,
+)
+from grpo_doctor.diagnostics.store.connection import Connection
 
 
 class MetricWrites(Connection):
@@ -52,8 +57,8 @@ class MetricWrites(Connection):
                 "UPDATE runs SET heartbeat = ?, last_step = MAX(COALESCE(last_step, ?), ?) WHERE id = ?",
                 (time.time(), step, step, run_id),
             )
-            if step % blocks.BLOCK_SIZE == 0 and step > blocks.BLOCK_SIZE:
-                self.compact(run_id, step - blocks.BLOCK_SIZE)  # keep the live tail as rows
+            if step % packing.BLOCK_SIZE == 0 and step > packing.BLOCK_SIZE:
+                self.compact(run_id, step - packing.BLOCK_SIZE)  # keep the live tail as rows
 
     def write_steps(self, run_id: int, rows: Iterable[tuple[int, Mapping[str, object]]]) -> int:
         """Bulk-write ``(step, metrics)`` rows (importers); returns the number of steps.
@@ -96,13 +101,13 @@ class MetricWrites(Connection):
                 rows = self.conn.execute(
                     "SELECT step, value FROM metrics WHERE run_id = ? AND key_id = ? AND step <= ?"
                     " ORDER BY step", (run_id, key_id, bound)).fetchall()
-                row_steps, row_values = blocks.rows_to_arrays(rows)
+                row_steps, row_values = packing.rows_to_arrays(rows)
                 first, last = int(row_steps[0]), int(row_steps[-1])
                 old = self.conn.execute(
                     "SELECT first_step, steps, vals FROM metric_blocks WHERE run_id = ? AND key_id = ?"
                     " AND last_step >= ? AND first_step <= ? ORDER BY first_step",
                     (run_id, key_id, first, last)).fetchall()
-                steps, values = blocks.merge([blocks.decode(b[1], b[2]) for b in old], row_steps, row_values)
+                steps, values = packing.merge([packing.decode(b[1], b[2]) for b in old], row_steps, row_values)
                 self.conn.executemany(
                     "DELETE FROM metric_blocks WHERE run_id = ? AND key_id = ? AND first_step = ?",
                     [(run_id, key_id, b[0]) for b in old])
@@ -127,7 +132,7 @@ class MetricWrites(Connection):
             for key_id, first_step, steps_blob, vals_blob in straddling:
                 self.conn.execute("DELETE FROM metric_blocks WHERE run_id = ? AND key_id = ? AND first_step = ?",
                                   (run_id, key_id, first_step))
-                steps, values = blocks.decode(steps_blob, vals_blob)
+                steps, values = packing.decode(steps_blob, vals_blob)
                 keep = steps <= step
                 if keep.any():
                     insert_blocks(self.conn, run_id, key_id, steps[keep], values[keep])

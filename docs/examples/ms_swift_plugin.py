@@ -17,7 +17,7 @@ import os
 
 from swift.callbacks import callbacks_map
 
-from trainer.callbacks import GRPODoctorCallback
+from grpo_doctor import GRPODoctorCallback
 
 
 def grpo_doctor(args, trainer):

@@ -1,0 +1,29 @@
+"""The dashboard's entry point: ``grpo-doctor dashboard`` runs ``streamlit run`` on this file.
+
+It only sets up the page and the navigation; each view is a thin script in ``app_pages/`` that reads
+through ``diagnostics`` and draws with the ``app`` modules.
+"""
+
+import streamlit as st
+
+from grpo_doctor.app.dashboard.session import (
+    COMPARE_PAGE,
+    DOCS_PAGE,
+    IMPORT_PAGE,
+    PAGES_DIR,
+    RUN_PAGE,
+    RUNS_PAGE,
+    SAMPLES_PAGE,
+)
+
+st.set_page_config(page_title="GRPO Doctor", page_icon=":material/stethoscope:", layout="wide")
+page = st.navigation([
+    st.Page(RUNS_PAGE, title="Runs", icon=":material/list:", default=True),
+    st.Page(RUN_PAGE, title="Run", icon=":material/monitoring:", url_path="run"),
+    st.Page(SAMPLES_PAGE, title="Samples", icon=":material/chat:", url_path="samples"),
+    st.Page(COMPARE_PAGE, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page(IMPORT_PAGE, title="Import", icon=":material/upload_file:", url_path="import"),
+    st.Page(PAGES_DIR / "teach.py", title="Teach", icon=":material/school:", url_path="teach"),
+    st.Page(DOCS_PAGE, title="Docs", icon=":material/menu_book:", url_path="docs"),
+])
+page.run()

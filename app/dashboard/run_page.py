@@ -1,0 +1,299 @@
+"""The Run page's sections, as Streamlit functions over one ``RunTick`` (what one refresh of the page shows; the
+page script only wires them up, inside a fragment that reruns every second while the run trains).
+
+``load`` reads the run once per tick: its new steps (the diagnoser examines only those), its findings and its
+parent's and children's. Two sections read the store again as they draw: the findings panel (the series a
+fix's outcome is judged on, a TRL run's checkpoints, and a restart when its button is pressed) and the remote
+controls (their requests' status).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pandas as pd
+import streamlit as st
+
+from grpo_doctor.app.dashboard import chart, diagnosis, findings_panel
+from grpo_doctor.app.dashboard.access import control_refusal, require_control
+from grpo_doctor.app.dashboard.doc_sections import with_reference_links
+from grpo_doctor.app.dashboard.figures import (
+    MAX_POINTS,
+    LiveFigures,
+    blank_reason,
+    metric_spec,
+)
+from grpo_doctor.app.dashboard.session import RUN_PAGE, RUN_PARAM, open_store
+from grpo_doctor.app.launch import processes
+from grpo_doctor.diagnostics.metrics.catalogue import health
+from grpo_doctor.diagnostics.report.metric_text import config_text, grouped
+from grpo_doctor.diagnostics.report.status_lines import (
+    GROUP_TITLES,
+    GroupStatus,
+    group_statuses,
+    health_config,
+)
+from grpo_doctor.diagnostics.series import RunSeries
+from grpo_doctor.diagnostics.store import RunNotFound, control_requests
+
+REFRESH_SECONDS = 1  # a followed log's new line is on the page within about 2 s (benchmarks/bench_follow.py)
+SLOW_REFRESH_SECONDS = 10
+_FIGURES_KEY = "run.figures"
+
+
+@dataclass
+class RunTick:
+    """What one tick of the Run page shows: the run, its series (those the diagnoser reads), its relatives."""
+
+    run: dict
+    series: RunSeries
+    runs: pd.DataFrame  # every run (for the lineage)
+    family: findings_panel.Family | None = None
+    marks: dict[str, list[tuple]] = field(default_factory=dict)  # finding onsets, by metric
+    statuses: list[GroupStatus] = field(default_factory=list)  # one line per metric group, as the findings say
+
+    def config(self) -> dict:
+        """The config the health bands are read for (as the status lines and the diagnoser read them)."""
+        return health_config(self.series)
+
+    def names(self) -> list[str]:
+        return self.series.names()
+
+    def steps(self) -> int:
+        return max((len(self.series.raw(n)[0]) for n in self.names()), default=0)
+
+    def metric(self, name: str) -> pd.Series:
+        steps, values = self.series.raw(name)
+        return pd.Series(values, index=pd.Index(steps, name="step", copy=False), name=name, copy=False)
+
+
+def is_live(runs: pd.DataFrame, run_id: int) -> bool:
+    """Worth following: the run is running, or a child restarted from it is starting or running."""
+    row = runs.loc[runs["id"] == run_id]
+    children = runs.loc[runs["parent_id"] == run_id]
+    starting = [p for p in processes.pending(runs["name"]) if len(row) and p.parent == row["name"].iloc[0]]
+    return bool((row["status"] == "running").any() or (children["status"] == "running").any() or starting)
+
+
+def load(run_id: int, *, with_findings: bool = True) -> RunTick | None:
+    """The run brought up to date (only the steps logged since the last tick are read and examined), and
+    ``with_findings`` its findings, read into its family (with its parent's and children's), its onsets by metric
+    and its status lines; without, only the series (the diagnoser still examines the new steps)."""
+    with open_store() as store:
+        processes.reap(store)
+        try:
+            run = store.get_run(run_id)
+        except RunNotFound:
+            return None
+        diagnoser = diagnosis.current(store, run_id)
+        runs = store.list_runs()
+        tick = RunTick(run, diagnoser.series, runs)
+        if with_findings:
+            found = diagnoser.findings()
+            tick.family = _family(store, run, runs, found)
+            tick.marks = findings_panel.onset_marks(tick.family.findings)
+            tick.statuses = group_statuses(diagnoser.series, found, {**diagnoser.skipped, **diagnoser.not_applicable})
+    return tick
+
+
+def _family(store, run: dict, runs: pd.DataFrame, findings: list) -> findings_panel.Family:
+    family = findings_panel.Family(findings)
+    family.find_restart_points(store, run)
+    if run.get("parent_id") is not None and (runs["id"] == run["parent_id"]).any():
+        family.parent = store.get_run(run["parent_id"])
+        family.parent_findings = diagnosis.stored(store, family.parent)
+    for child_id in runs.loc[runs["parent_id"] == run["id"], "id"]:
+        child = store.get_run(int(child_id))
+        family.children.append(child)
+        family.child_findings[child["id"]] = diagnosis.stored(store, child)
+    return family
+
+
+def findings(tick: RunTick) -> None:
+    findings_panel.panel(tick.run, tick.family, tick.metric)
+
+
+def follow(run_id: int, smoothing: float, live: bool) -> None:
+    """One tick of the Run page's live part: the run brought up to date, its header, lineage, findings and
+    health charts. ``live`` says whether the page was drawn with the 1-second timer; when that changes (the
+    run, or a child restarted from it, started or ended) the whole page is drawn again."""
+    tick = load(run_id)
+    if tick is None:
+        st.warning("This run has been deleted.")
+        return
+    if is_live(tick.runs, run_id) != live:
+        st.rerun()
+    header(tick)
+    status(tick)
+    findings(tick)
+    lineage(tick)
+    if not tick.names():
+        st.info("No metrics logged yet.")
+        return
+    downsampling_note(tick)
+    names = health_metrics(tick.names(), tick.config())
+    first = first_charts(names, tick.marks)
+    charts(tick, first, smoothing, tick.marks)
+    rest = [n for n in names if n not in first]
+    if rest and st.toggle(f"Show the other {len(rest)} health charts", key="run.more",
+                          help="every metric the documents give a range for; drawn on demand, so the page opens fast"):
+        charts(tick, rest, smoothing, tick.marks, key="run.more")
+
+
+def smoothing_control(key: str) -> float:
+    return st.slider("Smoothing (EMA weight)", 0.0, 0.99, 0.0, 0.01, key=key,
+                     help="TensorBoard's smoothing: 0 draws the raw values; the raw line stays faded behind.")
+
+
+def _step_text(run: dict) -> str:
+    last = run.get("last_step")
+    if last is None:
+        return "no step yet"
+    total = run["config"].get("max_steps") if run["source"] == "grpo-doctor" else None
+    return f"step {last}" + (f" of {total}" if total else "")
+
+
+def header(tick: RunTick) -> None:
+    run = tick.run
+    essentials = config_text(run["config"])
+    st.caption(f"status **{run['status']}** · source {run['source']} · {_step_text(run)}"
+               + (f" · {essentials}" if essentials else ""))
+    if control_requests.controllable(run):
+        remote_controls(run)
+    elif run["status"] == "running" and run.get("source_path"):
+        st.caption("This run is followed from its log: stop it in your own launcher (for verl, stop the job and "
+                   "relaunch with `trainer.resume_mode=auto`); each finding's fix is given in its framework's terms.")
+    elif run["status"] == "running" and run.get("pid"):
+        if st.button("Stop run", key="run.stop", help="SIGTERM: the run finishes its step and saves a checkpoint"):
+            try:
+                require_control()
+                st.success(processes.stop(run))
+            except processes.LaunchError as e:
+                st.error(str(e))
+
+
+def remote_controls(run: dict) -> None:
+    """A run trained in the user's own trainer with GRPODoctorCallback: requests it reads at its next step."""
+    left, right = st.columns(2)
+    asked = None
+    if left.button("Save checkpoint now", key="run.remote.save", help="the callback saves at its next step"):
+        asked = "save"
+    if right.button("Stop (after a checkpoint)", key="run.remote.stop",
+                    help="the callback saves a checkpoint at its next step, then training stops on every rank"):
+        asked = "stop"
+    with open_store() as store:
+        if asked:
+            refused = control_refusal()
+            if refused:
+                st.error(refused)
+            else:
+                control_requests.request(store, run["id"], asked)
+        lines = control_requests.status(store, run["id"])
+    if lines:
+        st.caption(" · ".join(lines[:3]))
+
+
+STATUS_ICONS = {"critical": ":red[:material/error:]", "warning": ":orange[:material/warning:]",
+                "info": ":blue[:material/info:]", "ok": ":green[:material/check_circle:]"}
+
+
+def status(tick: RunTick) -> None:
+    """One line per metric group, agreeing with the findings (``diagnostics.report.status_lines``)."""
+    if not tick.statuses:
+        return
+    st.markdown("\n".join(f"- {STATUS_ICONS[s.state]} **{GROUP_TITLES.get(s.group, s.group)}**: {_md(s.text)}"
+                          for s in tick.statuses))
+
+
+def _md(text: str) -> str:
+    """Plain text for markdown (no accidental emphasis, strike-through or colour directives), with each reference
+    into the docs a link to its section on the Docs page."""
+    return with_reference_links(text, _escaped)
+
+
+def _escaped(text: str) -> str:
+    for ch in ("*", "_", "~", "[", "]", "$"):
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def lineage(tick: RunTick) -> None:
+    """The parent this run was restarted from, and the children restarted from it."""
+    run, runs = tick.run, tick.runs
+    if run.get("parent_id") is not None:
+        parent = runs.loc[runs["id"] == run["parent_id"]]
+        name = parent["name"].iloc[0] if len(parent) else f"run {run['parent_id']}"
+        st.markdown(f"↳ Restarted from **{name}** at step {run['parent_step']}: {run.get('restart_reason') or ''}")
+        st.page_link(RUN_PAGE, label=f"Open {name}", query_params={RUN_PARAM: str(run["parent_id"])},
+                     icon=":material/arrow_upward:")
+    children = runs.loc[runs["parent_id"] == run["id"]]
+    for child in children.itertuples(index=False):
+        st.markdown(f"↳ Child **{child.name}** ({child.status}, step {_int_text(child.last_step)}) from step "
+                    f"{_int_text(child.parent_step)}: {child.restart_reason or ''}")
+        st.page_link(RUN_PAGE, label=f"Open {child.name}", query_params={RUN_PARAM: str(child.id)},
+                     icon=":material/arrow_downward:")
+    for started in processes.pending(runs["name"]):
+        if started.parent != run["name"]:
+            continue
+        if started.exit_code() is None:
+            st.info(f"Starting child **{started.run_name}** (pid {started.pid})…")
+        else:
+            st.error(f"Child {started.run_name} did not start: {started.error()}")
+
+
+def _int_text(value: int | None) -> str:
+    return "–" if value is None else str(value)
+
+
+#: Charted (and refreshed every second) beside every metric with a health range, whether or not it has one.
+ALWAYS_CHARTED = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length",
+                  "completions/clipped_ratio", "repetition", "policy_loss", "kl_loss")
+
+
+VITAL = ("reward", "kl", "completions/mean_length", "entropy")  # drawn first on every run
+FIRST_CHARTS_ALL = 8  # a run with at most this many health charts shows them all at once
+
+
+def first_charts(names: list[str], marks: Mapping[str, object]) -> list[str]:
+    """The charts the Run page opens with: the four to watch on any run and every metric a finding marks; the
+    rest wait behind a toggle (a browser draws plotly charts one after another: fewer charts, a faster page)."""
+    if len(names) <= FIRST_CHARTS_ALL:
+        return list(names)
+    return [n for n in names if n in VITAL or n in marks]
+
+
+def health_metrics(names: list[str], config: dict) -> list[str]:
+    """The metrics drawn first: those the docs give a health range for (with this config), and the headline."""
+    return [n for n in names if n in ALWAYS_CHARTED or health(n, config) is not None]
+
+
+def charts(tick: RunTick, names: list[str], smoothing: float, marks: dict[str, list[tuple]] | None = None,
+           key: str = "run.chart") -> None:
+    """A chart per metric, grouped as in the catalogue, two to a row; a chart that cannot show anything for this
+    run's config (``charts.blank_reason``) is folded away with the reason."""
+    config = tick.config()
+    marks = marks or {}
+    figures = st.session_state.setdefault(_FIGURES_KEY, LiveFigures())  # reused from tick to tick
+    for group, members in grouped(names):
+        st.subheader(group)
+        columns = st.columns(2)
+        for i, name in enumerate(members):
+            with columns[i % 2]:
+                series, band = tick.metric(name), health(name, config)
+                spec = metric_spec(series, band, name, smoothing=smoothing, marks=marks.get(name, ()))
+                figure = figures.figure(f"{key}.{name}", *spec)
+                reason = blank_reason(name, series, band, config)
+                if reason is None:
+                    chart.show(figure, f"{key}.{name}")
+                    continue
+                with st.expander(f"{name}: nothing to show here ({reason})", icon=":material/visibility_off:"):
+                    chart.show(figure, f"{key}.{name}")
+
+
+def downsampling_note(tick: RunTick) -> None:
+    steps = tick.steps()
+    if steps > MAX_POINTS:
+        bucket = -(-steps // (MAX_POINTS // 2))
+        st.caption(f"{steps:,} steps: each chart shows the lowest and highest value of every {bucket} "
+                   "steps, so spikes stay visible; the diagnoser reads every step.")

@@ -1,0 +1,24 @@
+"""How GRPO Doctor starts Python children (the trainer, the CLI, Streamlit): ``python -P -m <full module name>``.
+
+``-P`` keeps the current folder off ``sys.path``, so a user's ``trainer.py`` or ``app.py`` can never stand in for a
+module of ours or of a library (the trainer puts it back, last, only to import a user's own reward functions).
+Standard library only: the CLI imports this at start-up.
+"""
+
+from __future__ import annotations
+
+import sys
+
+TRAINER = "grpo_doctor.trainer"
+CLI = "grpo_doctor.app.cli.main"
+STREAMLIT = "streamlit"
+
+
+def python_module(module: str) -> list[str]:
+    """The argument list that runs ``module`` as ``__main__`` in this interpreter, the current folder unseen."""
+    return [sys.executable, "-P", "-m", module]
+
+
+def is_trainer_argv(argv: list[bytes]) -> bool:
+    """A process command line (``/proc/PID/cmdline`` split on NUL) that runs the embedded trainer."""
+    return any(a == TRAINER.encode() for a in argv) and b"-m" in argv

@@ -1,0 +1,189 @@
+"""A run's configuration as the rules read it: recorded values (from the log, or given by the user), then values
+read off the logged metrics (the logged learning rate, the length cap visible in ``completions/max_length``),
+then the framework's defaults, which are only *assumed* and said to be.
+
+TRL's GRPO defaults changed between versions (β 0.04 → 0, ``loss_type`` grpo → bnpo → dapo,
+``max_completion_length`` 256 → 512), so the version window read from the metric names picks the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from grpo_doctor.diagnostics.config.frameworks import OURS, TRL_OLD_DEFAULTS, framework
+
+# TRL's metric keys by the version that added them (TRL's release notes and its trainer's logging code).
+_TRL_FIRST_SEEN = (
+    ((0, 17), ("completions/clipped_ratio", "clip_ratio/low_mean", "clip_ratio/high_mean")),
+    ((0, 18), ("frac_reward_zero_std",)),
+    ((0, 20), ("entropy",)),
+    ((0, 23), ("sampling/sampling_logp_difference/mean", "sampling/importance_sampling_ratio/mean")),
+)
+CLIP_METRICS = ("clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean")
+IS_METRICS = ("sampling/importance_sampling_ratio/mean", "sampling/sampling_logp_difference/mean")
+CEILING_ROWS = 3  # rows at exactly the same largest mean length that make it a cap
+
+
+def trl_version(metric_names: Iterable[str]) -> tuple[str | None, bool]:
+    """What the metric names say about the TRL version, and whether it is 0.16 or older (only the old
+    ``completion_length`` key). A missing key proves nothing (the Liger path logs no ``entropy``)."""
+    names = set(metric_names)
+    if "completion_length" in names and not names & {"completions/mean_length", "completions/clipped_ratio"}:
+        return "TRL <= 0.16 (logs completion_length, not completions/*)", True
+    found = None
+    for version, keys in _TRL_FIRST_SEEN:
+        hit = next((k for k in keys if k in names), None)
+        if hit:
+            found = f"TRL >= {version[0]}.{version[1]} (logs {hit})"
+    return found, False
+
+
+@dataclass
+class LoggedFacts:
+    """What a run's metrics say about its config, kept up to date row by row (``RunSeries``)."""
+
+    lr_peak: float | None = None      # the largest logged learning rate
+    lr_last: float | None = None      # the latest
+    cap: float | None = None          # the longest completion at a step where completions were truncated
+    longest_mean: float | None = None  # the largest mean completion length, and how many rows reached it exactly:
+    at_longest_mean: int = 0           # a ceiling the mean hits again and again is the cap (every completion cut)
+    clipped: bool = False             # some clip ratio above 0
+    importance_sampling: bool = False  # a separate rollout engine's importance-sampling metrics are logged
+
+
+@dataclass
+class RunConfig:
+    """``get`` answers recorded values first, then values read off the metrics (``logged``), then assumed
+    defaults (``assumed``). ``inferred`` holds facts known only as a bound: ``{"beta": "> 0 (kl is logged)"}``."""
+
+    values: dict
+    framework: str                      # grpo-doctor, trl, ms-swift, verl or unknown
+    assumed: dict = field(default_factory=dict)
+    version: str | None = None          # "TRL >= 0.18 (logs frac_reward_zero_std)"
+    inferred: dict = field(default_factory=dict)
+    logged: dict = field(default_factory=dict)       # key -> value read off the metrics
+    logged_how: dict = field(default_factory=dict)   # key -> how it was read
+
+    def get(self, key: str, default=None):
+        for source in (self.values, self.logged, self.assumed):
+            value = source.get(key)
+            if value is not None:
+                return value
+        return default
+
+    def recorded(self, key: str) -> bool:
+        return self.values.get(key) is not None
+
+    def is_assumed(self, key: str) -> bool:
+        """The value ``get`` answers is a framework default, not known from this run."""
+        return not self.recorded(key) and key not in self.logged and key not in self.inferred and key in self.assumed
+
+    def describe(self, key: str) -> str:
+        """``beta = 0.04``, ``learning_rate = 1e-06 (read off ...)``, ``beta = 0.0 (assumed: ...)`` or
+        ``beta not recorded``."""
+        if self.recorded(key):
+            return f"{key} = {self.values[key]}"
+        if key in self.logged:
+            return f"{key} = {self.logged[key]:g} ({self.logged_how[key]})"
+        if key in self.inferred:
+            return f"{key} {self.inferred[key]}"
+        if key in self.assumed:
+            return f"{key} = {self.assumed[key]} (assumed: {self.framework} default, not recorded)"
+        return f"{key} not recorded"
+
+    @property
+    def ours(self) -> bool:
+        return self.framework == OURS
+
+    def one_update_per_rollout(self) -> bool | None:
+        """num_iterations = 1 and one optimizer step per generation batch (None: unknown)."""
+        if str(self.inferred.get("num_iterations", "")).startswith(">"):
+            return False
+        mu = self.get("num_iterations")
+        if mu is None:
+            return None
+        spg, ga = self.get("steps_per_generation"), self.get("gradient_accumulation_steps")
+        return int(mu) == 1 and (spg is None or ga is None or int(spg) == int(ga))
+
+
+def run_config(source: str, config: Mapping | None, metric_names: Iterable[str],
+               facts: LoggedFacts | None = None) -> RunConfig:
+    """A run's config as the rules read it: recorded values, what the metrics show, then the framework's defaults."""
+    config = dict(config or {})
+    names = set(metric_names)
+    values = {k: v for k, v in config.items() if k != "raw"}
+    if source == OURS:
+        return RunConfig(values, OURS)
+    fw = framework(source if source in ("csv", "jsonl") else values.pop("framework", None) or source)
+    values.pop("framework", None)
+    version_text = None
+    assumed = dict(fw.defaults)
+    if fw.name == "trl":
+        version_text, old = trl_version(names)
+        assumed = dict(TRL_OLD_DEFAULTS) if old else assumed
+    assumed = {k: v for k, v in assumed.items() if values.get(k) is None}
+    cfg = RunConfig(values, fw.name, assumed, version_text)
+    if values.get("beta") is None and "kl" in names:
+        assumed.pop("beta", None)  # kl is only logged when β ≠ 0 (docs/field-reports.md#kl-missing)
+        cfg.inferred["beta"] = "> 0 (kl is logged; value not recorded)"
+    if facts is not None:
+        _read_facts(cfg, fw, facts)
+    return cfg
+
+
+def _read_facts(cfg: RunConfig, fw, facts: LoggedFacts) -> None:
+    if not cfg.recorded("learning_rate") and facts.lr_peak is not None and facts.lr_peak > 0:
+        cfg.logged["learning_rate"] = facts.lr_peak
+        cfg.assumed.pop("learning_rate", None)
+        now = f"; now {facts.lr_last:g}" if facts.lr_last is not None and facts.lr_last != facts.lr_peak else ""
+        cfg.logged_how["learning_rate"] = f"the peak of the logged learning_rate{now}"
+    if not cfg.recorded("max_completion_length") and facts.cap is not None:
+        cfg.logged["max_completion_length"] = facts.cap
+        cfg.assumed.pop("max_completion_length", None)
+        cfg.logged_how["max_completion_length"] = "the longest completion at steps with truncated completions"
+    elif not cfg.recorded("max_completion_length") and facts.at_longest_mean >= CEILING_ROWS:
+        cfg.logged["max_completion_length"] = facts.longest_mean
+        cfg.assumed.pop("max_completion_length", None)
+        cfg.logged_how["max_completion_length"] = (f"the mean completion length hits exactly this ceiling at "
+                                                   f"{facts.at_longest_mean} steps: every completion cut there")
+    if (fw.clipping_implies_several_updates and facts.clipped and not facts.importance_sampling
+            and not cfg.recorded("num_iterations")):
+        cfg.assumed.pop("num_iterations", None)
+        cfg.inferred["num_iterations"] = ("> 1 or steps_per_generation > gradient_accumulation_steps (clip ratios "
+                                          "above 0: several updates per rollout)")
+
+
+def update_facts(facts: LoggedFacts, fresh: Mapping, asof) -> None:
+    """Extend ``facts`` with a RunSeries' new rows ``{metric: (steps, values)}``; ``asof(name, steps)`` gives a metric's
+    value as of each step (for truncation at the steps of ``completions/max_length``)."""
+    if "learning_rate" in fresh:
+        values = np.asarray(fresh["learning_rate"][1], dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if len(values):
+            top = float(values.max())
+            facts.lr_peak = top if facts.lr_peak is None else max(facts.lr_peak, top)
+            facts.lr_last = float(values[-1])
+    if "completions/max_length" in fresh:
+        steps, longest = fresh["completions/max_length"]
+        truncated = asof("completions/clipped_ratio", steps) > 0
+        if truncated.any():
+            top = float(np.nanmax(np.asarray(longest)[truncated]))
+            facts.cap = top if facts.cap is None else max(facts.cap, top)
+    if "completions/mean_length" in fresh:
+        values = np.asarray(fresh["completions/mean_length"][1], dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if len(values):
+            top = float(values.max())
+            if facts.longest_mean is None or top > facts.longest_mean:
+                facts.longest_mean, facts.at_longest_mean = top, int((values == top).sum())
+            elif top == facts.longest_mean:
+                facts.at_longest_mean += int((values == top).sum())
+    for name in CLIP_METRICS:
+        if name in fresh and not facts.clipped:
+            values = np.asarray(fresh[name][1], dtype=np.float64)
+            facts.clipped = bool((values[np.isfinite(values)] > 1e-9).any())
+    if any(name in fresh for name in IS_METRICS):
+        facts.importance_sampling = True

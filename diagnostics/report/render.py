@@ -1,0 +1,142 @@
+"""A diagnosis for people (text: symptom, evidence, cause, fix) and for tools (JSON-ready dicts)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+
+from grpo_doctor.diagnostics.config.frameworks import framework
+from grpo_doctor.diagnostics.engine import RANK, Diagnosis
+from grpo_doctor.diagnostics.findings import Finding, Fix
+from grpo_doctor.diagnostics.fixes import text as value_text
+from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.metrics.health import NO_RANGE, OUT, counts
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def at_or_above(diagnosis: Diagnosis, severity: str) -> list[Finding]:
+    """Problems (never expected-behaviour notes) at or above a severity, open or resolved."""
+    return [f for f in diagnosis.problems() if RANK[f.severity] >= RANK[severity]]
+
+
+# ---------------------------------------------------------------------------------------- text
+def fix_lines(fix: Fix, ours: bool) -> list[str]:
+    lines = [fix.description]
+    if fix.changes and ours:
+        lines.append("--set " + " ".join(f"{k}={value_text(v)}" for k, v in fix.changes.items()))
+    if fix.framework_changes:
+        where = framework(fix.framework).title
+        lines.append(f"{where}: " + " ".join(f"{k}={value_text(v)}" for k, v in fix.framework_changes.items()))
+    return lines
+
+
+def finding_text(f: Finding, ours: bool) -> list[str]:
+    when = f"since step {f.onset_step}" if f.onset_step is not None else ""
+    if f.status == "resolved":
+        when += f", resolved at step {f.resolved_step}"
+    lines = [f"{f.severity.upper():<8} {f.rule}: {f.title} ({when})"]
+
+    def block(label: str, items: list[list[str]]) -> None:
+        for i, item in enumerate(items):
+            head = f"  {label if i == 0 else '':<9} "
+            number_ = f"{i + 1}. " if len(items) > 1 else ""
+            lines.append(head + number_ + item[0])
+            lines.extend(" " * (12 + len(number_)) + extra for extra in item[1:])
+
+    block("evidence", [[f"step {e.step}: {e.metric} = {number(e.value)}" + (f"  ({e.note})" if e.note else "")]
+                       for e in f.evidence])
+    block("cause", [[c] for c in f.causes])
+    block("fix", [fix_lines(x, ours) for x in f.fixes])
+    if f.references:
+        lines.append(f"  {'see':<9} " + references_text(f.references))
+    return lines
+
+
+def references_text(references: list[str]) -> str:
+    """Links into the docs, short: a file named once, its further sections as ``#anchor``
+    (``docs/troubleshooting.md#kl-blow-up; docs/field-reports.md#sudden-collapse, #early-kl-rise``)."""
+    out, last = "", None
+    for ref in references:
+        path, _, anchor = ref.partition("#")
+        if path == last and anchor:
+            out += f", #{anchor}"
+        else:
+            out += ("; " if out else "") + ref
+        last = path
+    return out
+
+
+def to_text(diagnosis: Diagnosis) -> str:
+    run = diagnosis.run
+    ours = run.get("source") == "grpo-doctor"
+    out = [f"run {run['name']} (id {run['id']}) · source {run.get('source')} · status {run.get('status')}"
+           + (f" · last step {run['last_step']}" if run.get("last_step") is not None else "")]
+    if diagnosis.version:
+        out.append(f"framework: {diagnosis.version}")
+    if diagnosis.assumed:
+        out.append("assumed (framework defaults, not recorded): "
+                   + " ".join(f"{k}={value_text(v)}" for k, v in diagnosis.assumed.items()))
+    for key, fact in diagnosis.inferred.items():
+        out.append(f"inferred: {key} {fact}")
+    for text in diagnosis.logged.values():
+        out.append(f"read off the metrics: {text}")
+    problems, notes = diagnosis.problems(), diagnosis.notes()
+    out.append("")
+    if problems:
+        worst = diagnosis.worst()
+        out.append(f"{_count(len(problems), 'finding')} (worst: {worst})")
+        for f in problems:
+            out.append("")
+            out.extend(finding_text(f, ours))
+    else:
+        out.append("no problems found")
+    if notes:
+        out += ["", "expected behaviour (not problems):"]
+        out += [f"  {f.rule} (step {f.onset_step}): {f.causes[0]}" for f in notes]
+    if diagnosis.skipped:
+        by_reason: dict[str, list[str]] = {}
+        for rule, reason in diagnosis.skipped.items():
+            by_reason.setdefault(reason, []).append(rule)
+        out += ["", "not checked (inputs missing):"]
+        out += [f"  {', '.join(rules)}: {reason}" for reason, rules in by_reason.items()]
+    if diagnosis.health:
+        tally = counts(diagnosis.health)
+        bad = [h.metric for h in diagnosis.health if h.status == OUT]
+        out += ["", f"health: {_count(tally['in range'], 'metric')} in range, {tally[OUT]} out of range"
+                + (f" ({', '.join(bad)})" if bad else "") + f", {tally[NO_RANGE]} with no documented range"]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------- JSON
+def _finite(value):
+    """JSON has no NaN or inf: they become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_json(diagnosis: Diagnosis) -> dict:
+    run = diagnosis.run
+    return _finite({
+        "run": {k: run.get(k) for k in ("id", "name", "source", "status", "last_step", "source_path")},
+        "framework_version": diagnosis.version,
+        "assumed": diagnosis.assumed,
+        "inferred": diagnosis.inferred,
+        "logged": diagnosis.logged,
+        "worst": diagnosis.worst(),
+        "findings": [f.to_dict() for f in diagnosis.problems()],
+        "expected": [f.to_dict() for f in diagnosis.notes()],
+        "skipped": diagnosis.skipped,
+        "not_applicable": diagnosis.not_applicable,
+        "health": [{**{k: v for k, v in asdict(h).items() if k != "band"},
+                    "range": None if h.band is None else {"low": h.band.low, "high": h.band.high,
+                                                          "kind": h.band.kind, "source": h.band.source}}
+                   for h in diagnosis.health],
+    })

@@ -1,0 +1,88 @@
+"""The Teach page: every row of the troubleshooting table with its recorded run (or the reason it has none),
+the symptom's stretch highlighted and the fixed twin overlaid; the page itself, headless."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from grpo_doctor.app.dashboard import SCRIPT, lessons
+from grpo_doctor.app.dashboard.teaching import MATH, TABLE
+from grpo_doctor.app.launch.children import CLI, python_module
+from grpo_doctor.diagnostics.store import RunStore
+
+DASHBOARD = str(SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return lessons.lessons()
+
+
+def test_every_row_has_a_recorded_run_or_a_reason(recorded):
+    assert [ls.row.symptom for ls in recorded] == ["healthy baseline", *(r.symptom for r in TABLE)]
+    for lesson in recorded:
+        assert lesson.row.math in MATH
+        if lesson.entry is None:
+            assert lesson.reason and "no recorded run" not in lesson.reason, lesson.row.symptom
+        else:
+            assert lesson.run is not None and lesson.run.series
+    assert {ls.row.symptom for ls in recorded if ls.entry is None} == {"multi-process grouping error", "OOM"}
+    table = lessons.table(recorded)
+    assert table.loc[table["symptom"] == "OOM", "recorded run"].item() == "not reproduced here"
+    assert table.loc[table["symptom"] == "KL blow-up", "recorded run"].item().startswith("found at step")
+
+
+def test_the_chart_shades_the_symptom_and_overlays_the_fixed_twin(recorded):
+    lesson = next(ls for ls in recorded if ls.row.scenario == "kl_blowup")
+    finding = lesson.finding
+    assert finding is not None and lesson.metric == finding.evidence[0].metric
+    fig = lessons.figure(lesson).to_dict()
+    names = [t.get("name") for t in fig["data"]]
+    assert any(n and n.endswith("(with the fix)") for n in names) and lesson.run.name in names
+    shaded = [s for s in fig["layout"]["shapes"] if s.get("type") == "rect" and s.get("xref") == "x"]
+    assert any(s["x0"] == finding.onset_step - 0.5 for s in shaded)
+
+
+def test_the_twin_is_judged_by_the_scenarios_margins_not_by_its_rule_going_quiet(recorded):
+    lesson = next(ls for ls in recorded if ls.row.scenario == "kl_blowup")
+    verdict = lessons.judgement(lesson)
+    state, text = lessons.fix_summary(lesson)
+    assert state == ("fixed" if verdict.fixed else "not fixed") and "by the margins set before the twin ran" in text
+    assert "`kl` mean over steps" in text and all(line in text for line in verdict.lines())
+    # the same twin with KL only halved: its diagnosis (the rule quiet) is unchanged, the margin (a third) is not met
+    halved = dataclasses.replace(lesson.twin, series={**lesson.twin.series, "kl": lesson.run.series["kl"] / 2})
+    state, text = lessons.fix_summary(dataclasses.replace(lesson, twin=halved))
+    assert state == "not fixed" and "NOT met" in text and "`kl_blowup` does not fire on the twin" in text
+
+
+def test_a_lesson_without_a_recording_names_how_to_make_it(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"scenarios": [], "not_reproduced": []}))
+    lesson = next(ls for ls in lessons.lessons(tmp_path) if ls.row.scenario == "kl_blowup")
+    assert lesson.entry is None and "grpo-doctor scenarios --record" in lesson.reason
+
+
+def test_reproduce_runs_the_scenarios_command_on_the_dashboards_store(tmp_path):
+    command = lessons.reproduce_command("kl_blowup", str(tmp_path / "x.db"))
+    assert command[:4] == python_module(CLI) == [sys.executable, "-P", "-m", "grpo_doctor.app.cli.main"]
+    assert command[4:] == ["--db", str((tmp_path / "x.db").resolve()), "scenarios", "kl_blowup"]
+
+
+def test_the_teach_page_walks_through_a_row(tmp_path, monkeypatch):
+    path = str(tmp_path / "t.db")
+    RunStore(path).close()
+    monkeypatch.setenv("GRPO_DOCTOR_DB", path)
+    at = AppTest.from_file(DASHBOARD, default_timeout=120).run()
+    at = at.switch_page("app_pages/teach.py").run()
+    assert not at.exception
+    symptoms = [ls.row.symptom for ls in lessons.lessons()]
+    at.selectbox(key="teach.row").set_value(symptoms.index("outputs shrink")).run()
+    text = "\n".join(str(e.value) for kind in ("markdown", "success", "warning", "info") for e in at.get(kind))
+    assert "length_shrink" in text and "Fix applied to the twin" in text
+    assert len(at.get("plotly_chart")) == 1
+    at.selectbox(key="teach.row").set_value(symptoms.index("OOM")).run()
+    assert "Not reproduced here" in "\n".join(str(w.value) for w in at.warning)

@@ -1,0 +1,86 @@
+"""Live alerts: each new warning or critical finding posted once, as Slack-compatible JSON, to a local server."""
+
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from grpo_doctor.app.cli.main import main
+
+
+@pytest.fixture
+def webhook():
+    """A webhook on 127.0.0.1 that records each posted JSON body."""
+    received = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/hook", received
+    server.shutdown()
+
+
+def rows(n: int, nan_at: int) -> str:
+    out = []
+    for step in range(1, n + 1):
+        loss = "NaN" if step >= nan_at else 0.01
+        out.append(f'{{"step": {step}, "reward": 0.5, "loss": {loss}, "grad_norm": 0.3}}\n')
+    return "".join(out)
+
+
+def test_follow_posts_each_new_problem_once(tmp_path, webhook, capsys):
+    url, received = webhook
+    log = tmp_path / "loop.jsonl"
+    log.write_text(rows(30, nan_at=20))
+    code = main(["--db", str(tmp_path / "runs.db"), "follow", str(log), "--name", "r", "--idle-exit", "1",
+                 "--every", "0.1", "--alert-webhook", url])
+    assert code == 0
+    assert len(received) == 1, received
+    text = received[0]["text"]
+    assert "run 'r'" in text and "CRITICAL" in text and "since step 20" in text and "Top fix:" in text
+    assert "CRITICAL nonfinite" in capsys.readouterr().out  # the terminal says it too
+
+
+def test_the_callback_posts_alerts(tmp_path, webhook):
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from grpo_doctor.trainer.callbacks import GRPODoctorCallback
+
+    url, received = webhook
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], use_cpu=True)
+    callback = GRPODoctorCallback(db=tmp_path / "runs.db", run_name="r", alert_webhook=url)
+    state, control = TrainerState(), TrainerControl()
+    callback.on_train_begin(args, state, control)
+    for step in range(1, 31):
+        state.global_step = step
+        callback.on_log(args, state, control, logs={"loss": math.nan if step >= 20 else 0.01, "reward": 0.5})
+    assert len(received) == 1 and "run 'r'" in received[0]["text"] and "since step 20" in received[0]["text"]
+    assert not control.should_training_stop  # alerts alone never stop training
+
+
+def test_a_webhook_that_fails_is_reported_once_and_following_goes_on(tmp_path, capsys):
+    log = tmp_path / "loop.jsonl"
+    log.write_text(rows(30, nan_at=20))
+    code = main(["--db", str(tmp_path / "runs.db"), "follow", str(log), "--idle-exit", "1", "--every", "0.1",
+                 "--alert-webhook", "http://127.0.0.1:9/nothing-listens-here"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert err.count("alert webhook") == 1 and "the run goes on" in err
+
+
+def test_a_webhook_that_is_not_a_url_is_refused(tmp_path, capsys):
+    log = tmp_path / "loop.jsonl"
+    log.write_text(rows(3, nan_at=99))
+    assert main(["--db", str(tmp_path / "runs.db"), "follow", str(log), "--alert-webhook", "hooks.slack.com"]) == 2
+    assert "is not an http(s) URL" in capsys.readouterr().err

@@ -1,0 +1,175 @@
+"""The metric catalogue: aliases from every framework, health ranges and their corrections."""
+
+import math
+
+import pytest
+from test_docs_links import section
+
+from grpo_doctor.diagnostics.metrics.catalogue import (
+    BY_NAME,
+    CATALOGUE,
+    FINITE_REQUIRED,
+    canonical_name,
+    canonical_row,
+    health,
+)
+
+ALIASES = [
+    # (framework, logged key, canonical name)
+    ("trl", "reward", "reward"),
+    ("trl wandb", "train/reward", "reward"),
+    ("trl tensorboard", "train/completions/mean_length", "completions/mean_length"),
+    ("trl <=0.16", "completion_length", "completions/mean_length"),
+    ("trl <=0.16", "rewards/accuracy_reward", "rewards/accuracy_reward/mean"),
+    ("trl", "rewards/format/std", "rewards/format/std"),
+    ("trl liger / <=0.16", "clip_ratio", "clip_ratio/region_mean"),
+    ("trl old ppo", "objective/kl", "kl/per_sequence"),  # a sum over the completion's tokens, not per token
+    ("trl old ppo", "objective/entropy", "entropy/per_sequence"),
+    ("trl old ppo", "policy/approxkl_avg", "approx_kl"),
+    ("ms-swift", "reward/acc/mean", "rewards/acc/mean"),
+    ("ms-swift", "entropy/mean", "entropy"),
+    ("verl", "critic/score/mean", "reward"),
+    ("verl", "actor/kl_loss", "kl"),
+    ("verl", "actor/pg_clipfrac", "clip_ratio/region_mean"),
+    ("verl", "actor/pg_clipfrac_lower", "clip_ratio/dual_clip_mean"),  # dual-clip share, not clip_ratio/low_mean
+    ("verl", "response_length/mean", "completions/mean_length"),
+    ("verl", "response_length/clip_ratio", "completions/clipped_ratio"),
+    ("verl", "actor/grad_norm", "grad_norm"),
+    ("verl", "actor/entropy", "entropy"),
+    ("verl", "critic/advantages/max", "advantage/max"),
+    ("verl", "perf/time_per_step", "step_time"),
+    ("openrlhf", "train/actor_grad_norm", "grad_norm"),
+    ("openrlhf", "train/response_clip_ratio", "completions/clipped_ratio"),
+    ("openrlhf", "train/ppo_clip_ratio", "clip_ratio/region_mean"),
+    ("openrlhf", "train/group_reward_std", "reward_std"),
+    ("open-instruct", "optim/grad_norm", "grad_norm"),
+    ("open-instruct", "policy/clipfrac_avg", "clip_ratio/region_mean"),
+    ("open-instruct", "val/sequence_lengths", "completions/mean_length"),
+    ("nemo-rl", "train/mean_gen_tokens_per_sample", "completions/mean_length"),
+    ("nemo-rl", "train/truncation_rate", "completions/clipped_ratio"),
+    ("slime", "rollout/raw_reward", "reward"),
+    ("slime", "train/pg_clipfrac", "clip_ratio/region_mean"),
+    ("slime", "rollout/repetition_frac", "repetition"),
+    ("slime", "train/kl_loss", "kl"),
+    ("openrlhf", "train/truncated", "completions/clipped_ratio"),
+    ("openrlhf", "train/policy_loss", "policy_loss"),
+    ("openrlhf", "train/entropy_loss", "entropy"),
+    ("hand-written", "mean_reward", "reward"),
+    ("hand-written", "avg_reward", "reward"),
+    ("hand-written", "reward/mean", "reward"),
+    ("hand-written", "kl_div", "kl"),
+    ("hand-written", "approx_kl", "approx_kl"),
+    ("hand-written", "pg_loss", "policy_loss"),
+    ("hand-written", "response_length", "completions/mean_length"),
+    ("hand-written", "avg_response_length", "completions/mean_length"),
+    ("hand-written", "adv_std", "advantage/std"),
+]
+
+
+@pytest.mark.parametrize("framework,key,name", ALIASES)
+def test_alias_maps_to_canonical(framework, key, name):
+    assert canonical_name(key) == name, framework
+
+
+def test_unknown_keys_kept_under_their_own_name():
+    assert canonical_name("my/custom_metric") == "my/custom_metric"
+    assert canonical_name("train/my_thing") == "my_thing"
+    assert canonical_name("eval_loss") == "eval_loss"
+
+
+def test_two_keys_claiming_one_name_do_not_overwrite():
+    row = canonical_row({"actor/kl_loss": 0.2, "kl": 0.1, "critic/advantages/max": 2.0,
+                         "critic/advantages/min": -3.0})
+    assert row["kl"] == 0.1 and row["actor/kl_loss"] == 0.2
+    assert row["advantage/abs_max"] == 3.0  # derived from max and min
+
+
+def test_open_instruct_stop_rate_becomes_truncation():
+    assert canonical_row({"val/stop_rate": 0.75})["completions/clipped_ratio"] == 0.25
+
+
+def test_every_metric_documented_and_every_range_sourced():
+    for metric in CATALOGUE:
+        assert metric.description
+        band = metric.health({"num_generations": 8, "num_iterations": 1})
+        if band is not None:
+            assert band.source, metric.name
+    names = [m.name for m in CATALOGUE]
+    assert len(names) == len(set(names))
+    aliases = [a for m in CATALOGUE for a in m.aliases]
+    assert len(aliases) == len(set(aliases)), "an alias points at two metrics"
+
+
+def test_docs_ranges():
+    assert (health("grad_norm").low, health("grad_norm").high) == (0.1, 1.0)
+    assert health("grad_norm").source == "docs/health-ranges.md#gradient-norm"
+    assert "source doc B §3.2" in section(health("grad_norm").source)  # the docs say where the band comes from
+    assert (health("advantage/std").low, health("advantage/std").high) == (0.3, 1.5)
+    assert (health("advantage/mean").low, health("advantage/mean").high) == (-0.1, 0.1)
+    assert health("kl").kind == "target" and health("kl").status(0.001) == "below"
+    assert health("loss").status(math.nan) == "non-finite"
+
+
+@pytest.mark.parametrize("G", [2, 4, 8, 16, 64])
+def test_advantage_bound_is_corrected(G):
+    band = health("advantage/abs_max", {"num_generations": G, "advantage": "grpo", "scale_rewards": "group"})
+    assert band.high == pytest.approx((G - 1) / math.sqrt(G), abs=1e-4)
+    assert f"G={G:g}" in band.note and "far below 100" in section(band.source)
+    # without group z-scoring the tight bound does not apply
+    assert health("advantage/abs_max", {"num_generations": G, "scale_rewards": "none"}).high == 100.0
+
+
+def test_clip_ratio_is_exactly_zero_with_one_update_per_rollout():
+    band = health("clip_ratio/region_mean", {"num_iterations": 1})
+    assert band.kind == "exact" and band.status(0.0) == "in range" and band.status(0.01) == "above"
+    band = health("clip_ratio/region_mean", {"num_iterations": 4})
+    assert band.high == 0.3 and band.status(0.2) == "in range" and "source doc A §3.5" in section(band.source)
+
+
+def test_catalogue_covers_reference_section_2():
+    for name in ["reward", "reward_std", "kl", "completions/mean_length", "completions/clipped_ratio",
+                 "advantage/mean", "advantage/std", "advantage/abs_max", "clip_ratio/low_mean",
+                 "clip_ratio/high_mean", "clip_ratio/region_mean", "grad_norm", "entropy", "loss",
+                 "policy_loss", "kl_loss", "learning_rate", "beta", "epsilon", "frac_reward_zero_std",
+                 "repetition", "step_time", "tokens_per_second", "memory/peak_gb"]:
+        assert name in BY_NAME
+
+
+def test_the_documents_entropy_band_is_shown_but_never_marks_a_run_unhealthy():
+    """docs/health-ranges.md#entropy: real LLM runs sit above source doc B's 0.01–0.1; the band is the documents',
+    for reference."""
+    import numpy as np
+    import pandas as pd
+
+    from grpo_doctor.app.dashboard.figures import band_label, metric_spec
+    from grpo_doctor.diagnostics.metrics.health import outside
+    from grpo_doctor.diagnostics.report.metric_text import status_text
+
+    band = health("entropy")
+    assert band.kind == "document" and (band.low, band.high) == (0.01, 0.1)
+    values = np.array([0.9, 0.7, 0.5, math.nan])
+    assert outside(band, values).tolist() == [False, False, False, True]  # only NaN is unhealthy
+    assert status_text(0.6, band) == "above" and status_text(0.05, band) == "ok"
+    traces, _ = metric_spec(pd.Series(values[:3], index=[1, 2, 3]), band, "entropy")
+    assert [t["name"] for t in traces] == ["entropy"]  # no "out of range" markers
+    assert band_label(band).startswith("the documents' 0.01 – 0.1")
+
+
+def test_group_mean_band_allows_float_noise_and_applies_only_to_prompt_groups():
+    """advantage/group_mean_abs_max is 0 up to float32 noise for prompt groups; under length_quantile or
+    reward_bucket grouping it is not 0 by construction, so it has no band at all."""
+    band = health("advantage/group_mean_abs_max", {"advantage": "grpo", "group_by": "prompt"})
+    assert band.status(2e-7) == "in range" and band.status(0.05) == "above"
+    for group_by in ("length_quantile", "reward_bucket"):
+        assert health("advantage/group_mean_abs_max", {"advantage": "grpo", "group_by": group_by}) is None
+    assert health("advantage/group_mean_abs_max", {"advantage": "reinforce"}) is None
+
+
+def test_the_nonfinite_rule_watches_the_catalogues_finite_required_metrics():
+    """One list: the metrics whose NaN is an emergency are marked in the catalogue, and that is what the rule reads
+    (never the loss alone: a NaN loss can be hidden in the log while grad_norm shows it)."""
+    from grpo_doctor.diagnostics.rules.optim import NONFINITE, WATCHED
+
+    assert WATCHED == FINITE_REQUIRED == tuple(m.name for m in CATALOGUE if m.finite_required)
+    assert NONFINITE.requires == (FINITE_REQUIRED,)
+    assert {"reward", "loss", "grad_norm", "kl", "entropy", "advantage/abs_max"} <= set(FINITE_REQUIRED)

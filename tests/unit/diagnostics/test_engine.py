@@ -1,0 +1,298 @@
+"""The diagnoser's engine: post hoc and step-by-step give the same findings, findings open, persist,
+resolve and reopen as documented, they round-trip through the store, and the pieces under the rules
+(window statistics, config defaults, health, fixes in framework terms) match independent versions."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from test_rules import FIXTURES, build, healthy_metrics
+
+from grpo_doctor.diagnostics.config.resolved import run_config
+from grpo_doctor.diagnostics.engine import Diagnoser, Track, diagnose
+from grpo_doctor.diagnostics.findings import Evidence, Finding, Fix
+from grpo_doctor.diagnostics.fixes import make_fix
+from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.metrics.health import IN_RANGE, NO_RANGE, OUT, health_summary
+from grpo_doctor.diagnostics.rules.base import Rule, Skip
+from grpo_doctor.diagnostics.series import RunSeries
+from grpo_doctor.diagnostics.store import RunStore
+
+
+def step_by_step(fixture) -> Diagnoser:
+    """The fixture's run fed to a diagnoser one step at a time."""
+    whole = build(fixture).series
+    live = Diagnoser(RunSeries(whole.run, events=whole.events))
+    steps = np.unique(np.concatenate([s.steps.array for s in whole.series.values()]))
+    for step in steps:
+        fresh = {}
+        for name in whole.names():
+            s, v = whole.raw(name)
+            fresh[name] = (s[s == step], v[s == step])
+        live.series.add(fresh)
+        live.examine()
+    return live
+
+
+def as_data(findings: list[Finding]) -> str:
+    """Findings as comparable text (NaN evidence values compare equal this way)."""
+    return json.dumps([f.to_dict() for f in findings], sort_keys=True)
+
+
+@pytest.mark.parametrize("fixture", FIXTURES[::3], ids=[f.name for f in FIXTURES[::3]])
+def test_step_by_step_equals_post_hoc(fixture):
+    assert as_data(step_by_step(fixture).findings()) == as_data(build(fixture).findings())
+
+
+# ---------------------------------------------------------------------------------------- the state machine
+def _rule(expected=False) -> Rule:
+    return Rule(id="probe", title="probe", requires=(), detect=None, explain=None, references=("x",), read="x",
+                open_after=3, clear_after=4, expected=expected)
+
+
+def feed(track: Track, rule: Rule, flags: str, first_step: int = 1) -> int:
+    steps = np.arange(first_step, first_step + len(flags))
+    track.advance(rule, steps, np.array([c == "x" for c in flags]), rule.clear_after)  # one row a step
+    return first_step + len(flags)
+
+
+def test_a_finding_opens_after_open_after_rows_and_keeps_its_first_onset():
+    rule, track = _rule(), Track()
+    nxt = feed(track, rule, "..xx.")           # two rows: not yet
+    assert track.status == "none"
+    nxt = feed(track, rule, "xxx", nxt)         # steps 6-8: opens, onset at the run's first row
+    assert (track.status, track.onset, track.last) == ("open", 6, 8)
+    nxt = feed(track, rule, "...", nxt)         # three clean rows < clear_after: still open
+    assert track.status == "open"
+    nxt = feed(track, rule, "x", nxt)           # the symptom again: persists, not a new finding
+    assert (track.status, track.onset, track.last) == ("open", 6, 12)
+    nxt = feed(track, rule, "....", nxt)        # four clean rows: resolved at the first of them (13)
+    assert (track.status, track.resolved_step) == ("resolved", 13)
+    feed(track, rule, "xxx", nxt)               # back again: reopened, first onset kept
+    assert (track.status, track.onset, track.start, track.resolved_step) == ("open", 6, 17, None)
+
+
+def test_a_skipped_rule_is_not_checked_or_not_applicable_by_its_type_not_its_wording():
+    """A rule that cannot run is either missing an input (``needs``: the run is not checked for it) or does not apply
+    to the run (``not_applicable``), whatever its reason says; the reason is what the report prints."""
+    from grpo_doctor.diagnostics.rules.base import needs, not_applicable
+
+    def probe(id, gate, requires=()):
+        return Rule(id=id, title=id, requires=requires, detect=None, explain=None, references=("x",), read="x",
+                    gate=gate)
+
+    rules = (probe("absent_input", None, requires=("kl",)),
+             probe("no_config", lambda view: needs("num_generations in the run's config")),
+             probe("worded_like_a_need", lambda view: not_applicable("needs nothing here: beta = 0")),
+             probe("unrecorded", lambda view: Skip("max_grad_norm not recorded", missing_input=True)))
+    diagnoser = Diagnoser(RunSeries({"id": 1, "name": "r", "source": "jsonl", "config": {}}), rules)
+    diagnoser.examine()
+    assert diagnoser.skipped == {"absent_input": "needs kl", "no_config": "needs num_generations in the run's config",
+                                 "unrecorded": "max_grad_norm not recorded"}
+    assert diagnoser.not_applicable == {"worded_like_a_need": "needs nothing here: beta = 0"}
+
+
+def test_expected_notes_never_resolve():
+    rule, track = _rule(expected=True), Track()
+    feed(track, rule, "xxx" + "." * 50)
+    assert track.status == "open"
+
+
+def test_rows_split_across_updates_count_as_one_run():
+    rule, track = _rule(), Track()
+    nxt = feed(track, rule, "x")
+    nxt = feed(track, rule, "x", nxt)
+    feed(track, rule, "x", nxt)
+    assert (track.status, track.onset) == ("open", 1)
+
+
+# ---------------------------------------------------------------------------------------- the store
+def _finding(rule="kl_blowup", onset=10, status="open", severity="warning") -> Finding:
+    return Finding(rule=rule, title="KL", severity=severity, onset_step=onset, last_step=30,
+                   evidence=[Evidence(10, "kl", 0.5, "onset"), Evidence(11, "kl", math.nan, "NaN kept")],
+                   causes=["beta too small"], fixes=[Fix("raise beta", {"beta": 0.08}, "verl",
+                                                         {"actor_rollout_ref.actor.kl_loss_coef": 0.08})],
+                   references=["REFERENCE §3"], status=status)
+
+
+def test_findings_round_trip_and_upsert_keeps_the_first_onset():
+    store = RunStore()
+    run = store.create_run("r")
+    store.save_findings(run, [_finding(), _finding("truncation", 3, severity="critical")])
+    back = store.findings(run)
+    assert [f.rule for f in back] == ["truncation", "kl_blowup"]  # most severe first
+    kl = back[1]
+    assert kl.fixes[0].framework_changes == {"actor_rollout_ref.actor.kl_loss_coef": 0.08}
+    assert kl.evidence[0] == Evidence(10, "kl", 0.5, "onset") and math.isnan(kl.evidence[1].value)
+    store.save_findings(run, [_finding(onset=25, status="resolved")])
+    kl = next(f for f in store.findings(run) if f.rule == "kl_blowup")
+    assert (kl.onset_step, kl.status) == (10, "resolved")
+    assert len(store.findings(run)) == 2
+    store.save_findings(run, [_finding("nonfinite", 5)], replace=True)
+    assert [f.rule for f in store.findings(run)] == ["nonfinite"]
+
+
+def _log(store, run, steps, kl):
+    h = healthy_metrics(200)
+    for step in steps:
+        metrics = {k: float(v[step - 1]) for k, v in h.items()}
+        metrics["kl"] = kl(step)
+        store.log_step(run, step, metrics)
+
+
+def test_live_updates_read_only_new_steps_and_save_findings(tmp_path):
+    store = RunStore(tmp_path / "runs.db")
+    run = store.create_run("live", config={"num_generations": 8, "beta": 0.04, "num_iterations": 1,
+                                           "max_grad_norm": 1.0})
+    blowup = lambda s: 0.02 if s <= 60 else 0.02 * 1.5 ** ((s - 60) / 2)  # noqa: E731
+    _log(store, run, range(1, 61), blowup)
+    live = Diagnoser.for_run(store, run)
+    assert live.examined_to == 60 and not any(f.rule == "kl_blowup" for f in live.findings())
+    _log(store, run, range(61, 101), blowup)
+    changed = live.update(store)
+    assert "kl_blowup" in changed and live.examined_to == 100
+    store.save_findings(run, live.findings())
+    stored = {f.rule: f for f in store.findings(run)}
+    assert stored["kl_blowup"].severity == "critical" and 60 < stored["kl_blowup"].onset_step < 100
+    assert live.update(store) == []  # nothing new logged: nothing examined, nothing changed
+    post_hoc = diagnose(store, run)
+    assert as_data(post_hoc.findings) == as_data(live.findings())
+
+
+@pytest.mark.parametrize("redone_to", [60, 100])  # the resumed run is behind, or already past, the last update
+def test_a_resumed_run_that_rewrote_steps_is_diagnosed_again(tmp_path, redone_to):
+    store = RunStore(tmp_path / "runs.db")
+    run = store.create_run("resumed", config={"num_generations": 8})
+    _log(store, run, range(1, 81), lambda s: 0.02)
+    live = Diagnoser.for_run(store, run)
+    store.truncate_after(run, 40)  # what `grpo-doctor train --resume_from` does, with its event
+    store.add_event(run, 40, "resume", {"checkpoint": "checkpoint-40"})
+    _log(store, run, range(41, redone_to + 1), lambda s: 0.03)
+    live.update(store)
+    steps, kl = live.series.finite("kl")
+    assert steps.tolist() == list(range(1, redone_to + 1)) and kl[45] == 0.03
+
+
+def test_diagnosis_is_deterministic():
+    fixture = next(f for f in FIXTURES if f.name == "outputs explode to the cap")
+    assert as_data(build(fixture).findings()) == as_data(build(fixture).findings())
+
+
+# ---------------------------------------------------------------------------------------- window statistics
+def naive_rolling(x, w, fn, lo, min_periods):
+    reduce = {"median": np.median, "mean": np.mean, "max": np.max, "min": np.min}[fn]
+    return np.array([reduce(x[max(0, i - w + 1):i + 1]) if min(i + 1, w) >= min_periods else np.nan
+                     for i in range(lo, len(x))])
+
+
+@pytest.mark.parametrize("n,lo", [(5, 0), (40, 0), (40, 38), (40, 39), (600, 0), (600, 3), (600, 597)])
+@pytest.mark.parametrize("fn", ["median", "mean", "max", "min"])
+def test_rolling_matches_a_naive_window(n, lo, fn):
+    x = np.random.default_rng(n + lo).normal(size=n).astype(np.float64)
+    for min_periods in (1, 3, 10):
+        got = rolling.rolling(x, 10, fn, lo, min_periods)
+        assert np.allclose(got, naive_rolling(x, 10, fn, lo, min_periods), equal_nan=True, rtol=0, atol=1e-12)
+    if fn != "mean":  # order statistics are exact, whichever path computes them
+        assert np.array_equal(rolling.rolling(x, 10, fn, lo), naive_rolling(x, 10, fn, lo, 10), equal_nan=True)
+
+
+def test_spikes_match_their_definition():
+    x = np.abs(np.random.default_rng(3).normal(1.0, 0.1, 300))
+    x[[50, 120, 121, 250]] = [30.0, 25.0, 24.0, 1.3]
+    expected = []
+    for i in range(10, 300):
+        past = x[i - 10:i]
+        med = np.median(past)
+        mad = 1.4826 * np.median(np.abs(past - med))
+        expected.append(x[i] > med + 10 * max(mad, 1e-12) and x[i] > 5 * max(med, 1e-12))
+    assert rolling.spikes(x, 10, 10).tolist() == expected
+    assert rolling.spikes(x, 10, 298).tolist() == expected[-2:]  # the few-row path agrees
+    assert np.flatnonzero(expected).tolist() == [40, 110, 111]  # steps 50, 120, 121: one spike in a window
+                                                                 # moves neither its median nor its MAD
+
+
+def test_runs_and_correlation():
+    flags = np.array([True, True, False, True, False, False])
+    assert rolling.runs(flags) == [(True, 0, 2), (False, 2, 1), (True, 3, 1), (False, 4, 2)]
+    assert rolling.runs(flags[:3]) == [(True, 0, 2), (False, 2, 1)]
+    x = np.arange(10.0)
+    assert rolling.correlation(x, 3 * x + 1) == pytest.approx(1.0) and rolling.correlation(x, np.ones(10)) == 0.0
+
+
+# ---------------------------------------------------------------------------------------- config, health, fixes
+def test_trl_defaults_are_assumed_and_said_to_be():
+    cfg = run_config("trl", {"framework": "trl", "logging_steps": 5}, ["reward", "frac_reward_zero_std", "kl"])
+    assert cfg.get("num_iterations") == 1 and cfg.one_update_per_rollout() is True
+    assert "assumed" in cfg.describe("num_iterations") and cfg.version.startswith("TRL >= 0.18")
+    assert cfg.get("beta") is None and "kl is logged" in cfg.describe("beta")
+    old = run_config("trl", {}, ["reward", "completion_length"])
+    assert (old.get("beta"), old.get("loss_type")) == (0.04, "grpo")
+    assert run_config("trl", {}, ["reward"]).get("beta") == 0.0
+    assert run_config("jsonl", {}, ["reward"]).assumed == {}  # a plain table: nothing assumed
+    assert run_config("grpo-doctor", {"beta": 0.1}, []).get("beta") == 0.1
+
+
+def test_health_summary_reads_ranges_for_the_config():
+    view = RunSeries({"id": 1, "name": "h", "source": "grpo-doctor", "config": {"num_iterations": 1}})
+    steps = np.arange(1, 5)
+    view.add({"grad_norm": (steps, np.array([0.5, 0.5, 5.0, 0.5])), "clip_ratio/region_mean": (steps, np.full(4, 0.1)),
+              "kl": (steps, np.array([0.0, 0.001, 0.002, math.nan])), "reward": (steps, np.ones(4))})
+    rows = {h.metric: h for h in health_summary(view)}
+    assert (rows["grad_norm"].status, rows["grad_norm"].share_out) == (IN_RANGE, 0.25)
+    assert rows["clip_ratio/region_mean"].status == OUT  # must be exactly 0 with one update per rollout
+    assert rows["kl"].status == OUT and rows["kl"].share_out == 0.25  # NaN is out; below a target is fine
+    assert rows["reward"].status == NO_RANGE
+
+
+def test_fixes_in_verl_terms():
+    cfg = run_config("verl", {"framework": "verl", "beta": 0.0, "loss_type": "grpo"}, ["reward"])
+    fix = make_fix(cfg, "x", {"beta": 0.04, "loss_type": "dr_grpo", "scale_rewards": "none",
+                              "length_penalty": 0.001})
+    assert fix.framework == "verl" and fix.changes["length_penalty"] == 0.001
+    assert fix.framework_changes == {"actor_rollout_ref.actor.use_kl_loss": True,
+                                     "actor_rollout_ref.actor.kl_loss_coef": 0.04,
+                                     "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-sum-norm",
+                                     "algorithm.norm_adv_by_std_in_grpo": False}
+    ours = make_fix(run_config("grpo-doctor", {"beta": 0.04}, []), "x", {"beta": 0.08})
+    assert (ours.framework, ours.framework_changes, ours.description) == (None, {}, "x (beta: 0.04 -> 0.08)")
+    with pytest.raises(KeyError):
+        make_fix(cfg, "x", {"not_a_field": 1})
+
+
+def test_a_consequence_is_listed_under_an_earlier_cause():
+    """Root cause first: a finding that follows from another (warning or worse, from an earlier or the same step) is
+    shown as info under it; a later or an info-level 'cause' leaves it as it is."""
+    from grpo_doctor.diagnostics.engine import link_consequences
+    from grpo_doctor.diagnostics.findings import Finding
+    from grpo_doctor.diagnostics.rules import BY_ID
+
+    cause = Finding("uniform_groups", "", "critical", 3, 150)
+    flat = Finding("reward_flat", "", "warning", 101, 150, causes=["the reward cannot discriminate"])
+    linked = {f.rule: f for f in link_consequences([cause, flat], BY_ID)}
+    assert linked["reward_flat"].severity == "info" and linked["reward_flat"].caused_by == "uniform_groups"
+    assert linked["reward_flat"].causes[0].startswith("a consequence of uniform_groups (from step 3)")
+    assert flat.severity == "warning"  # the engine's own copy is left alone
+    later = Finding("uniform_groups", "", "critical", 120, 150)
+    assert link_consequences([later, flat], BY_ID)[1].severity == "warning"
+    mild = Finding("uniform_groups", "", "info", 3, 150)
+    assert link_consequences([mild, flat], BY_ID)[1].severity == "warning"
+
+
+def test_a_report_never_moves_a_key_both_ways():
+    """The first finding listed sets a key's direction; a later fix that goes the other way gives way, with a note."""
+    from grpo_doctor.diagnostics.engine import reconcile_fixes
+    from grpo_doctor.diagnostics.findings import Finding, Fix
+
+    down = Fix("lower the lr", {"learning_rate": 5e-7}, directions={"learning_rate": "down"})
+    up = Fix("raise the lr", {"learning_rate": 2e-6}, directions={"learning_rate": "up"})
+    more = Fix("more G", {"num_generations": 16}, directions={"num_generations": "up"})
+    spikes = Finding("grad_spikes", "", "warning", 60, 150, fixes=[down])
+    flat = Finding("reward_flat", "", "warning", 101, 150, fixes=[up, more])
+    first, second = reconcile_fixes([spikes, flat])
+    assert first.fixes == [down] and second.fixes[1] == more
+    assert second.fixes[0].changes == {} and second.fixes[0].description.startswith("not now: raise the lr")
+    assert "fix for grad_spikes" in second.fixes[0].description
+    assert reconcile_fixes([flat])[0].fixes == [up, more]  # alone, nothing to give way to

@@ -1,0 +1,487 @@
+"""Every rule on synthetic metric frames: each fixture carries the findings it must produce, and one
+parametrised test checks them all (the problems exactly, the expected-behaviour notes as listed)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from support import ROOT
+
+from grpo_doctor.diagnostics.engine import Diagnoser
+from grpo_doctor.diagnostics.rules import BY_ID, RULES
+from grpo_doctor.diagnostics.series import RunSeries
+
+OURS = {"num_generations": 8, "beta": 0.04, "loss_type": "dapo", "num_iterations": 1, "scale_rewards": "group",
+        "advantage": "grpo", "group_by": "prompt", "epsilon": 0.2, "epsilon_high": None, "temperature": 1.0,
+        "learning_rate": 1e-4, "max_grad_norm": 1.0, "max_completion_length": 512, "kl_estimator": "k3",
+        "kl_target": None, "length_penalty": 0.0, "mask_truncated_completions": False, "dynamic_sampling": False,
+        "per_device_train_batch_size": 128, "advantage_clip": None, "epsilon_schedule": "constant",
+        "nonfinite_rewards": "mask"}
+
+
+def noise(n: int, scale: float, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0.0, scale, n)
+
+
+def healthy_metrics(n: int) -> dict:
+    """A run that learns: reward up, KL settling near 0.02, everything else calm."""
+    s = np.arange(1, n + 1)
+    return {
+        "reward": 0.3 + 0.4 * (1 - np.exp(-s / 60)) + noise(n, 0.03, 1),
+        "reward_std": 0.4 + noise(n, 0.02, 2),
+        "rewards/correctness/mean": 0.3 + 0.4 * (1 - np.exp(-s / 60)) + noise(n, 0.03, 3),
+        "frac_reward_zero_std": np.clip(0.1 + noise(n, 0.03, 4), 0, 1),
+        "kl": np.where(s == 1, 0.0, 0.02 * (1 - np.exp(-s / 10)) + np.abs(noise(n, 0.002, 5))),
+        "entropy": 0.6 - 0.1 * s / n + noise(n, 0.01, 6),
+        "grad_norm": 0.5 + np.abs(noise(n, 0.05, 7)),
+        "loss": 0.002 + noise(n, 0.0005, 8),
+        "completions/mean_length": 200 + noise(n, 5, 9),
+        "completions/max_length": 300 + noise(n, 5, 10),
+        "completions/clipped_ratio": np.full(n, 0.01),
+        "clip_ratio/region_mean": np.zeros(n),
+        "advantage/mean": noise(n, 1e-5, 11),
+        "advantage/std": 0.9 + noise(n, 0.02, 12),
+        "advantage/abs_max": 2.0 + noise(n, 0.1, 13),
+        "repetition": np.full(n, 0.02),
+    }
+
+
+@dataclass
+class Fixture:
+    name: str
+    problems: dict[str, str]                   # rule -> severity it must have (exactly these problems)
+    metrics: dict = field(default_factory=dict)  # overrides of healthy_metrics (None drops a metric)
+    config: dict = field(default_factory=dict)
+    source: str = "grpo-doctor"
+    n: int = 150
+    notes: tuple[str, ...] = ()                # expected-behaviour notes that must appear
+    events: tuple = ()
+    cause: str = ""                            # text the first cause must contain
+    fix: dict = field(default_factory=dict)    # a change the fixes must include
+    first_fix: dict | None = None              # the changes of the first problem's first config fix ({}: none)
+    open_at_end: bool = False                  # the first problem is still open at the last step
+    never: tuple[str, ...] = ()                # config keys no fix may change
+    not_cause: str = ""                        # text no cause of the first problem may contain
+
+
+def ramp(n: int, start: float, end: float, begin: int = 0) -> np.ndarray:
+    s = np.arange(n)
+    return np.where(s < begin, start, start + (end - start) * np.clip((s - begin) / max(n - begin - 1, 1), 0, 1))
+
+
+def spiked(base: np.ndarray, at: tuple[int, ...], value: float) -> np.ndarray:
+    out = base.copy()
+    out[list(at)] = value
+    return out
+
+
+N = 150
+H = healthy_metrics(N)
+FIXTURES = [
+    Fixture("healthy", {}, notes=("kl_zero_at_start", "clip_expected", "advantage_mean")),
+    Fixture("kl rising fast", {"kl_blowup": "warning"},
+            metrics={"kl": np.concatenate([H["kl"][:80], 0.02 * np.exp(np.arange(70) / 20)]),
+                     "reward": H["reward"]},
+            cause="KL weight", fix={"beta": 0.08}),
+    Fixture("kl extreme and reward falling", {"kl_blowup": "critical", "reward_collapse": "critical"},
+            metrics={"kl": ramp(N, 0.02, 3.0, 40), "reward": np.concatenate([H["reward"][:60], np.full(90, 0.3)]),
+                     "rewards/correctness/mean": np.concatenate([H["reward"][:60], np.full(90, 0.3)])},
+            fix={"learning_rate": 5e-5}),
+    Fixture("kl past 1 nat: the learning rate comes down tenfold first", {"kl_blowup": "critical"},
+            metrics={"kl": ramp(N, 0.02, 2.0, 40)}, first_fix={"learning_rate": 1e-5}),
+    Fixture("outputs shrink paid for by one reward function", {"length_shrink": "warning"},
+            metrics={"completions/mean_length": ramp(N, 200, 80, 30) + noise(N, 3, 20),
+                     "reward": ramp(N, 1.0, 1.6, 30) + noise(N, 0.02, 21),
+                     "rewards/brevity/mean": ramp(N, 0.2, 0.8, 30) + noise(N, 0.02, 22),
+                     "rewards/correctness/mean": 0.3 + noise(N, 0.03, 3)},
+            config={"reward_funcs": ["correctness", "my_rewards:brevity"], "reward_weights": [1.0, 2.0],
+                    "loss_type": "grpo"},
+            cause="pays for shortness", first_fix={"reward_weights": [1.0, 0.0]}),
+    Fixture("repetition paid for by one reward function", {"repetition": "warning"},
+            metrics={"repetition": ramp(N, 0.02, 0.5, 40) + np.abs(noise(N, 0.01, 23)),
+                     "rewards/templated/mean": ramp(N, 0.1, 0.9, 40) + noise(N, 0.02, 24),
+                     "rewards/correctness/mean": 0.3 + noise(N, 0.03, 3)},
+            config={"reward_funcs": ["correctness", "templated"]},
+            cause="pays for repetition", first_fix={"reward_weights": [1.0, 0.0]}),
+    Fixture("repetition while accuracy still rises: no reward function blamed", {"repetition": "warning"},
+            metrics={"repetition": ramp(N, 0.02, 0.5, 40) + np.abs(noise(N, 0.01, 23)),
+                     "rewards/templated/mean": ramp(N, 0.1, 0.9, 40) + noise(N, 0.02, 24)},
+            config={"reward_funcs": ["correctness", "templated"]}, never=("reward_weights",)),
+    Fixture("kl rose fast, then stays ten times the target: still open", {"kl_blowup": "warning"},
+            metrics={"kl": np.concatenate([H["kl"][:40], ramp(10, 0.02, 0.5), np.full(100, 0.5)])}, open_at_end=True),
+    Fixture("kl rising with k1 in the loss: the estimator first", {"kl_blowup": "warning"},
+            metrics={"kl": np.concatenate([H["kl"][:80], 0.02 * np.exp(np.arange(70) / 20)])},
+            config={"kl_estimator": "k1"}, cause="k1 estimator in the loss", first_fix={"kl_estimator": "k3"}),
+    Fixture("kl single spike", {}, metrics={"kl": spiked(H["kl"], (80,), 0.6)}, notes=("kl_single_spike",)),
+    Fixture("kl strongly negative", {"kl_negative": "warning"}, metrics={"kl": -1.5 + noise(N, 0.05)},
+            config={"kl_estimator": "k1"}, fix={"kl_estimator": "k3"}),
+    Fixture("kl slightly negative, now and then", {}, metrics={"kl": np.where(np.arange(N) % 3, 0.01, -0.01)},
+            notes=("kl_small_negative",)),
+    Fixture("kl slightly negative, steadily beyond the noise", {"kl_negative": "info"},
+            metrics={"kl": -0.01 + noise(N, 0.001)}, notes=("kl_small_negative",)),
+    Fixture("kl drifting negative", {"kl_negative": "warning"}, metrics={"kl": ramp(N, 0.0, -0.4, 10) + noise(N, 0.01)},
+            cause="not sampled from the policy"),
+    Fixture("reward flat", {"reward_flat": "warning"},
+            metrics={"reward": 0.3 + noise(N, 0.03), "rewards/correctness/mean": 0.3 + noise(N, 0.03, 5)},
+            fix={"learning_rate": 2e-4}),
+    Fixture("reward cannot discriminate", {"reward_flat": "info", "uniform_groups": "critical",
+                                           "reward_component_constant": "warning"},
+            metrics={"reward": np.ones(N), "reward_std": np.zeros(N), "frac_reward_zero_std": np.ones(N),
+                     "rewards/correctness/mean": np.ones(N), "loss": np.zeros(N), "grad_norm": np.zeros(N),
+                     "advantage/std": np.zeros(N), "advantage/abs_max": np.zeros(N)},
+            cause="cannot discriminate", first_fix={}),  # no lr, G or temperature makes a constant reward vary
+    Fixture("reward collapses after rising", {"reward_collapse": "critical"},
+            metrics={"reward": np.concatenate([ramp(100, 0.2, 0.9), np.full(50, 0.2)]) + noise(N, 0.01),
+                     "rewards/correctness/mean": np.concatenate([ramp(100, 0.2, 0.9), np.full(50, 0.2)])},
+            config={"beta": 0.0}, fix={"beta": 0.04}, cause="learning rate too high"),
+    Fixture("uniform groups, samples identical", {"uniform_groups": "warning"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.7), "rewards/correctness/mean": np.full(N, 0.5),
+                     "rewards/correctness/std": np.full(N, 0.5)},
+            config={"temperature": 0.3}, cause="identical far more often than chance", fix={"temperature": 0.9}),
+    Fixture("uniform groups, reward not binary", {"uniform_groups": "warning", "reward_flat": "info"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.7), "rewards/correctness/mean": None,
+                     "reward": 0.9 + noise(N, 0.01), "reward_std": np.full(N, 0.05)},
+            cause="too easy or too hard for the model"),
+    Fixture("uniform groups, task too easy", {"uniform_groups": "warning", "reward_flat": "info"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.6), "rewards/correctness/mean": np.full(N, 0.94),
+                     "rewards/correctness/std": np.full(N, 0.24), "reward": np.full(N, 0.94) + noise(N, 0.01)},
+            cause="too easy", fix={"num_generations": 16}),
+    Fixture("no learning signal", {"uniform_groups": "critical"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.97), "loss": np.zeros(N), "grad_norm": np.zeros(N)}),
+    Fixture("outputs shrink under grpo loss", {"length_shrink": "warning"},
+            metrics={"completions/mean_length": ramp(N, 200, 80)}, config={"loss_type": "grpo"},
+            cause="per-sequence", fix={"loss_type": "dr_grpo"}),
+    Fixture("outputs shrink because truncation is punished", {"length_shrink": "warning"},
+            metrics={"completions/mean_length": ramp(N, 400, 150),
+                     "completions/clipped_ratio": ramp(N, 0.4, 0.0)},
+            cause="truncated", fix={"max_completion_length": 1024, "mask_truncated_completions": True}),
+    Fixture("outputs explode to the cap", {"length_explode": "warning", "truncation": "warning"},
+            metrics={"completions/mean_length": ramp(N, 150, 505, 20),
+                     "completions/clipped_ratio": ramp(N, 0.0, 0.95, 20),
+                     "reward": ramp(N, 0.2, 0.8, 20) + noise(N, 0.01)},
+            # the reward pays 0.6 / 355 tokens ≈ 0.0017 a token: a penalty that cancels it (the seed's 0.001 cannot)
+            cause="prefers long", fix={"length_penalty": 0.0017}),
+    Fixture("outputs explode under dapo: not per-sequence normalisation, not std scaling",
+            {"length_explode": "warning", "truncation": "warning"},
+            metrics={"completions/mean_length": ramp(N, 150, 505, 20),
+                     "completions/clipped_ratio": ramp(N, 0.0, 0.95, 20)},
+            config={"loss_type": "dapo", "scale_rewards": "group"}, not_cause="normalisation",
+            never=("scale_rewards", "loss_type")),
+    Fixture("outputs explode under grpo: the per-sequence length bias", {"length_explode": "warning",
+                                                                         "truncation": "warning"},
+            metrics={"completions/mean_length": ramp(N, 150, 505, 20),
+                     "completions/clipped_ratio": ramp(N, 0.0, 0.95, 20)},
+            config={"loss_type": "grpo", "scale_rewards": "group"}, cause="per-sequence",
+            fix={"loss_type": "dr_grpo"}, never=("scale_rewards",)),
+    Fixture("truncation zeroes the reward", {"truncation": "critical", "uniform_groups": "info",
+                                             "reward_flat": "info", "reward_component_constant": "warning"},
+            metrics={"completions/clipped_ratio": np.full(N, 0.99), "frac_reward_zero_std": np.full(N, 0.98),
+                     "completions/mean_terminated_length": np.zeros(N), "reward": np.zeros(N),
+                     "reward_std": np.zeros(N), "rewards/correctness/mean": np.zeros(N)},
+            fix={"max_completion_length": 1024}, never=("num_generations", "temperature")),
+    Fixture("moderate truncation is expected", {}, metrics={"completions/clipped_ratio": np.full(N, 0.6)},
+            notes=("truncation_moderate",)),
+    Fixture("repetition at low temperature", {"repetition": "warning"},
+            metrics={"repetition": ramp(N, 0.02, 0.45, 30)}, config={"temperature": 0.3},
+            cause="temperature too low", fix={"temperature": 0.9}),
+    Fixture("hidden NaN in grad_norm", {"nonfinite": "critical"},
+            metrics={"grad_norm": spiked(H["grad_norm"], (70,), math.nan)}, cause="hidden NaN",
+            fix={"learning_rate": 1e-7, "beta": 0.1}),
+    Fixture("NaN reward", {"nonfinite": "critical"},
+            metrics={"reward": spiked(H["reward"], tuple(range(40, N)), math.nan)},
+            config={"nonfinite_rewards": "skip"}, cause="reward function", fix={"nonfinite_rewards": "mask"}),
+    Fixture("zero gradient with signal", {"zero_grad": "critical"}, metrics={"grad_norm": np.zeros(N)}),
+    Fixture("gradient exactly 0 at a share of steps whose groups differed", {"zero_grad": "critical"},
+            metrics={"grad_norm": np.where(np.arange(N) % 3 == 0, 0.0, 0.5)}),
+    Fixture("a loss that explodes at one step", {"loss_spike": "warning"},
+            metrics={"loss": spiked(H["loss"], (90,), -26.0)}, cause="near-zero group std"),
+    Fixture("GRPO with one completion per prompt", {"single_generation": "critical"},
+            config={"num_generations": 1}, first_fix={"num_generations": 8}),
+    Fixture("gradient spikes: no clip below every norm the run logged", {"grad_spikes": "warning"},
+            metrics={"grad_norm": spiked(H["grad_norm"], (60, 75, 90), 40.0)}, first_fix={
+                "per_device_train_batch_size": 256}, notes=("grad_norm_above_max",)),
+    Fixture("gradient spikes under a loose clip", {"grad_spikes": "warning"},
+            metrics={"grad_norm": spiked(H["grad_norm"], (60, 75, 90), 40.0)}, config={"max_grad_norm": 10.0},
+            first_fix={"max_grad_norm": 2.0}),
+    Fixture("entropy collapse with several updates per rollout", {"entropy_collapse": "warning",
+                                                                  "reward_flat": "warning"},
+            metrics={"entropy": ramp(N, 0.8, 0.04, 20), "frac_reward_zero_std": ramp(N, 0.1, 0.45, 20),
+                     "reward": 0.5 + noise(N, 0.01), "rewards/correctness/mean": 0.5 + noise(N, 0.01, 4),
+                     "clip_ratio/region_mean": np.full(N, 0.05)},
+            config={"num_iterations": 2}, first_fix={"epsilon_high": 0.28}, notes=("clip_expected",)),
+    Fixture("entropy collapse with one update per rollout: clip-higher cannot act", {"entropy_collapse": "warning",
+                                                                                      "reward_flat": "warning"},
+            metrics={"entropy": ramp(N, 0.8, 0.04, 20), "frac_reward_zero_std": ramp(N, 0.1, 0.45, 20),
+                     "reward": 0.5 + noise(N, 0.01), "rewards/correctness/mean": 0.5 + noise(N, 0.01, 4)},
+            first_fix={"dynamic_sampling": True}),
+    Fixture("entropy blow-up with clip-higher and several updates", {"entropy_blowup": "warning"},
+            metrics={"entropy": ramp(N, 0.5, 1.6, 30), "clip_ratio/region_mean": np.full(N, 0.05)},
+            config={"epsilon_high": 0.28, "num_iterations": 2}, first_fix={"epsilon_high": 0.2},
+            notes=("clip_expected",)),
+    Fixture("entropy blow-up with one update per rollout: ε is not the cause", {"entropy_blowup": "warning"},
+            metrics={"entropy": ramp(N, 0.5, 1.6, 30)}, config={"epsilon_high": 0.28}, first_fix={"beta": 0.08}),
+    Fixture("entropy rising slightly", {}, metrics={"entropy": ramp(N, 0.5, 0.7)}, notes=("entropy_slight_rise",)),
+    Fixture("clip fraction high with several updates", {"clip_high": "warning"},
+            metrics={"clip_ratio/region_mean": np.full(N, 0.4)}, config={"num_iterations": 4},
+            fix={"learning_rate": 5e-5, "num_iterations": 2}, notes=("clip_expected",)),
+    Fixture("sequence-level clipping", {}, metrics={"clip_ratio/region_mean": np.full(N, 0.2)},
+            config={"num_iterations": 2, "importance_sampling_level": "sequence"},
+            notes=("clip_sequence_level", "clip_expected")),
+    Fixture("clipping with one update per rollout", {"rollout_mismatch": "warning"},
+            metrics={"clip_ratio/region_mean": np.full(N, 0.02)}),
+    Fixture("advantage above the group bound", {"advantage_explosion": "critical"},
+            metrics={"advantage/abs_max": spiked(H["advantage/abs_max"], (50,), 40.0)}, cause="near-zero group std"),
+    Fixture("batch-scaled advantages far above the bound", {"advantage_explosion": "warning"},
+            metrics={"advantage/abs_max": np.full(N, 7.0)}, config={"scale_rewards": "batch"},
+            fix={"scale_rewards": "group", "advantage_clip": "tanh"}),
+    Fixture("batch-scaled advantages a little above the bound", {},
+            metrics={"advantage/abs_max": np.full(N, 2.9)}, config={"scale_rewards": "batch"}),
+    Fixture("advantages not centred", {"advantage_not_centred": "warning"},
+            metrics={"advantage/mean": np.full(N, 0.3)}),
+    Fixture("groups split across processes (batch mean still 0)", {"advantage_not_centred": "warning"},
+            metrics={"advantage/group_mean_abs_max": ramp(N, 0.0, 0.4, 60)}),
+    Fixture("per-group means at float32 noise", {},
+            metrics={"advantage/group_mean_abs_max": np.abs(noise(N, 1e-7, 14))}),
+    Fixture("length-quantile groups: prompt groups are not centred by construction", {},
+            metrics={"advantage/group_mean_abs_max": np.full(N, 0.4)}, config={"group_by": "length_quantile"}),
+    Fixture("out of memory", {"oom": "critical"},
+            events=({"kind": "crash", "step": 90, "detail": {"error": "OutOfMemoryError: CUDA out of memory"}},),
+            fix={"per_device_train_batch_size": 32, "num_generations": 4, "lora_r": 16}),
+    Fixture("reward hacking", {"reward_hacking": "warning"},
+            metrics={"reward": ramp(N, 0.5, 1.5, 20) + noise(N, 0.01),
+                     "rewards/correctness/mean": ramp(N, 0.5, 0.1, 20) + noise(N, 0.01, 25),
+                     "rewards/format/mean": ramp(N, 0.0, 1.4, 20) + noise(N, 0.01, 26)},
+            cause="hacking"),
+    Fixture("reward hacking seen in a quality metric beside the reward", {"reward_hacking": "warning"},
+            metrics={"reward": ramp(N, 0.05, 0.2, 20) + noise(N, 0.005), "rewards/correctness/mean": None,
+                     "ndcg_mean": ramp(N, 0.04, 0.025, 20) + noise(N, 0.001, 27)},
+            source="jsonl", config={}, cause="ndcg_mean falls"),
+    Fixture("uniform groups pull KL back", {"uniform_groups": "warning", "kl_pull": "info", "reward_flat": "info"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.8),
+                     "kl": np.concatenate([ramp(50, 0.0, 0.04), ramp(100, 0.04, 0.004)]),
+                     "reward": 0.4 + noise(N, 0.01), "rewards/correctness/mean": 0.4 + noise(N, 0.01, 28)},
+            fix={"dynamic_sampling": True}),
+    Fixture("TRL log without config", {},
+            metrics={"kl": None, "advantage/mean": None, "advantage/std": None, "advantage/abs_max": None,
+                     "repetition": None, "loss": np.zeros(N), "grad_norm": np.full(N, 2.0)},
+            source="trl", config={"framework": "trl"},
+            notes=("kl_absent", "loss_near_zero", "grad_norm_above_max", "clip_expected")),
+    Fixture("verl: mini-batches per rollout", {}, source="verl",
+            metrics={"clip_ratio/region_mean": np.full(N, 0.01), "advantage/mean": np.full(N, 0.05)},
+            config={"framework": "verl", "num_iterations": 1, "steps_per_generation": 8,
+                    "gradient_accumulation_steps": 1, "num_generations": 8, "beta": 0.001},
+            notes=("clip_expected", "advantage_mean")),
+    Fixture("loss negative and rising with KL", {}, metrics={
+        "loss": np.concatenate([np.full(40, -0.01), ramp(110, -0.01, 0.05)]), "kl": ramp(N, 0.005, 0.04)},
+        notes=("loss_negative", "loss_rising")),
+    Fixture("reward_std falling alone", {}, metrics={"reward_std": ramp(N, 0.4, 0.1)}, notes=("reward_std_falling",)),
+    Fixture("learning rate 0 at step 1", {}, metrics={"learning_rate": np.concatenate([[0.0], np.full(N - 1, 1e-4)])},
+            notes=("learning_rate_zero_at_start",)),
+    Fixture("reference is not the starting policy", {"kl_mismatch_at_start": "critical", "kl_blowup": "info"},
+            metrics={"kl": 1.1 + noise(N, 0.05)}, cause="reference is not the starting policy"),
+    Fixture("reference is not the starting policy, several updates per rollout",
+            {"kl_mismatch_at_start": "critical", "kl_blowup": "info"}, config={"num_iterations": 4},
+            metrics={"kl": 1.1 + noise(N, 0.05)}, cause="reference is not the starting policy"),
+    # healthy-28 of the 40 healthy runs (num_iterations 4): step 1's KL is the mean over its 4 passes, 0.48 after a
+    # large first update, then back to 0.08 and 0.02: drift within the step, not a reference that differs
+    Fixture("a first step's own updates move KL, several updates per rollout", {}, config={"num_iterations": 4},
+            metrics={"kl": np.concatenate([[0.4773, 0.0789, 0.021], H["kl"][3:]])}),
+    Fixture("a log that starts late cannot tell where KL started", {},
+            metrics={"kl": 0.02 + np.abs(noise(N, 0.002))}, n=N),
+    Fixture("a reward function that never varies, while the others teach", {"reward_component_constant": "info"},
+            metrics={"rewards/strict_format/mean": np.zeros(N)}, cause="same score"),
+    Fixture("a reward function that never varies, and nothing is learned",
+            {"reward_component_constant": "warning", "reward_flat": "warning"},
+            metrics={"rewards/check_answer/mean": np.full(N, -1.0), "reward": -1.2 + noise(N, 0.2),
+                     "rewards/correctness/mean": None}, cause="same score"),
+    Fixture("PPO with a critic: no groups, the reward spread is only a problem if it never moved", {},
+            metrics={"reward_std": np.concatenate([np.zeros(5), np.full(N - 5, 0.3)]),
+                     "frac_reward_zero_std": None, "advantage/std": None},
+            config={"advantage": "gae", "num_generations": 1}),
+    Fixture("PPO whose every completion scored the same from the start", {"uniform_groups": "critical",
+                                                                          "reward_flat": "info"},
+            metrics={"reward_std": np.zeros(N), "reward": np.zeros(N),
+                     "rewards/correctness/mean": np.zeros(N) + noise(N, 0.01),
+                     "frac_reward_zero_std": None, "advantage/std": None},
+            config={"advantage": "gae", "num_generations": 1}, cause="nothing to learn from"),
+    Fixture("truncation read off the mean length at the cap", {"truncation": "warning"},
+            metrics={"completions/clipped_ratio": None, "completions/max_length": None,
+                     "completions/mean_length": np.full(N, 512.0)}),
+    Fixture("the rollout engine samples from another model", {"rollout_mismatch": "critical"},
+            metrics={"rollout_kl": np.full(N, 9.9)}, cause="different model"),
+    Fixture("per-function std with uniform groups", {"uniform_groups": "critical"},
+            metrics={"frac_reward_zero_std": np.ones(N), "rewards/correctness/std": np.full(N, 0.4)},
+            notes=("per_function_std",)),
+    # healthy-runs corpus (tests/unit/diagnostics/test_healthy_runs.py): with one update per rollout the policy loss reads 0 by
+    # construction while grad_norm shows the update; that is no evidence of "no learning signal" (not critical)
+    Fixture("uniform groups while the policy loss is 0 by construction", {"uniform_groups": "warning"},
+            metrics={"frac_reward_zero_std": np.full(N, 0.7), "rewards/correctness/mean": np.full(N, 0.5),
+                     "rewards/correctness/std": np.full(N, 0.5), "policy_loss": np.zeros(N)},
+            config={"temperature": 0.3, "loss_type": "grpo"}),
+    # G = 4 (16 groups a step): the uniform share's 10-step median wanders past 0.5 for a few steps in healthy runs;
+    # info until it has held for a window, a warning once it lasts
+    Fixture("uniform groups: half the groups for a few steps at G = 4", {"uniform_groups": "info"},
+            metrics={"frac_reward_zero_std": np.where((np.arange(N) >= 15) & (np.arange(N) < 22), 0.6, 0.38),
+                     "rewards/correctness/mean": np.full(N, 0.3), "rewards/correctness/std": np.full(N, 0.46),
+                     "advantage/abs_max": np.full(N, 1.4)},
+            config={"num_generations": 4}, cause="less than a 10-step window"),
+    Fixture("uniform groups: half the groups for 25 steps at G = 4", {"uniform_groups": "warning"},
+            metrics={"frac_reward_zero_std": np.where((np.arange(N) >= 15) & (np.arange(N) < 40), 0.6, 0.38),
+                     "rewards/correctness/mean": np.full(N, 0.3), "rewards/correctness/std": np.full(N, 0.46),
+                     "advantage/abs_max": np.full(N, 1.4)},
+            config={"num_generations": 4}),
+    # batch scaling has no hard bound: one batch where a rare reward stands out is info, a repeat is a warning
+    Fixture("batch-scaled advantages above twice the bound at one step", {"advantage_explosion": "info"},
+            metrics={"advantage/abs_max": spiked(np.full(N, 1.8), (0,), 3.2)},
+            config={"scale_rewards": "batch", "num_generations": 4}, cause="at one step so far"),
+    Fixture("batch-scaled advantages above twice the bound, again and again", {"advantage_explosion": "warning"},
+            metrics={"advantage/abs_max": spiked(np.zeros(N), tuple(range(1, N, 3)), 7.0)},
+            config={"scale_rewards": "batch"}),
+    # KL is 0 at step 1 and warms up over the first ~30 steps before it settles: not a blow-up
+    Fixture("kl warming up from 0 for 30 steps, then settling", {},
+            metrics={"kl": np.where(np.arange(1, N + 1) == 1, 0.0, 0.2 * np.minimum(np.arange(1, N + 1) / 30, 1)
+                                    + np.abs(noise(N, 0.01, 5)))}, config={"beta": 0.1}),
+    # a noisy KL (few prompts a step) whose 10-step median dips for a window and comes back: not "tripled"
+    Fixture("kl back at its level after a dip", {},
+            metrics={"kl": np.where(np.arange(1, N + 1) == 1, 0.0,
+                                    np.where((np.arange(1, N + 1) >= 41) & (np.arange(1, N + 1) <= 50), 0.06,
+                                             0.22 * np.minimum(np.arange(1, N + 1) / 20, 1))
+                                    + np.abs(noise(N, 0.01, 5)))}, config={"beta": 0.1}),
+    Fixture("kl up by half twice out of a dip", {},
+            metrics={"kl": np.where(np.arange(1, N + 1) == 1, 0.0, np.select(
+                [(np.arange(1, N + 1) >= 26) & (np.arange(1, N + 1) <= 36), np.arange(1, N + 1) > 36],
+                [0.08, 0.25], 0.17 * np.minimum(np.arange(1, N + 1) / 12, 1)) + np.abs(noise(N, 0.01, 5)))},
+            config={"beta": 0.01}),
+]
+
+
+def build(fixture: Fixture) -> Diagnoser:
+    metrics = {**healthy_metrics(fixture.n), **fixture.metrics}
+    steps = np.arange(1, fixture.n + 1)
+    config = OURS if fixture.source == "grpo-doctor" else {}
+    view = RunSeries({"id": 1, "name": fixture.name, "source": fixture.source,
+                    "config": {**config, **fixture.config}}, events=fixture.events)
+    view.add({k: (steps, np.asarray(v, dtype=float)) for k, v in metrics.items() if v is not None})
+    diagnoser = Diagnoser(view)
+    diagnoser.examine()
+    return diagnoser
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.name for f in FIXTURES])
+def test_fixture_findings(fixture):
+    findings = build(fixture).findings()
+    problems = {f.rule: f.severity for f in findings if f.severity != "expected"}
+    assert problems == fixture.problems
+    notes = {f.rule for f in findings if f.severity == "expected"}
+    assert set(fixture.notes) <= notes, f"missing notes {set(fixture.notes) - notes}"
+    first = next((f for f in findings if f.rule == next(iter(fixture.problems), None)), None)
+    if fixture.cause:
+        assert fixture.cause in " ".join(first.causes[:2]), first.causes
+    if fixture.fix:
+        changes = {k: v for f in findings for fix in f.fixes for k, v in fix.changes.items()}
+        for key, value in fixture.fix.items():
+            assert changes.get(key) == (pytest.approx(value) if isinstance(value, float) else value), (key, changes)
+    if fixture.not_cause:
+        assert not any(fixture.not_cause in c for c in first.causes), first.causes
+    if fixture.first_fix is not None:
+        config_fixes = [fix.changes for fix in first.fixes if fix.changes]
+        assert (config_fixes[0] if config_fixes else {}) == fixture.first_fix, config_fixes
+    changed = {k for f in findings for fix in f.fixes for k in fix.changes}
+    assert not changed & set(fixture.never), changed & set(fixture.never)
+    if fixture.open_at_end:
+        assert first.status == "open" and first.last_step == fixture.n, (first.status, first.last_step)
+    for f in findings:  # every finding carries its evidence and references; problems their causes and fixes
+        assert f.evidence and f.references and f.onset_step is not None
+        if f.severity != "expected":
+            assert f.causes and f.fixes
+
+
+def test_the_first_metric_to_go_non_finite_is_the_first_evidence():
+    """nonfinite lists its metrics in the order they went NaN (the first tells the cause; the dashboard overlays the
+    first evidence metric on a restart): the loss at step 40 before grad_norm at 41."""
+    n = 60
+    grad = np.where(np.arange(1, n + 1) >= 41, math.nan, healthy_metrics(n)["grad_norm"])
+    loss = np.where(np.arange(1, n + 1) >= 40, math.nan, healthy_metrics(n)["loss"])
+    (finding,) = [f for f in build(Fixture("nan", {}, metrics={"grad_norm": grad, "loss": loss}, n=n)).findings()
+                  if f.rule == "nonfinite"]
+    assert [(e.metric, e.step) for e in finding.evidence[:2]] == [("loss", 40), ("grad_norm", 41)]
+
+
+def test_every_rule_is_exercised_by_a_fixture():
+    raised = {rule for fixture in FIXTURES for rule in fixture.problems} | {n for f in FIXTURES for n in f.notes}
+    assert {r.id for r in RULES} - raised == set()
+
+
+def test_rule_ids_are_unique_and_documented():
+    assert len(BY_ID) == len(RULES)
+    rules_doc = (ROOT / "docs" / "rules.md").read_text()
+    for rule in RULES:
+        assert rule.id.replace("_", "").isalnum() and rule.title and rule.read and rule.references
+        assert f"`{rule.id}`" in rules_doc, f"docs/rules.md does not explain {rule.id}"
+
+
+def test_fix_changes_are_valid_trainer_options():
+    """The dashboard passes fix.changes to `grpo-doctor train --restart_from RUN@STEP --set k=v`."""
+    from grpo_doctor.trainer.config import overrides_to_argv, parse_config
+
+    seen = 0
+    for fixture in FIXTURES:
+        for finding in build(fixture).findings():
+            for fix in finding.fixes:
+                if not fix.changes:
+                    continue
+                pairs = [f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in fix.changes.items()]
+                config = parse_config(overrides_to_argv(pairs), base={"beta": 0.04, "num_generations": 4,
+                                                                      "per_device_train_batch_size": 32,
+                                                                      "reward_funcs": ["correctness", "format_reward"]})
+                for key, value in fix.changes.items():
+                    assert getattr(config, key) == value, (fixture.name, key)
+                    assert type(getattr(config, key)) is type(value) or isinstance(value, float), (key, value)
+                seen += 1
+    assert seen > 20
+
+
+def test_spike_evidence_is_the_last_five_spikes_of_the_whole_series():
+    """The explanation looks back only as far as it needs to; it must find what a full scan finds."""
+    from grpo_doctor.diagnostics.metrics import rolling
+    from grpo_doctor.diagnostics.rules.base import W
+
+    n = 3000
+    grad = 0.5 + np.abs(noise(n, 0.02, 30))
+    grad[[40, 700, 1500, 2400, 2890, 2940, 2970]] = 40.0  # the last four within 100 steps: the rule fires
+    finding = next(f for f in build(Fixture("spikes", {}, metrics={"grad_norm": grad}, n=n)).findings()
+                   if f.rule == "grad_spikes")
+    flagged = np.flatnonzero(rolling.spikes(grad[:finding.last_step], W)) + 1  # rows → steps (steps start at 1)
+    assert [e.step for e in finding.evidence if e.note.startswith("spike")] == list(flagged[-5:])
+    assert list(flagged[-5:]) == [1501, 2401, 2891, 2941, 2971]
+
+
+def test_correlation_kept_up_to_date_equals_a_fresh_one():
+    """correlation_upto extends its sums as a live run grows; any step must give what a full computation gives."""
+    from grpo_doctor.diagnostics.metrics import rolling
+    from grpo_doctor.diagnostics.rules.base import correlation_upto
+
+    rng = np.random.default_rng(7)
+    n = 600
+    steps = np.arange(1, n + 1)
+    x = 200 + np.cumsum(rng.normal(size=n))
+    y = -0.5 * x + rng.normal(size=n) * 3
+    y[rng.integers(0, n, 30)] = np.nan                   # a logged NaN: the value as of that step is the one before
+    view = RunSeries({"id": 1, "name": "r", "source": "grpo-doctor", "config": {}})
+
+    def fresh(upto):
+        keep = steps <= upto
+        xs, ys = x[keep], view.asof("y", steps[keep])
+        return rolling.correlation(xs[np.isfinite(ys)], ys[np.isfinite(ys)])
+
+    for lo, hi in ((0, 5), (5, 120), (120, 121), (121, 600)):  # the run grows as a live one does
+        view.add({"x": (steps[lo:hi], x[lo:hi]), "y": (steps[lo:hi], y[lo:hi])})
+        for upto in (hi, max(hi - 50, 1), hi):              # the latest step, an earlier episode, the latest again
+            assert correlation_upto(view, "x", "y", upto) == pytest.approx(fresh(upto), abs=1e-9)
+    assert correlation_upto(view, "x", "y", n) < -0.9
+    flat = RunSeries({"id": 2, "name": "c", "source": "grpo-doctor", "config": {}})
+    flat.add({"x": (steps, x), "y": (steps, np.full(n, 0.3))})
+    assert correlation_upto(flat, "x", "y", n) == 0.0     # a constant: no correlation, not noise
