@@ -47,12 +47,11 @@ browser:
 	  else sudo apt-get update && sudo apt-get install -y chromium; fi; }
 
 # A live embedded training run streaming into $(DEMO_DB), and the dashboard showing it (Ctrl-C stops both;
-# the run saves a checkpoint). When that store is new and sample_runs/ exists, its logs are imported first
-# (a log that does not import is reported and skipped).
+# the run saves a checkpoint). When that store is new and sample_runs/ exists, its logs are imported first, the
+# recorded runs before the twins restarted from them (so each twin is linked to its parent).
 demo: install
 	@if [ -d sample_runs ] && [ ! -e '$(DEMO_DB)' ]; then \
-	  for log in sample_runs/*.jsonl; do \
-	    $(BIN)/grpo-doctor --db '$(DEMO_DB)' import "$$log" || echo "demo: skipped $$log"; \
-	  done; \
+	  $(BIN)/grpo-doctor --db '$(DEMO_DB)' import $$(ls sample_runs/*.jsonl | grep -v -- -fix) \
+	    && $(BIN)/grpo-doctor --db '$(DEMO_DB)' import sample_runs/*-fix*.jsonl; \
 	fi
 	$(BIN)/grpo-doctor --db '$(DEMO_DB)' demo --host '$(DEMO_HOST)' --port '$(DEMO_PORT)'

@@ -29,7 +29,7 @@ $PY -m pytest -q -p no:cacheprovider tests/unit/trainer/test_grpo_math.py tests/
 echo "== training on $DEVICE: $TRAIN_STEPS steps each, 16 prompts x 8"
 for variant in "" "--advantage gae" "--lora_r 16 --lora_target_modules all-linear --learning_rate 1e-3"; do
   name="grpo${variant:+-$(echo "$variant" | cut -d' ' -f1-2 | tr -d ' -')}"
-  $PY -m trainer --db "$OUT/train.db" --output_dir "$OUT/ckpt" --run_name "$name" --device "$DEVICE" \
+  $PY -P -m grpo_doctor.trainer --db "$OUT/train.db" --output_dir "$OUT/ckpt" --run_name "$name" --device "$DEVICE" \
       --max_steps "$TRAIN_STEPS" --save_steps 0 --per_device_train_batch_size 128 $variant > /dev/null 2>"$OUT/$name.err" \
     || { echo "$name failed:"; tail -5 "$OUT/$name.err"; }
 done

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_doctor.diagnostics.findings import Finding
+from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics.baseline import early
 
 KINDS = ("ratio", "by", "recover", "limit")
@@ -63,10 +64,10 @@ class Margin:
         """The criterion in words: "mean `kl` at most 0.333 × the broken run's"."""
         what = {"mean": "mean", "max": "largest", "rise": "rise of", "nonfinite": "NaN/inf count of"}[self.stat]
         word = "at most" if self.better == "lower" else "at least"
-        how = {"ratio": f"{word} {self.value:.3g} × the broken run's",
-               "by": f"{self.better} than the broken run's by at least {self.value:.3g}",
+        how = {"ratio": f"{word} {number(self.value, 3)} × the broken run's",
+               "by": f"{self.better} than the broken run's by at least {number(self.value, 3)}",
                "recover": f"back toward the broken run's early baseline by at least {self.value:.0%} of its deviation",
-               "limit": f"{word} {self.value:.4g}"}[self.kind]
+               "limit": f"{word} {number(self.value)}"}[self.kind]
         return f"{what} `{self.metric}` {how}"
 
 
@@ -85,11 +86,15 @@ class Check:
     def text(self) -> str:
         if self.steps is None or self.run is None or self.fixed is None:
             return f"{self.margin.text()}: {self.note}"
-        sign = "≤" if self.margin.better == "lower" else "≥"
         stat = {"nonfinite": "NaN/inf count", "rise": "rise"}.get(self.margin.stat, self.margin.stat)
-        need = f"needed {sign} {self.target:.4g}" + (f", {self.note}" if self.note else "")
-        return (f"`{self.margin.metric}` {stat} over steps {self.steps[0]}–{self.steps[1]}: {self.run:.4g} in the "
-                f"broken run, {self.fixed:.4g} with the fix ({need}) — {'met' if self.met else 'NOT met'}")
+        show = (lambda x: number(round(x))) if self.margin.stat == "nonfinite" else number  # a count is whole
+        if self.target is None:  # no target could be set: the note says why
+            need = f"no target: {self.note}"
+        else:
+            sign = "≤" if self.margin.better == "lower" else "≥"
+            need = f"needed {sign} {show(self.target)}" + (f", {self.note}" if self.note else "")
+        return (f"`{self.margin.metric}` {stat} over steps {self.steps[0]}–{self.steps[1]}: {show(self.run)} in the "
+                f"broken run, {show(self.fixed)} with the fix ({need}) — {'met' if self.met else 'NOT met'}")
 
 
 @dataclass(frozen=True)
@@ -138,9 +143,9 @@ def _target(margin: Margin, run: float, reference: float | None) -> tuple[float 
         return margin.value, ""
     deviation = reference - run  # recover: the way back, signed
     if sign * deviation <= 0:
-        return None, (f"the broken run's {run:.4g} is not worse than its baseline {reference:.4g}: "
+        return None, (f"the broken run's {number(run)} is not worse than its baseline {number(reference)}: "
                       "the metric cannot show a fix")
-    return run + margin.value * deviation, f"{margin.value:.0%} of the way back to {reference:.4g}"
+    return run + margin.value * deviation, f"{margin.value:.0%} of the way back to {number(reference)}"
 
 
 def check(margin: Margin, run: pd.Series | None, fixed: pd.Series | None, since: int,

@@ -5,7 +5,7 @@ framework's terms.
 values of that field's type, because the dashboard passes them to ``grpo-doctor train --restart_from
 RUN@STEP --set key=value``; ``TRAINER_FIELDS`` lists the ones fixes use (a test checks them against
 the trainer). ``framework_changes`` holds the same change under the framework's keys (TRL
-``GRPOConfig`` fields, verl's Hydra keys) where ``config_map`` knows a mapping.
+``GRPOConfig`` fields, verl's Hydra keys) where ``config.keys`` knows a mapping.
 """
 
 from __future__ import annotations

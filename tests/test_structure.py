@@ -56,8 +56,8 @@ def test_the_page_check_sees_a_test_and_misses_a_page_without_one():
 @pytest.mark.parametrize("page", sorted(p.stem for p in PAGES.glob("*.py") if p.stem != "__init__"))
 def test_every_page_has_an_app_test(page):
     assert page_is_tested(page, app_test_sources()), (
-        f"app/dashboard/app_pages/{page}.py has no AppTest: open it in tests/unit/app/test_app.py (open_page({page!r}, ...)), and "
-        f"add it to test_pages_on_an_empty_store if it reads runs")
+        f"app/dashboard/app_pages/{page}.py has no AppTest: open it in tests/unit/app/test_app.py "
+        f"(open_page({page!r}, ...)), and add it to test_pages_on_an_empty_store if it reads runs")
 
 
 def test_every_rule_has_a_fixture_is_guarded_in_test_rules():
@@ -111,7 +111,7 @@ def test_one_number_formatter():
     from grpo_doctor.diagnostics import fixes, formatting
     from grpo_doctor.diagnostics.report import render
 
-    assert _definitions(r"\s*def (number|value_text)\(") == ["diagnostics/formatting.py"]
+    assert _definitions(r"\s*def (number|value_text|fmt|_num)\(") == ["diagnostics/formatting.py"]
     assert render.number is formatting.number
     assert fixes.text(0.04) == formatting.number(0.04, 6) and fixes.text([1.0, 2]) == "1.0 2"
     assert [formatting.number(x) for x in (2.0, 0.123456, 1e-6, float("nan"), -float("inf"), 3, None)] == [
@@ -122,4 +122,45 @@ def test_one_meaning_per_name():
     assert _definitions(r"\s*HEADLINE\b") == ["app/dashboard/compare_page.py"]  # the Compare page's first charts
     assert _definitions(r"\s*class LaunchError\b") == ["app/launch/processes.py"]  # a refused launch
     assert _definitions(r"\s*class WorldSizeError\b") == ["trainer/distributed.py"]  # processes ≠ WORLD_SIZE
-    assert _definitions(r"\s*class (View|RunTick)\b") == ["app/dashboard/run_page.py"]  # one refresh of the Run page
+    assert _definitions(r"\s*class (View|RunTick)\b") == ["app/dashboard/run_tick.py"]  # one refresh of the Run page
+
+
+
+def test_each_concept_is_defined_once():
+    """What was written twice or three times before the regrouping: the robust-σ constant, the band test and the band
+    text (``HealthRange.outside``/``status``/``bounds_text``), the early baseline."""
+    assert _definitions(r"\s*MAD_TO_SIGMA\s*=") == ["diagnostics/metrics/rolling.py"]
+    assert _definitions(r"\s*def (outside|_outside_value|_range|bounds_text|range_text)\(") == [
+        "diagnostics/metrics/catalogue.py", "diagnostics/metrics/catalogue.py", "diagnostics/report/metric_text.py"]
+    assert _definitions(r"\s*def baseline\(") == ["diagnostics/metrics/baseline.py"]
+    assert _definitions(r".*[<>]=? *[\w.]+ *[-+] *1e-12") == []  # the band's tolerance: catalogue.TOLERANCE
+
+
+# ------------------------------------------------------------------------------------- one import package
+def _packages_in_pyproject() -> set[str]:
+    import tomllib
+
+    return set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+
+
+def test_every_package_folder_is_installed_under_grpo_doctor():
+    """pyproject.toml lists each package; a new folder with an ``__init__.py`` missing there would be left out of the
+    wheel."""
+    folders = {"grpo_doctor." + ".".join(p.parent.relative_to(ROOT).parts)
+               for top in PACKAGES for p in (ROOT / top).rglob("__init__.py")}
+    assert folders | {"grpo_doctor", "grpo_doctor.docs", "grpo_doctor.sample_runs"} == _packages_in_pyproject()
+
+
+#: An import of the old top-level names (``app``, ``trainer``, ``diagnostics``), in code or in a string of code.
+OLD_IMPORT = re.compile(r"(?:^\s*|[;\"'(]\s*)(?:from (?:app|trainer|diagnostics)[. ]"
+                        r"|import (?:app|trainer|diagnostics)\b)|-m (?:app|trainer)\b")
+
+
+@pytest.mark.parametrize("folder", [*PACKAGES, "tests", "benchmarks", "docs", "grpo_doctor"])
+def test_nothing_imports_the_old_top_level_names(folder):
+    """Every module is ``grpo_doctor.<part>...``: code, the code strings tests run in subprocesses, the docs' examples
+    and the benchmark scripts (from the repository root, ``import trainer`` would still work, and hide the mistake)."""
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in sorted((ROOT / folder).rglob("*"))
+             if p.suffix in (".py", ".md", ".sh") and "data" not in p.relative_to(ROOT).parts
+             for n, line in enumerate(p.read_text().splitlines(), 1) if OLD_IMPORT.search(line)]
+    assert not found, "\n".join(found)

@@ -1,4 +1,4 @@
-"""``python -m trainer ...``: what ``grpo-doctor train`` execs (the app starts trainers as processes)."""
+"""``python -P -m grpo_doctor.trainer ...``: what ``grpo-doctor train`` execs (the app starts trainers as processes)."""
 
 import sys
 

@@ -243,8 +243,31 @@ CONFLICTS = (
 )
 
 
+#: The largest whole number an option may hold (a seed: what numpy's generators take).
+LARGEST_INT, LARGEST_SEED = 2**53, 2**32 - 1
+
+
+def _unrepresentable(c: GRPOConfig) -> list[str]:
+    """Numbers no option can hold: NaN or ±inf, a whole number beyond ±2^53, a seed outside 0 – 2^32−1."""
+    out = []
+    for f in dataclasses.fields(c):
+        value = getattr(c, f.name)
+        for x in value if isinstance(value, list) else [value]:
+            if isinstance(x, float) and not math.isfinite(x):
+                out.append(f"{f.name}: must be a finite number (got {x})")
+            elif isinstance(x, int) and not isinstance(x, bool):
+                if f.name == "seed" and not 0 <= x <= LARGEST_SEED:
+                    out.append(f"seed: must be in 0 – {LARGEST_SEED} (got {x})")
+                elif abs(x) > LARGEST_INT:
+                    out.append(f"{f.name}: must be within ±2^53 (got {x})")
+    return out
+
+
 def validate(c: GRPOConfig) -> list[str]:
     """One message per bad value or bad combination (empty when the config is usable)."""
+    unrepresentable = _unrepresentable(c)
+    if unrepresentable:
+        return unrepresentable
     messages = [f"{name}: {value!r} is not one of {', '.join(choices)}"
                 for name, choices in CHOICES.items()
                 for value in (getattr(c, name) if isinstance(getattr(c, name), list) else [getattr(c, name)])

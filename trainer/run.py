@@ -1,9 +1,9 @@
 """Starting a run: fresh, resumed (``--resume_from RUN``) or restarted with changes
 (``--restart_from RUN@STEP --set key=value ...``, a child run linked to its parent).
 
-    python -m trainer [--config FILE] [--key value ...]
-    python -m trainer --resume_from RUN [--max_steps N]
-    python -m trainer --restart_from RUN@STEP --set beta=0.08 loss_type=dr_grpo
+    python -P -m grpo_doctor.trainer [--config FILE] [--key value ...]
+    python -P -m grpo_doctor.trainer --resume_from RUN [--max_steps N]
+    python -P -m grpo_doctor.trainer --restart_from RUN@STEP --set beta=0.08 loss_type=dr_grpo
 
 A run has one writer: a resume is refused while another live process writes the run (the store's lease).
 A store on a network filesystem is refused unless --unsafe-fs is given (diagnostics/store/filesystem.py).

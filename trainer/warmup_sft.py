@@ -1,6 +1,6 @@
 """Supervised warm-up that produces the default checkpoint ``trainer/assets/tiny-adder``.
 
-    python -m trainer.warmup_sft --out trainer/assets/tiny-adder
+    python -P -m grpo_doctor.trainer.warmup_sft --out trainer/assets/tiny-adder
 
 Builds the tiny tokenizer + Llama model, trains on ``prompt + answer + <eos>``
 (loss on answer and EOS tokens only; prompts left-padded exactly as the GRPO

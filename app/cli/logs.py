@@ -24,6 +24,7 @@ from grpo_doctor.app.cli.common import (
 )
 
 EXPORT_FORMATS = ("csv", "jsonl")
+MAX_SECONDS = 365 * 86400.0  # a duration option beyond a year is a typo (and an infinite one overflows a timer)
 
 
 class _ImportFormats:
@@ -223,10 +224,10 @@ def run_follow(args: argparse.Namespace) -> int:
     from grpo_doctor.diagnostics.importers.follow import Follower
 
     resolve(Path(args.path), args.fmt)  # a log that cannot be read is refused before the store is touched
-    if args.idle_exit is not None and not args.idle_exit > 0:
-        raise CliError(f"--idle-exit: must be > 0 seconds (got {args.idle_exit:g})")
-    if not args.every > 0:
-        raise CliError(f"--every: must be > 0 seconds (got {args.every:g})")
+    if args.idle_exit is not None and not 0 < args.idle_exit <= MAX_SECONDS:
+        raise CliError(f"--idle-exit: must be > 0 and at most {MAX_SECONDS:g} seconds (got {args.idle_exit:g})")
+    if not 0 < args.every <= MAX_SECONDS:
+        raise CliError(f"--every: must be > 0 and at most {MAX_SECONDS:g} seconds (got {args.every:g})")
     from grpo_doctor.diagnostics.report.alerts import Alerter, check_url
 
     if args.alert_webhook:

@@ -109,12 +109,26 @@ def _refuse_live_writer(args: argparse.Namespace) -> None:
         raise CliError(writer)
 
 
+def _refuse_bad_options(args: argparse.Namespace) -> None:
+    """A fresh run's options are checked here, in a second, before the trainer's slow start (a resume or a restart
+    reads its config from the store: the trainer checks those)."""
+    from grpo_doctor.trainer.config import ConfigError, parse_config
+
+    if any(a.split("=", 1)[0] in ("--resume_from", "--restart_from", "--set") for a in args.trainer_args):
+        return
+    try:
+        parse_config(args.trainer_args)
+    except ConfigError as e:
+        raise CliError(str(e)) from None
+
+
 def run_train(args: argparse.Namespace) -> int:
     from grpo_doctor.app.launch import processes
 
     require_trainer()
     if any(a in ("-h", "--help") for a in args.trainer_args):
         return processes.wait_child([*python_module(TRAINER), "--help"])
+    _refuse_bad_options(args)
     _refuse_live_writer(args)
     return processes.wait_child(_trainer_command(args))
 

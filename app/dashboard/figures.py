@@ -16,7 +16,7 @@ from grpo_doctor.app.dashboard.transforms import downsample, ema
 from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics.baseline import Baseline, baseline
 from grpo_doctor.diagnostics.metrics.catalogue import HealthRange
-from grpo_doctor.diagnostics.metrics.health import outside as unhealthy
+from grpo_doctor.diagnostics.metrics.health import unhealthy
 from grpo_doctor.diagnostics.report.metric_text import range_text
 
 BAND_COLOR = "rgba(46, 160, 67, 0.15)"

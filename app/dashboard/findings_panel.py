@@ -5,30 +5,21 @@ with a fix, whether the symptom cleared."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
-import pandas as pd
 import streamlit as st
 
 from grpo_doctor.app.dashboard import chart
 from grpo_doctor.app.dashboard.access import require_control
 from grpo_doctor.app.dashboard.doc_sections import reference_link
 from grpo_doctor.app.dashboard.figures import overlay_figure
+from grpo_doctor.app.dashboard.run_tick import Comparison, Family, problems
 from grpo_doctor.app.dashboard.session import open_store, run_label, store_path
 from grpo_doctor.app.launch import processes
-from grpo_doctor.app.launch.restarts import (
-    RestartPoint,
-    changes_text,
-    framework_snippet,
-    restart_point,
-    trl_resume,
-    verdict,
-)
-from grpo_doctor.diagnostics.findings import Finding, most_severe_first
+from grpo_doctor.app.launch.restarts import RestartPoint, changes_text, framework_snippet, trl_resume
+from grpo_doctor.diagnostics.findings import Finding
 from grpo_doctor.diagnostics.fix_verdict import symptom_metric
 from grpo_doctor.diagnostics.formatting import number
-from grpo_doctor.diagnostics.metrics.catalogue import health
 from grpo_doctor.diagnostics.store import control_requests
 
 ICONS = {"critical": ":material/error:", "warning": ":material/warning:", "info": ":material/info:",
@@ -36,51 +27,6 @@ ICONS = {"critical": ":material/error:", "warning": ":material/warning:", "info"
 COLORS = {"critical": "red", "warning": "orange", "info": "blue", "expected": "green"}
 #: A message that survives the rerun after "Restart with this fix" (shown once, at the top of the panel).
 FLASH_KEY = "run.flash"
-@dataclass
-class Family:
-    """A run's findings, and what the verdicts need: its parent's and its children's findings and series."""
-
-    findings: list[Finding]
-    parent: dict | None = None                      # the parent run (when restarted)
-    parent_findings: list[Finding] = field(default_factory=list)
-    children: list[dict] = field(default_factory=list)
-    child_findings: dict[int, list[Finding]] = field(default_factory=dict)
-    points: dict[tuple[str, int], RestartPoint | str] = field(default_factory=dict)  # (rule, fix) -> where
-
-    def find_restart_points(self, store, run: dict) -> None:
-        """Where each fix of each open problem would restart from (or why it cannot)."""
-        saved = processes.checkpoints(store, run["id"]) if run["source"] == "grpo-doctor" else []
-        metrics = {f.rule: symptom_metric(f) for f in problems(self.findings)}
-        series = {m: store.metric(run["id"], m) for m in set(metrics.values()) if m}  # where each build-up began
-        self.points = {(f.rule, n): restart_point(run, saved, f, fix, series.get(metrics[f.rule]))
-                       for f in problems(self.findings) for n, fix in enumerate(f.fixes)}
-
-
-def problems(findings: Sequence[Finding]) -> list[Finding]:
-    """Open findings that are problems (not expected behaviour), most severe first, then by onset."""
-    open_ = [f for f in findings if f.status == "open" and f.severity in ("warning", "critical")]
-    return sorted(open_, key=most_severe_first)
-
-
-def worst(findings: Sequence[Finding]) -> str:
-    """``warning: title`` for the most severe open problem; empty when there is none."""
-    found = problems(findings)
-    return f"{found[0].severity}: {found[0].title}" if found else ""
-
-
-def onset_marks(findings: Sequence[Finding]) -> dict[str, list[tuple[int, str, str]]]:
-    """``{metric: [(onset step, short label, hover text)]}`` for every open problem's evidence metrics (the charts
-    draw them)."""
-    marks: dict[str, list[tuple[int, str, str]]] = {}
-    for finding in problems(findings):
-        if finding.onset_step is None:
-            continue
-        for metric in dict.fromkeys(e.metric for e in finding.evidence):
-            marks.setdefault(metric, []).append((finding.onset_step, "onset",
-                                                 f"onset of {finding.rule}: {finding.title}"))
-    return marks
-
-
 def evidence_table(finding: Finding) -> str:
     """The evidence as a markdown table (step, metric, value, note)."""
     rows = ["| step | metric | value | note |", "|---:|---|---:|---|"]
@@ -102,24 +48,24 @@ def _span(finding: Finding) -> str:
     return f"from step {finding.onset_step}" + (f" (still at {finding.last_step})" if finding.last_step else "")
 
 
-def panel(run: dict, family: Family, series: Callable[[str], pd.Series]) -> None:
+def panel(run: dict, family: Family) -> None:
     """The whole panel: problems first, then the notes and the expected-behaviour explanations."""
     st.subheader("Findings")
     if FLASH_KEY in st.session_state:
         st.success(st.session_state.pop(FLASH_KEY))
-    if family.parent is not None:
-        fix_outcomes(run, family, series)
+    if family.outcomes:
+        fix_outcomes(family)
     found = problems(family.findings)
     if not found:
         st.success(f"No problems found up to step {run.get('last_step') or 0}.")
     for i, finding in enumerate(found):
         label = f":{COLORS[finding.severity]}[**{finding.title}**] · {_span(finding)}"
         with st.expander(label, expanded=i == 0, icon=ICONS[finding.severity]):
-            _finding_body(run, finding, family, series, key=f"finding.{i}")
+            _finding_body(run, finding, family, key=f"finding.{i}")
     _notes([f for f in family.findings if f not in found])
 
 
-def _finding_body(run: dict, finding: Finding, family: Family, series: Callable[[str], pd.Series], key: str) -> None:
+def _finding_body(run: dict, finding: Finding, family: Family, key: str) -> None:
     st.markdown(f"**{finding.severity}** · rule `{finding.rule}`"
                 + (f" · {references_markdown(finding.references)}" if finding.references else ""))
     if finding.evidence:
@@ -135,10 +81,10 @@ def _finding_body(run: dict, finding: Finding, family: Family, series: Callable[
     for n in others:
         _fix(run, finding, family, n, key, primary=False)
     for child in family.children:
-        fork = child.get("parent_step")
-        if fork is not None and (finding.onset_step is None or fork < finding.onset_step):
-            _verdict(finding, run, child, family.child_findings.get(child["id"], []), series,
-                     key=f"{key}.{child['id']}")
+        restart = family.restarts.get((finding.rule, child["id"]))
+        if restart is not None:
+            _say(restart.outcome, f"**{child['name']}** (restarted from step {child['parent_step']})")
+            _overlay(restart, key=f"{key}.{child['id']}")
 
 
 def primary_fix(finding: Finding, family: Family) -> int | None:
@@ -153,11 +99,11 @@ def _fix(run: dict, finding: Finding, family: Family, n: int, key: str, *, prima
     fix = finding.fixes[n]
     st.markdown(f"**Fix {n + 1}:** {fix.description}")
     _fix_action(run, fix, family.points.get((finding.rule, n), ""), key=f"{key}.fix.{n}", primary=primary,
-                number=n + 1, onset=finding.onset_step)
+                number=n + 1, checkpoint=family.checkpoint_before(finding.onset_step))
 
 
 def _fix_action(run: dict, fix, point: RestartPoint | str, key: str, *, primary: bool = True, number: int = 1,
-                onset: int | None = None) -> None:
+                checkpoint: str | None = None) -> None:
     """The restart button (our run, a checkpoint before the build-up), else the fix ready to copy. Only the finding's
     primary fix gets a primary button."""
     if isinstance(point, RestartPoint):
@@ -180,10 +126,7 @@ def _fix_action(run: dict, fix, point: RestartPoint | str, key: str, *, primary:
     if not fix.changes and not fix.framework_changes:
         return  # advice, not a config change: the description says it all
     if fix.framework == "trl" and control_requests.from_callback(run):  # our callback in the user's own TRL trainer
-        with open_store() as store:
-            saved = store.events(run["id"], "checkpoint")
-        before = [d["path"] for s, d in zip(saved["step"], saved["detail"]) if s == s and (onset is None or s < onset)]
-        code, cannot = trl_resume(fix, before[-1] if before else None)
+        code, cannot = trl_resume(fix, checkpoint)
         st.caption("Restart your TRL run with this fix from its last checkpoint before the onset:")
         st.code(code, language="python")
         if cannot:
@@ -198,30 +141,17 @@ def _fix_action(run: dict, fix, point: RestartPoint | str, key: str, *, primary:
         st.code("\n".join(f"{k}: {v}" for k, v in fix.changes.items()), language="yaml")
 
 
-def _verdict(finding: Finding, parent: dict, child: dict, child_findings: list[Finding],
-             series: Callable[[str], pd.Series], key: str) -> None:
-    """Whether ``finding`` (the parent's) cleared in ``child``, with the symptom's metric overlaid."""
-    metric = symptom_metric(finding)
-    with open_store() as store:
-        child_series = store.metric(child["id"], metric) if metric else pd.Series(dtype="float64")
-    parent_series = series(metric) if metric else pd.Series(dtype="float64")
-    band = health(metric, parent["config"]) if metric else None
-    outcome = verdict(finding, child_findings, int(child["parent_step"]), child.get("last_step"), parent_series,
-                      child_series, band)
-    _say(outcome, f"**{child['name']}** (restarted from step {child['parent_step']})")
-    _overlay(finding, parent, child, parent_series, child_series, band, key)
-
-
-def _overlay(finding: Finding, parent: dict, child: dict, parent_series: pd.Series, child_series: pd.Series,
-             band, key: str) -> None:
+def _overlay(restart: Comparison, key: str) -> None:
     """The symptom's metric, parent and child on one chart, the fork and the parent's onset marked."""
+    finding, parent, child = restart.finding, restart.parent, restart.child
     metric = symptom_metric(finding)
-    if not metric or not len(child_series):
+    if not metric or not len(restart.child_series):
         return
     marks = [(int(child["parent_step"]), "fork")]
     marks += [(finding.onset_step, "onset")] if finding.onset_step is not None else []
-    figure = overlay_figure({run_label(parent["id"], parent["name"]): parent_series,
-                             run_label(child["id"], child["name"]): child_series}, band, metric, marks=marks)
+    figure = overlay_figure({run_label(parent["id"], parent["name"]): restart.parent_series,
+                             run_label(child["id"], child["name"]): restart.child_series}, restart.band, metric,
+                            marks=marks)
     chart.show(figure, f"{key}.overlay")
 
 
@@ -230,24 +160,12 @@ def _say(outcome, subject: str) -> None:
     show(f"{subject}: {outcome.text}")
 
 
-def fix_outcomes(run: dict, family: Family, series: Callable[[str], pd.Series]) -> None:
+def fix_outcomes(family: Family) -> None:
     """On a restarted run: for each of the parent's problems that began after the fork, did it clear here?"""
-    fork = run.get("parent_step")
-    targeted = [f for f in problems(family.parent_findings) if f.onset_step is not None and fork is not None
-                and f.onset_step > fork]
-    if not targeted:
-        return
-    with open_store() as store:
-        parent_series = {symptom_metric(f): store.metric(family.parent["id"], symptom_metric(f))
-                         for f in targeted if symptom_metric(f)}
     st.markdown(f"**Did the restart fix {family.parent['name']}'s problems?**")
-    for n, finding in enumerate(targeted):
-        metric = symptom_metric(finding)
-        mine = series(metric) if metric else pd.Series(dtype="float64")
-        band = health(metric, run["config"]) if metric else None
-        theirs = parent_series.get(metric, pd.Series(dtype="float64"))
-        _say(verdict(finding, family.findings, int(fork), run.get("last_step"), theirs, mine, band), finding.title)
-        _overlay(finding, family.parent, run, theirs, mine, band, key=f"outcome.{n}")
+    for n, outcome in enumerate(family.outcomes):
+        _say(outcome.outcome, outcome.finding.title)
+        _overlay(outcome, key=f"outcome.{n}")
 
 
 def _notes(rest: Sequence[Finding]) -> None:

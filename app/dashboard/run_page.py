@@ -1,21 +1,14 @@
-"""The Run page's sections, as Streamlit functions over one ``RunTick`` (what one refresh of the page shows; the
-page script only wires them up, inside a fragment that reruns every second while the run trains).
-
-``load`` reads the run once per tick: its new steps (the diagnoser examines only those), its findings and its
-parent's and children's. Two sections read the store again as they draw: the findings panel (the series a
-fix's outcome is judged on, a TRL run's checkpoints, and a restart when its button is pressed) and the remote
-controls (their requests' status).
-"""
+"""The Run page's sections, as Streamlit functions over one ``RunTick`` (``run_tick.load`` reads everything a
+refresh shows; the page script only wires the sections up, inside a fragment that reruns every second while the run
+trains). The sections only draw: the store is opened again only when a button acts (Stop, Save, Restart)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-import pandas as pd
 import streamlit as st
 
-from grpo_doctor.app.dashboard import chart, diagnosis, findings_panel
+from grpo_doctor.app.dashboard import chart, findings_panel
 from grpo_doctor.app.dashboard.access import control_refusal, require_control
 from grpo_doctor.app.dashboard.doc_sections import with_reference_links
 from grpo_doctor.app.dashboard.figures import (
@@ -24,101 +17,31 @@ from grpo_doctor.app.dashboard.figures import (
     blank_reason,
     metric_spec,
 )
+from grpo_doctor.app.dashboard.run_tick import RunTick, is_live, load
 from grpo_doctor.app.dashboard.session import RUN_PAGE, RUN_PARAM, open_store
 from grpo_doctor.app.launch import processes
 from grpo_doctor.diagnostics.metrics.catalogue import health
 from grpo_doctor.diagnostics.report.metric_text import config_text, grouped
 from grpo_doctor.diagnostics.report.status_lines import (
     GROUP_TITLES,
-    GroupStatus,
-    group_statuses,
-    health_config,
 )
-from grpo_doctor.diagnostics.series import RunSeries
-from grpo_doctor.diagnostics.store import RunNotFound, control_requests
+from grpo_doctor.diagnostics.store import control_requests
 
 REFRESH_SECONDS = 1  # a followed log's new line is on the page within about 2 s (benchmarks/bench_follow.py)
 SLOW_REFRESH_SECONDS = 10
 _FIGURES_KEY = "run.figures"
 
 
-@dataclass
-class RunTick:
-    """What one tick of the Run page shows: the run, its series (those the diagnoser reads), its relatives."""
-
-    run: dict
-    series: RunSeries
-    runs: pd.DataFrame  # every run (for the lineage)
-    family: findings_panel.Family | None = None
-    marks: dict[str, list[tuple]] = field(default_factory=dict)  # finding onsets, by metric
-    statuses: list[GroupStatus] = field(default_factory=list)  # one line per metric group, as the findings say
-
-    def config(self) -> dict:
-        """The config the health bands are read for (as the status lines and the diagnoser read them)."""
-        return health_config(self.series)
-
-    def names(self) -> list[str]:
-        return self.series.names()
-
-    def steps(self) -> int:
-        return max((len(self.series.raw(n)[0]) for n in self.names()), default=0)
-
-    def metric(self, name: str) -> pd.Series:
-        steps, values = self.series.raw(name)
-        return pd.Series(values, index=pd.Index(steps, name="step", copy=False), name=name, copy=False)
-
-
-def is_live(runs: pd.DataFrame, run_id: int) -> bool:
-    """Worth following: the run is running, or a child restarted from it is starting or running."""
-    row = runs.loc[runs["id"] == run_id]
-    children = runs.loc[runs["parent_id"] == run_id]
-    starting = [p for p in processes.pending(runs["name"]) if len(row) and p.parent == row["name"].iloc[0]]
-    return bool((row["status"] == "running").any() or (children["status"] == "running").any() or starting)
-
-
-def load(run_id: int, *, with_findings: bool = True) -> RunTick | None:
-    """The run brought up to date (only the steps logged since the last tick are read and examined), and
-    ``with_findings`` its findings, read into its family (with its parent's and children's), its onsets by metric
-    and its status lines; without, only the series (the diagnoser still examines the new steps)."""
-    with open_store() as store:
-        processes.reap(store)
-        try:
-            run = store.get_run(run_id)
-        except RunNotFound:
-            return None
-        diagnoser = diagnosis.current(store, run_id)
-        runs = store.list_runs()
-        tick = RunTick(run, diagnoser.series, runs)
-        if with_findings:
-            found = diagnoser.findings()
-            tick.family = _family(store, run, runs, found)
-            tick.marks = findings_panel.onset_marks(tick.family.findings)
-            tick.statuses = group_statuses(diagnoser.series, found, {**diagnoser.skipped, **diagnoser.not_applicable})
-    return tick
-
-
-def _family(store, run: dict, runs: pd.DataFrame, findings: list) -> findings_panel.Family:
-    family = findings_panel.Family(findings)
-    family.find_restart_points(store, run)
-    if run.get("parent_id") is not None and (runs["id"] == run["parent_id"]).any():
-        family.parent = store.get_run(run["parent_id"])
-        family.parent_findings = diagnosis.stored(store, family.parent)
-    for child_id in runs.loc[runs["parent_id"] == run["id"], "id"]:
-        child = store.get_run(int(child_id))
-        family.children.append(child)
-        family.child_findings[child["id"]] = diagnosis.stored(store, child)
-    return family
-
-
 def findings(tick: RunTick) -> None:
-    findings_panel.panel(tick.run, tick.family, tick.metric)
+    findings_panel.panel(tick.run, tick.family)
 
 
 def follow(run_id: int, smoothing: float, live: bool) -> None:
     """One tick of the Run page's live part: the run brought up to date, its header, lineage, findings and
     health charts. ``live`` says whether the page was drawn with the 1-second timer; when that changes (the
     run, or a child restarted from it, started or ended) the whole page is drawn again."""
-    tick = load(run_id)
+    with open_store() as store:
+        tick = load(store, run_id)
     if tick is None:
         st.warning("This run has been deleted.")
         return
@@ -160,7 +83,7 @@ def header(tick: RunTick) -> None:
     st.caption(f"status **{run['status']}** · source {run['source']} · {_step_text(run)}"
                + (f" · {essentials}" if essentials else ""))
     if control_requests.controllable(run):
-        remote_controls(run)
+        remote_controls(run, tick.requests)
     elif run["status"] == "running" and run.get("source_path"):
         st.caption("This run is followed from its log: stop it in your own launcher (for verl, stop the job and "
                    "relaunch with `trainer.resume_mode=auto`); each finding's fix is given in its framework's terms.")
@@ -173,8 +96,9 @@ def header(tick: RunTick) -> None:
                 st.error(str(e))
 
 
-def remote_controls(run: dict) -> None:
-    """A run trained in the user's own trainer with GRPODoctorCallback: requests it reads at its next step."""
+def remote_controls(run: dict, requests: list[str]) -> None:
+    """A run trained in the user's own trainer with GRPODoctorCallback: requests it reads at its next step
+    (``requests``: the earlier ones and what became of them)."""
     left, right = st.columns(2)
     asked = None
     if left.button("Save checkpoint now", key="run.remote.save", help="the callback saves at its next step"):
@@ -182,16 +106,16 @@ def remote_controls(run: dict) -> None:
     if right.button("Stop (after a checkpoint)", key="run.remote.stop",
                     help="the callback saves a checkpoint at its next step, then training stops on every rank"):
         asked = "stop"
-    with open_store() as store:
-        if asked:
-            refused = control_refusal()
-            if refused:
-                st.error(refused)
-            else:
+    if asked:
+        refused = control_refusal()
+        if refused:
+            st.error(refused)
+        else:
+            with open_store() as store:
                 control_requests.request(store, run["id"], asked)
-        lines = control_requests.status(store, run["id"])
-    if lines:
-        st.caption(" · ".join(lines[:3]))
+                requests = control_requests.status(store, run["id"])
+    if requests:
+        st.caption(" · ".join(requests[:3]))
 
 
 STATUS_ICONS = {"critical": ":red[:material/error:]", "warning": ":orange[:material/warning:]",

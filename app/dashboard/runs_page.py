@@ -7,7 +7,7 @@ import streamlit as st
 
 from grpo_doctor.app.dashboard import diagnosis
 from grpo_doctor.app.dashboard.access import require_control
-from grpo_doctor.app.dashboard.findings_panel import worst
+from grpo_doctor.app.dashboard.run_tick import worst
 from grpo_doctor.app.launch import processes
 from grpo_doctor.diagnostics.report.metric_text import time_text
 

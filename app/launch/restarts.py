@@ -30,7 +30,7 @@ from grpo_doctor.diagnostics.fix_verdict import (
 from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics.baseline import departure, describe, early
 from grpo_doctor.diagnostics.metrics.catalogue import HealthRange
-from grpo_doctor.diagnostics.metrics.health import outside
+from grpo_doctor.diagnostics.metrics.health import unhealthy
 from grpo_doctor.trainer.config import FIELDS
 
 #: Steps the child must run past the parent's onset before the page says whether the symptom is fixed.
@@ -150,7 +150,7 @@ def _summary(series: pd.Series, health: HealthRange | None) -> str:
     if bad:
         text += f", {bad} NaN/inf"
     if health is not None and len(values):
-        text += f", {outside(health, values).mean():.0%} unhealthy"
+        text += f", {unhealthy(health, values).mean():.0%} unhealthy"
     return text
 
 

@@ -1,7 +1,7 @@
 """The one registry of training frameworks: what each is called, the defaults it uses for the config values a log
 may leave out, and the facts about its metrics that change how a diagnosis reads them.
 
-Config keys are TRL's ``GRPOConfig`` names (``config_map.FIELDS`` translates each framework's own keys). A
+Config keys are TRL's ``GRPOConfig`` names (``config.keys.FIELDS`` translates each framework's own keys). A
 default is only ever *assumed*: the diagnosis says so, and a warning never rests on one alone.
 """
 
@@ -20,7 +20,7 @@ class Framework:
     title: str                        # how fixes name the framework's config ("TRL GRPOConfig")
     aliases: tuple[str, ...] = ()     # source names that mean this framework
     defaults: dict = field(default_factory=dict)
-    translates_fixes: bool = False    # config_map.FIELDS knows its keys, so fixes are shown in them
+    translates_fixes: bool = False    # config.keys.FIELDS knows its keys, so fixes are shown in them
     # With one update per rollout the trainer's own log-probs are the old ones, so the ratio is exactly 1 and
     # any clipping means several updates per rollout (TRL: old logps = logps.detach()). Where the old log-probs
     # are recomputed in a separate pass (verl), clipping with one update means the two passes disagree.

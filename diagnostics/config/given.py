@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -79,8 +80,17 @@ def parse_sets(items: Iterable[str]) -> dict:
                 continue
             except ValueError:
                 raise ConfigError(f"--set {item!r}: {value!r} is not a JSON list or object") from None
-        out[key] = coerce(value)
+        out[key] = _bounded(item, coerce(value))
     return out
+
+
+def _bounded(item: str, value):
+    """A ``--set`` number that a config can hold: finite, and a whole number within ±2^53."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"--set {item!r}: {value} is not a finite number")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+        raise ConfigError(f"--set {item!r}: {value} is too large (at most 2^53)")
+    return value
 
 
 def given(file: str | Path | None, sets: Iterable[str] = ()) -> dict:

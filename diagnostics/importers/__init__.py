@@ -82,13 +82,15 @@ def import_runs(store, path: str | os.PathLike, *, name: str | None = None, fmt:
         parsed.config = {**parsed.config, **config}
     base = name if name is not None else (parsed.name or "imported")
     made: list[Imported] = []
+    linked, notes = _lineage(store, parsed)
     with store.atomic():
         segments = _Segments(store, parsed)
         while segments.next_run():
             run_name = base if not made and name is not None else store.unique_name(
                 base if not made else f"{base}-{len(made) + 1}")
             run_id = store.create_run(run_name, config=parsed.config, source=parsed.source,
-                                      source_path=str(Path(path).resolve()), status="finished")
+                                      source_path=str(Path(path).resolve()), status="finished",
+                                      **(linked if not made else {}))
             store.write_steps(run_id, segments.rows(run_id))
             if not store.has_metrics(run_id):  # rows or blocks: write_steps packs most values into blocks
                 store.delete_run(run_id)
@@ -98,7 +100,7 @@ def import_runs(store, path: str | os.PathLike, *, name: str | None = None, fmt:
             made.append(Imported(run_id, run_name, segments.steps))
         if not made:
             raise LogFormatError(parsed.path, "no training steps found")
-        notes = parsed.notes()
+        notes = parsed.notes() + notes
         if len(made) > 1:
             notes.append(f"the file holds {len(made)} runs one after another (the step counter restarts): "
                          f"imported as {', '.join(repr(m.name) for m in made)}")
@@ -106,6 +108,19 @@ def import_runs(store, path: str | os.PathLike, *, name: str | None = None, fmt:
             m.notes = notes
     store.reclaim_space()
     return made
+
+
+def _lineage(store, parsed: ParsedLog) -> tuple[dict, list[str]]:
+    """``create_run``'s lineage arguments for a restarted run whose parent is in the store (a run restarted with a
+    fix, exported, then imported after its parent), and a note when the parent is not there."""
+    lineage = parsed.lineage
+    if not lineage:
+        return {}, []
+    if lineage["parent"] not in set(store.list_runs()["name"]):
+        return {}, [f"restarted from {lineage['parent']!r} at step {lineage['parent_step']}, which is not in this "
+                    "store: imported without its parent (import the parent first to link them)"]
+    return {"parent": lineage["parent"], "parent_step": lineage["parent_step"],
+            "restart_reason": lineage["restart_reason"]}, []
 
 
 class _Segments:

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_doctor.diagnostics.store.schema import MAX_STEP
+
 HEAD_BYTES = 64 * 1024  # detection never reads more than this from a file
 MAX_LINE_CHARS = 16 * 1024 * 1024  # a longer line is not a log line (and would cost memory)
 
@@ -111,15 +113,24 @@ def to_float(value) -> float | object:
 
 
 def to_step(value) -> int | None:
-    """An integral step, or None if the value is not one (40.0 and "40" are fine)."""
+    """An integral step within ±``MAX_STEP``, or None if the value is not one (40.0 and "40" are fine)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return value if abs(value) <= MAX_STEP else None
     number = to_float(value)
     if number is MISSING or number is BAD or not math.isfinite(number) or number != int(number):
         return None
-    return int(number)
+    return int(number) if abs(number) <= MAX_STEP else None
+
+
+def not_a_step(value) -> str:
+    """Why ``value`` is no step (``to_step`` gave None), for a message: "'x', not an integer"."""
+    number = value if isinstance(value, int) and not isinstance(value, bool) else to_float(value)
+    if isinstance(number, (int, float)) and (isinstance(number, int) or math.isfinite(number)) \
+            and number == int(number) and abs(number) > MAX_STEP:
+        return f"{short(value, 40)}, beyond the largest step there can be (±2^53)"
+    return f"{short(value, 40)}, not an integer"
 
 
 def flatten(mapping: Mapping, prefix: str = "", sep: str = "/") -> dict:
@@ -262,6 +273,7 @@ class ParsedLog:
     last_wins: bool = False  # a repeated step overwrites the earlier one (TensorBoard)
     reader: Source | None = None  # what the parser noticed on the way (notes, skipped fields)
     extra: dict = field(default_factory=dict)
+    lineage: dict = field(default_factory=dict)  # a restarted run's parent (by name), parent_step, restart_reason
 
     def notes(self) -> list[str]:
         return self.reader.summary() if self.reader is not None else []

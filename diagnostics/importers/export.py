@@ -1,9 +1,10 @@
 """Export a run from the store, in forms the importers read back exactly.
 
 ``export_jsonl``: the ``grpo_doctor_jsonl`` format: a header line ``{"run": {"name", "source",
-"config"}}`` then one ``{"step": N, "metrics": {...}}`` line per step (NaN and ±inf as Python's
-JSON tokens ``NaN``/``Infinity``/``-Infinity``). ``export_csv``: a wide CSV, ``step`` then one
-column per metric (NaN as ``nan``, infinities as ``inf``/``-inf``, no value as an empty cell).
+"config"}}`` (with ``"parent"``, ``"parent_step"`` and ``"restart_reason"`` for a restarted run) then one
+``{"step": N, "metrics": {...}}`` line per step (NaN and ±inf as Python's JSON tokens ``NaN``/``Infinity``/
+``-Infinity``). ``export_csv``: a wide CSV, ``step`` then one column per metric (NaN as ``nan``, infinities as
+``inf``/``-inf``, no value as an empty cell).
 
 Floats are written with ``repr``, so they round-trip bit for bit. Rows are streamed from the store,
 and a path is written through a temporary file renamed into place (no half-written export).
@@ -55,7 +56,9 @@ def export_jsonl(store, run_id, out) -> int:
     run = store.get_run(run_id)
     n = 0
     with _target(out) as f:
-        header = {"run": {"name": run["name"], "source": run["source"], "config": run["config"]}}
+        header = {"run": {"name": run["name"], "source": run["source"], "config": run["config"],
+                          **({"parent": run["parent"], "parent_step": run["parent_step"],
+                              "restart_reason": run["restart_reason"]} if run["parent"] else {})}}
         f.write(json.dumps(header, allow_nan=True, ensure_ascii=False, default=str) + "\n")
         for step, metrics in _steps(store, run_id):
             f.write(json.dumps({"step": step, "metrics": metrics}, allow_nan=True, ensure_ascii=False) + "\n")

@@ -21,6 +21,7 @@ from grpo_doctor.diagnostics.importers._base import (
     bracket_depths,
     iter_lines,
     json_records,
+    not_a_step,
     read_head,
     strip_ansi,
     to_float,
@@ -138,7 +139,7 @@ def _trainer_state_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[
             raise source.error(f"log_history entry {index} has no 'step'")
         step = to_step(item["step"])
         if step is None:
-            raise source.error(f"log_history entry {index}: 'step' is {item['step']!r}, not an integer")
+            raise source.error(f"log_history entry {index}: 'step' is {not_a_step(item['step'])}")
         yield step, source.numbers(item, f"log_history entry {index} (step {step})",
                                    allowed_strings=HF_STRING_FIELDS, skip=("step",))
 

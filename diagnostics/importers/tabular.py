@@ -21,6 +21,7 @@ from grpo_doctor.diagnostics.importers._base import (
     iter_lines,
     json_line,
     json_records,
+    not_a_step,
     read_head,
     to_step,
 )
@@ -152,7 +153,7 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
                 continue  # wandb: a row logged without the step metric
             step = to_step(cell)
             if step is None:
-                raise source.error(f"line {lineno}: step column {column!r} is {cell!r}, not an integer")
+                raise source.error(f"line {lineno}: step column {column!r} is {not_a_step(cell)}")
         raw = {}
         for i, name in keep:
             value = fields[i]
@@ -225,7 +226,7 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
             raise source.error(f"{where}: no {wanted}")
         step = to_step(record[key])
         if step is None:
-            raise source.error(f"{where}: {key!r} is {record[key]!r}, not an integer")
+            raise source.error(f"{where}: {key!r} is {not_a_step(record[key])}")
         values = source.numbers(record, where, skip=(set(STEP_KEYS) | {key, split}) & set(record))
         yield step, as_eval(values) if held_out else values
 
@@ -242,10 +243,13 @@ def parse_grpo_doctor_jsonl(display: str, path: Path) -> ParsedLog:
     if not isinstance(run, dict):
         raise source.error('line 1: expected the header {"run": {...}}')
     config = run.get("config") if isinstance(run.get("config"), dict) else {}
+    parent, fork = run.get("parent"), to_step(run.get("parent_step"))
+    lineage = ({"parent": parent, "parent_step": fork, "restart_reason": str(run.get("restart_reason") or "")}
+               if isinstance(parent, str) and parent and fork is not None else {})
     return ParsedLog(
         path=display, format="grpo_doctor_jsonl", source=str(run.get("source") or "grpo-doctor"),
         config=config, rows=_own_rows(source, path), name=str(run.get("name") or run_name_for(path)),
-        canonical=True, reader=source,
+        canonical=True, reader=source, lineage=lineage,
     )
 
 
@@ -262,7 +266,7 @@ def _own_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
             raise source.error(f'line {lineno}: expected {{"step": N, "metrics": {{...}}}}')
         step = to_step(record.get("step"))
         if step is None:
-            raise source.error(f"line {lineno}: 'step' is {record.get('step')!r}, not an integer")
+            raise source.error(f"line {lineno}: 'step' is {not_a_step(record.get('step'))}")
         yield step, source.numbers(record["metrics"], f"line {lineno}")
 
 

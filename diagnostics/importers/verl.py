@@ -17,6 +17,7 @@ from grpo_doctor.diagnostics.importers._base import (
     flatten,
     iter_lines,
     json_records,
+    not_a_step,
     strip_ansi,
     to_step,
 )
@@ -99,7 +100,7 @@ def _jsonl_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, flo
             raise source.error(f"line {lineno}: no 'step'")
         step = to_step(record["step"])
         if step is None:
-            raise source.error(f"line {lineno}: 'step' is {record['step']!r}, not an integer")
+            raise source.error(f"line {lineno}: 'step' is {not_a_step(record['step'])}")
         data = record.get("data")
         if not isinstance(data, dict):
             raise source.error(f"line {lineno}: 'data' is missing or not an object")

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.metrics.catalogue import TOLERANCE
 from grpo_doctor.diagnostics.metrics.rolling import MAD_TO_SIGMA
 
 #: The early baseline: the first 10% of the rows, at least 10 (all of them in a shorter run), at most 100 (so a
@@ -43,7 +44,7 @@ class Baseline:
                 f"(median ± {BASELINE_WIDTH:g}σ of steps {self.first_step}–{self.last_step})")
 
     def holds(self, value: float) -> bool:
-        return math.isfinite(value) and self.low - 1e-12 <= value <= self.high + 1e-12
+        return math.isfinite(value) and self.low - TOLERANCE <= value <= self.high + TOLERANCE
 
 
 def baseline_rows(n: int) -> int:

@@ -93,7 +93,7 @@ def _fixed(low, high, source, kind="range", note=""):
     return lambda config: band
 
 
-def _num(config: Mapping, key: str, default):
+def _setting(config: Mapping, key: str, default):
     try:
         value = config.get(key, default)
         return default if value is None else float(value)
@@ -105,7 +105,7 @@ def _advantage_abs_max_range(config: Mapping) -> HealthRange | None:
     """|A| ≤ (G−1)/√G under group z-scoring; source doc B's 100 only where advantages are not z-scored per group."""
     advantage = config.get("advantage", "grpo")
     scale = str(config.get("scale_rewards", "group")).lower()
-    G = _num(config, "num_generations", None)
+    G = _setting(config, "num_generations", None)
     if advantage == "grpo" and scale in ("group", "true") and G and G >= 2:
         bound = (G - 1) / math.sqrt(G)
         return HealthRange(None, round(bound, 4), "docs/health-ranges.md#largest-advantage",
@@ -131,9 +131,9 @@ def _group_mean_range(config: Mapping) -> HealthRange | None:
 
 def _clip_ratio_range(config: Mapping) -> HealthRange:
     """> 0.3 = too aggressive with several updates per rollout, but exactly 0 with one (docs/source-mistakes.md)."""
-    mu = _num(config, "num_iterations", None)
-    spg = _num(config, "steps_per_generation", None)
-    ga = _num(config, "gradient_accumulation_steps", None)
+    mu = _setting(config, "num_iterations", None)
+    spg = _setting(config, "steps_per_generation", None)
+    ga = _setting(config, "gradient_accumulation_steps", None)
     one_update = mu == 1 and (spg is None or ga is None or spg == ga)
     if one_update:
         return HealthRange(0.0, 0.0, "docs/health-ranges.md#clip-fraction", kind="exact",

@@ -22,7 +22,7 @@ class MetricHealth:
     share_out: float | None      # share of the logged steps outside the range (NaN/inf count as out)
 
 
-def outside(band: HealthRange, values: np.ndarray) -> np.ndarray:
+def unhealthy(band: HealthRange, values: np.ndarray) -> np.ndarray:
     """Which values are unhealthy: non-finite, or outside the band (below a ``target`` band is fine; outside a
     ``document`` band alone is not unhealthy)."""
     return ~np.isfinite(values) if band.kind == "document" else band.outside(values)
@@ -41,7 +41,7 @@ def health_summary(series) -> list[MetricHealth]:
         if band is None:
             rows.append(MetricHealth(name, int(steps[-1]), value, NO_RANGE, None, None))
             continue
-        bad = outside(band, values)
+        bad = unhealthy(band, values)
         status = OUT if bad[-1] else IN_RANGE
         rows.append(MetricHealth(name, int(steps[-1]), value, status, band, float(bad.mean())))
     return rows

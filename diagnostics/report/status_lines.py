@@ -111,11 +111,7 @@ def _readers(name: str) -> list:
 
 def _explains(note: Finding, out: Outside) -> bool:
     """An expected-behaviour note explains a metric outside its band when its evidence is that metric outside it."""
-    return any(e.metric == out.metric and _outside_value(e.value, out.band) for e in note.evidence)
-
-
-def _outside_value(value: float, band: HealthRange) -> bool:
-    return bool(band.outside([value])[0])
+    return any(e.metric == out.metric and bool(out.band.outside([e.value])[0]) for e in note.evidence)
 
 
 def reasons(series: RunSeries, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],

@@ -19,27 +19,33 @@ import numpy as np
 
 from grpo_doctor.diagnostics.store import packing
 from grpo_doctor.diagnostics.store.errors import StoreError
+from grpo_doctor.diagnostics.store.schema import MAX_STEP
 
 INSERT_ROW = "INSERT OR REPLACE INTO metrics (run_id, key_id, step, value) VALUES (?,?,?,?)"
 _NO_STEP = -(2**63)
 
 
 def as_float(key: str, value) -> float:
-    if isinstance(value, bool):
-        return float(value)
+    """A metric value as a float; an integer too large for one is ±inf (as the importers read it)."""
     try:
         return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
     except (TypeError, ValueError):
         raise StoreError(f"metric {key!r}: {value!r} is not a number") from None
 
 
 def as_step(step) -> int:
+    """A step as an int within ±``MAX_STEP``."""
     if isinstance(step, float) and step.is_integer():
-        return int(step)
+        step = int(step)
     try:
-        return operator.index(step)
+        step = operator.index(step)
     except TypeError:
         raise StoreError(f"step {step!r} is not an integer") from None
+    if abs(step) > MAX_STEP:
+        raise StoreError(f"step {step} is beyond the largest step there can be (±2^53)")
+    return step
 
 
 def insert_blocks(conn: sqlite3.Connection, run_id: int, key_id: int, steps: np.ndarray, values: np.ndarray) -> None:
@@ -88,8 +94,8 @@ class BulkWrite:
         conn, run_id = self.conn, self.run_id
         n, last = 0, None
         for step, metrics in rows:
-            if type(step) is not int:
-                step = as_step(step)
+            if type(step) is not int or not -MAX_STEP <= step <= MAX_STEP:
+                step = as_step(step)  # a float step, or one no store can hold (refused)
             n += 1
             if last is None or step > last:
                 last = step

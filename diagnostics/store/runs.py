@@ -141,7 +141,9 @@ class Runs(Connection):
                 return found
             if not ref.isdigit():
                 raise RunNotFound(f"no run named {ref!r} in {self.path}")
-        row = self.conn.execute("SELECT id FROM runs WHERE id = ?", (int(ref),)).fetchone()
+        run_id = int(ref)
+        in_range = 0 < run_id < 2**63  # an SQLite INTEGER
+        row = self.conn.execute("SELECT id FROM runs WHERE id = ?", (run_id,)).fetchone() if in_range else None
         if row is None:
             raise RunNotFound(f"no run with id or name {ref!r} in {self.path}")
         return row[0]

@@ -14,6 +14,10 @@ from __future__ import annotations
 import sqlite3
 import time
 
+#: The largest step a run may log (either sign): steps are SQLite INTEGERs, and floats in pandas and plotly, which
+#: hold whole numbers exactly up to 2^53 only.
+MAX_STEP = 2**53
+
 INITIAL = """
 CREATE TABLE runs (
     id             INTEGER PRIMARY KEY,

@@ -15,6 +15,7 @@ from grpo_doctor.diagnostics.store.bulk import (
     INSERT_ROW,
     BulkWrite,
     as_float,
+    as_step,
     insert_blocks,
 )
 from grpo_doctor.diagnostics.store.connection import Connection
@@ -47,6 +48,7 @@ class MetricWrites(Connection):
         checkpoint); the heartbeat and ``last_step`` move with it. A run whose lease this connection lost
         is refused (``LeaseLost``): every step comes from the run's one writer.
         """
+        step = as_step(step)
         with self.atomic():
             self._fence(run_id)
             self.conn.executemany(INSERT_ROW, self._metric_rows(run_id, step, metrics))

@@ -1,92 +1,42 @@
-"""End to end in a real browser: headless Chromium (Debian's ``chromium``, driven by Playwright) against
-``grpo-doctor dashboard``. It starts a tiny run from the Runs page, watches its chart grow and stops it;
-starts a run whose KL blows up, opens the diagnoser's finding, clicks "Restart with this fix" and sees
-the child run appear in the lineage, then on its own page. Another SIGKILLs the dashboard's Streamlit server
-while a run trains, starts a new dashboard on the same store and port, and sees the reloaded Run page follow
-the run again from a later step. Screenshots go to
-``artifacts/screenshots/`` (git-ignored) for a person to look at.
+"""End to end in a real browser: headless Chromium (Debian's ``chromium``, driven by Playwright) against one
+``grpo-doctor dashboard`` per file, on a store that starts with every kind of run a user has (``support.journeys``:
+the recorded runs of ``sample_runs/`` with their twins linked, a followed verl log, a TRL callback run).
+
+It starts a tiny run from the Runs page, watches its chart grow and stops it. It walks the Teach page and watches a
+followed log grow. ``test_crawler.py`` restarts a recorded run with the real button and opens every page;
+``test_faults.py`` reloads a page on a dashboard killed and started again while runs train. Screenshots go to
+``artifacts/screenshots/`` (git-ignored).
 
 ``make test`` installs chromium with apt-get when it is missing; Playwright never downloads a browser.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import shutil
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 from support import ROOT
-from support.dashboards import Dashboard
+from support.browser import open_page, shot, visible_chart
+from support.dashboards import serving
+from support.journeys import seed_store
 from support.waiting import run_named, tail, wait_for
 
 from grpo_doctor.app.launch import processes
-from grpo_doctor.app.launch.children import CLI, TRAINER, python_module
+from grpo_doctor.app.launch.children import CLI, python_module
 from grpo_doctor.diagnostics.rules import BY_ID
 from grpo_doctor.diagnostics.store import RunStore
 
-SHOTS = ROOT / "artifacts" / "screenshots"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-#: trainer/scenarios.py's KL blow-up (KL past 2 nats per token by step 3), with checkpoints to fork from.
-SICK = {"run_name": "kl-run", "per_device_train_batch_size": 64, "max_steps": 40, "beta": 0.001,
-        "learning_rate": 0.001, "save_steps": 5, "save_total_limit": 0}
 KL_TITLE = BY_ID["kl_blowup"].title
 
 
-@contextlib.contextmanager
-def serving(db: Path, log: Path):
-    """A started ``Dashboard`` on ``db``; afterwards it is stopped, and so are the trainers that still run."""
-    dashboard = Dashboard(db, log)
-    try:
-        dashboard.start()
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The file's one dashboard, on the seeded store (stopped afterwards, with the trainers that still run)."""
+    folder = tmp_path_factory.mktemp("browser")
+    with serving(seed_store(folder), folder / "dashboard.log") as dashboard:
         yield dashboard
-    finally:
-        dashboard.stop()
-        with RunStore(db) as store:  # the trainers the test started that still run: SIGTERM
-            for run_id in store.list_runs().query("status == 'running'")["id"]:
-                try:
-                    processes.stop(store.get_run(int(run_id)))
-                except processes.LaunchError:
-                    pass  # it ended meanwhile
-
-
-@pytest.fixture
-def dashboard(tmp_path):
-    """``grpo-doctor dashboard`` on a fresh store: (url, store path); stopped (SIGTERM) afterwards."""
-    with serving(tmp_path / "browser.db", tmp_path / "dashboard.log") as served:
-        yield served.url, str(served.db)
-
-
-@pytest.fixture
-def page(browser, request):
-    """A tall page (the dashboard scrolls inside it); its screenshot when the test failed."""
-    page = browser.new_page(viewport={"width": 1400, "height": 2400})
-    failed_before = request.session.testsfailed
-    yield page
-    if request.session.testsfailed > failed_before:  # the call's failure is counted before teardown
-        shot(page, "failure")
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium is not installed: `make test` installs it (apt-get install chromium)"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def chart_points(page) -> dict[str, int]:
@@ -95,11 +45,6 @@ def chart_points(page) -> dict[str, int]:
         "() => Object.fromEntries(Array.from(document.querySelectorAll('.js-plotly-plot'))"
         ".filter(p => p.layout && p._fullData && p._fullData.length)"
         ".map(p => [p.layout.title.text.replace(/<[^>]*>/g, ''), p._fullData[0].x.length]))")  # titles: bold
-
-
-def visible_chart(page):
-    """A plotly chart a person can see (not one being replaced, nor one still hidden while it mounts)."""
-    return page.locator(".js-plotly-plot .main-svg >> visible=true").first
 
 
 def reward_chart_shown(page, seconds: float) -> float:
@@ -146,123 +91,40 @@ def first_step(db: str, name: str, log: Path, timeout: float = 180):
                     lambda: f"the run: {run_named(db, name)}\n{tail(log)}")
 
 
-def test_start_a_run_watch_it_then_restart_a_sick_one_with_a_fix(dashboard, page):
-    url, db = dashboard
-    log = Path(db).with_name("dashboard.log")
 
-    # 1. Runs page: start a tiny run from the form (open already: the store is empty)
-    page.goto(url)
-    start_run_from_the_form(page, db, {"run_name": "browser-run", "per_device_train_batch_size": 16,
-                                       "max_steps": 100_000, "save_steps": 0}, open_it=False, dashboard_log=log)
+def test_start_a_run_from_the_form_watch_it_live_and_stop_it(served, page):
+    db, log = str(served.db), served.log
+
+    # 1. Runs page: start a tiny run from the form
+    open_page(page, served.url)
+    start_run_from_the_form(page, db, {"run_name": "browser-run", "per_device_train_batch_size": 8,
+                                       "max_steps": 100_000, "save_steps": 0}, open_it=True, dashboard_log=log)
     shot(page, "1-new-run-form")
     run = first_step(db, "browser-run", processes.runs_dir(db) / "browser-run.log")
-    assert run["config"]["per_device_train_batch_size"] == 16 and run["pid"]
+    assert run["config"]["per_device_train_batch_size"] == 8 and run["pid"]
     page.get_by_text(re.compile(r"browser-run · step \d+")).wait_for(timeout=30_000)  # listed under Running
     shot(page, "2-runs-page-running")
 
     # 2. Run page: the reward chart is shown and grows while the run trains (refreshed every second); stop it
-    page.goto(f"{url}/run?run={run['id']}")
+    page.goto(f"{served.url}/run?run={run['id']}")
     visible_chart(page).wait_for(timeout=90_000)  # the plotly bundle loads first: seconds on a busy machine
     first = wait_for(lambda: chart_points(page).get("reward"), 30, "the reward chart")
-    shown = reward_chart_shown(page, seconds=8)  # each tick mounts the charts anew (see app/dashboard/chart.py)
-    assert shown >= 0.9, f"the reward chart was hidden {1 - shown:.0%} of 8 s of live updates"
+    shown = reward_chart_shown(page, seconds=5)  # each tick mounts the charts anew (see app/dashboard/chart.py)
+    assert shown >= 0.9, f"the reward chart was hidden {1 - shown:.0%} of 5 s of live updates"
     grown = wait_for(lambda: (n := chart_points(page).get("reward", 0)) > first and n, 30, "the chart to grow")
     assert grown > first
     shot(page, "3-run-page-live")
     page.get_by_role("button", name="Stop run").click()
-    wait_for(lambda: run_named(db, "browser-run")["status"] == "stopped", 60, "the run to stop")
-
-    # 3. A run that blows its KL up (the diagnoser's kl_blowup scenario), checkpointed every 5 steps
-    page.goto(url)
-    start_run_from_the_form(page, db, SICK, open_it=True, dashboard_log=log)
-    sick = wait_for(lambda: (r := run_named(db, "kl-run")) and r["status"] == "finished" and r, 180,
-                    "the sick run to finish", lambda: tail(processes.runs_dir(db) / "kl-run.log"))
-
-    # 4. Its page: the finding, its evidence and fixes; "Restart with this fix" forks before the onset
-    page.goto(f"{url}/run?run={sick['id']}")
-    finding = page.locator("[data-testid='stExpander']", has_text=KL_TITLE)
-    finding.wait_for(timeout=60_000)
-    restart = finding.get_by_role("button", name=re.compile("Restart with this fix"))
-    if finding.locator("details").first.get_attribute("open") is None:
-        finding.locator("summary").click()  # not the first finding: open it (its buttons render after the summary)
-    restart.first.wait_for(timeout=30_000)
-    shot(page, "4-finding")
-    page.screenshot(path=str(SHOTS / "readme-run-page.png"), clip={"x": 0, "y": 0, "width": 1400, "height": 1450})
-    restart.first.click()
-    page.get_by_text(re.compile("(Started|Starting child) kl-run-fix")).first.wait_for(timeout=30_000)
-    child = wait_for(lambda: run_named(db, "kl-run-fix"), 120, "the child run in the store")
-    assert child["parent_id"] == sick["id"] and child["parent_step"] < finding_onset(db, sick["id"])
-    lineage = re.compile(r"Child kl-run-fix \((running|finished)")  # the parent's page follows its child live
-    page.get_by_text(lineage).wait_for(timeout=60_000)
-    shot(page, "5-child-in-lineage")
-
-    # 5. The child's page: where it forked, and whether the parent's problem cleared
-    page.goto(f"{url}/run?run={child['id']}")
-    page.get_by_text("Restarted from kl-run").wait_for(timeout=60_000)
-    page.get_by_text("Did the restart fix kl-run's problems?").wait_for(timeout=60_000)
-    visible_chart(page).wait_for(timeout=60_000)
-    shot(page, "6-child-page")
-
-
-def finding_onset(db: str, run_id: int) -> int:
+    stopped = wait_for(lambda: (r := run_named(db, "browser-run"))["status"] == "stopped" and r, 60, "the run to stop")
     with RunStore(db) as store:
-        return next(f.onset_step for f in store.findings(run_id) if f.rule == "kl_blowup")
+        assert list(store.metrics(stopped["id"]).index) == list(range(1, stopped["last_step"] + 1))  # no step lost
 
 
-# ------------------------------------------------------------------------- a dashboard killed and restarted
-def shown_step(page) -> int | None:
-    """The step the Run page's header gives for a run of the embedded trainer ("... · step 37 of 100000")."""
-    match = re.search(r"source grpo-doctor · step (\d+) of", page.inner_text("body"))
-    return int(match.group(1)) if match else None
-
-
-def test_a_restarted_dashboard_resumes_the_live_view(tmp_path, page):
-    """The Streamlit server SIGKILLed mid-training and a new dashboard started on the same store and port: the
-    reloaded page shows a later step, keeps following the run, and the run lost no step."""
-    db = tmp_path / "browser.db"
-    RunStore(db).close()
-    with open(tmp_path / "trainer.log", "w") as log:  # the trainer loads while the dashboard starts
-        trainer = subprocess.Popen(
-            [*python_module(TRAINER), "--db", str(db), "--output_dir", str(tmp_path / "ckpt"),
-             "--run_name", "live-run", "--per_device_train_batch_size", "16", "--max_steps", "100000",
-             "--save_steps", "0"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        with serving(db, tmp_path / "dashboard.log") as served:
-            run = first_step(str(db), "live-run", tmp_path / "trainer.log")
-            page.goto(f"{served.url}/run?run={run['id']}")
-            before = wait_for(lambda: shown_step(page), 60, "the run's step on its page")
-
-            server = served.server_pid()
-            os.kill(server, signal.SIGKILL)
-            assert served.proc.wait(30) == 128 + signal.SIGKILL  # the command ends with its server's status
-            assert not served.healthy() and not Path(f"/proc/{server}").exists()
-            assert trainer.poll() is None, "the trainer should still be training"
-
-            served.start()  # a new dashboard on the same store and port
-            page.reload()
-            after = wait_for(lambda: (n := shown_step(page)) and n > before and n, 60,
-                             f"a step after {before} on the reloaded page")
-            later = wait_for(lambda: (n := shown_step(page)) and n > after and n, 30,
-                             f"the page to follow the run past step {after}")
-            shot(page, "7-run-page-after-a-dashboard-restart")
-            trainer.terminate()  # it finishes its step and stops
-            assert trainer.wait(60) == 0, (tmp_path / "trainer.log").read_text()[-2000:]
-    finally:
-        if trainer.poll() is None:
-            trainer.kill()
-            trainer.wait(30)
-    with RunStore(db) as store:
-        run = store.get_run("live-run")
-        assert run["status"] == "stopped" and run["last_step"] >= later
-        assert list(store.metrics(run["id"]).index) == list(range(1, run["last_step"] + 1))  # no step lost
-
-
-# ------------------------------------------------------------------------- the Teach page
-def test_the_teach_page_walks_a_newcomer_through_a_row(dashboard, page):
+# ------------------------------------------------------------------------- the Teach page and a followed log
+def test_the_teach_page_walks_a_newcomer_through_a_row(served, page):
     """Pick the KL blow-up row: its recorded run and fixed twin are drawn, the finding, its fix and the
     verdict are shown, and the math and the sources' mistakes follow."""
-    url, _ = dashboard
-    page.goto(f"{url}/teach")
+    page.goto(f"{served.url}/teach")
     page.get_by_text("Teach: the troubleshooting table").wait_for(timeout=60_000)
     page.get_by_text("Row", exact=True).wait_for(timeout=30_000)
     page.locator("[data-testid='stSelectbox']").click()
@@ -281,10 +143,10 @@ def test_the_teach_page_walks_a_newcomer_through_a_row(dashboard, page):
     shot(page, "8-teach-kl-blowup")
 
 
-def test_a_followed_log_grows_on_the_run_page(dashboard, page, tmp_path):
+def test_a_followed_log_grows_on_the_run_page(served, page, tmp_path):
     """`grpo-doctor follow` on a verl file-logger JSONL that another process keeps appending to: the Run page shows
     each new step (its header) and says that stopping is done in the user's own launcher."""
-    url, db = dashboard
+    url, db = served.url, str(served.db)
     log = tmp_path / "verl_metrics.jsonl"
 
     def line(step: int) -> str:

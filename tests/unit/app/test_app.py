@@ -3,7 +3,6 @@ modules behind them (figures, downsampling, smoothing, n-grams, uploads)."""
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import math
@@ -14,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
+from support import apptest
+from support.apptest import app, charts_of, decoded, open_page, texts
 
-from grpo_doctor.app.dashboard import SCRIPT
 from grpo_doctor.app.dashboard.figures import (
     MARKS_NAME,
     NONFINITE_NAME,
@@ -40,20 +40,10 @@ from grpo_doctor.diagnostics.report.metric_text import grouped, ordered
 from grpo_doctor.diagnostics.store import RunStore
 from grpo_doctor.trainer.config import GRPOConfig, overrides_to_argv, parse_config
 
-DASHBOARD = str(SCRIPT)
 METRICS = ("reward", "kl", "grad_norm", "my_custom")
 
 
-@pytest.fixture(autouse=True)
-def loopback():
-    """The dashboard as `grpo-doctor dashboard` serves it by default: on 127.0.0.1, where controls are allowed."""
-    from streamlit import config
-
-    before = config.get_option("server.address")
-    config.set_option("server.address", "127.0.0.1")
-    yield
-    config.set_option("server.address", before)
-
+loopback = pytest.fixture(autouse=True)(apptest.loopback)
 
 @pytest.fixture
 def store_path(tmp_path, monkeypatch) -> str:
@@ -81,41 +71,6 @@ def started(monkeypatch) -> list:
     monkeypatch.setattr(processes, "start", lambda started: calls.append(("start", started)) or started)
     monkeypatch.setattr(processes, "stop", lambda run: calls.append(("stop", run["name"])) or "stopping")
     return calls
-
-
-def _decoded(value):
-    """plotly's JSON, with its typed arrays (``{"dtype": ..., "bdata": ...}``) turned back into lists."""
-    if isinstance(value, dict):
-        if set(value) >= {"dtype", "bdata"}:
-            return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"]).tolist()
-        return {k: _decoded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decoded(v) for v in value]
-    return value
-
-
-def charts_of(at: AppTest) -> dict[str, dict]:
-    """The plotly figures on the page (as JSON), by title."""
-    figures = [_decoded(json.loads(chart.proto.spec)) for chart in at.get("plotly_chart")]
-    return {f["layout"]["title"]["text"]: f for f in figures}
-
-
-def app() -> AppTest:
-    return AppTest.from_file(DASHBOARD, default_timeout=60)
-
-
-def open_page(page: str, run_id: int | None = None) -> AppTest:
-    at = app().run()
-    if run_id is not None:
-        at.query_params["run"] = str(run_id)
-    return at.switch_page(f"app_pages/{page}.py").run()
-
-
-def texts(at: AppTest) -> str:
-    """Everything the page wrote as text (markdown, captions, alerts), one string to search."""
-    parts = [e.value for kind in ("markdown", "caption", "info", "success", "warning", "error")
-             for e in at.get(kind)]
-    return "\n".join(str(p) for p in parts)
 
 
 # ------------------------------------------------------------------------------------- Runs
@@ -454,7 +409,7 @@ def test_a_restarted_child_says_whether_the_symptom_cleared(family_path):
 
 def overlays_of(at: AppTest) -> list[dict]:
     """The charts that overlay two runs (traces named "name (id N)")."""
-    figures = [_decoded(json.loads(c.proto.spec)) for c in at.get("plotly_chart")]
+    figures = [decoded(json.loads(c.proto.spec)) for c in at.get("plotly_chart")]
     return [f for f in figures if sum(t["name"].endswith(")") for t in f["data"]) == 2]
 
 
@@ -861,7 +816,7 @@ def test_verdict_judges_the_findings_metric_over_the_same_steps_not_the_rule_goi
     assert early.state == "waiting" and "verdict comes at step 22" in early.text
     done = verdict(finding, [], 10, 25, parent, child, band)
     assert done.state == "cleared" and done.text.startswith("Fixed:") and done.steps == (12, 25)  # from the onset
-    assert "`kl` mean over steps 12–25: 1 in the broken run, 0.02 with the fix (needed ≤ 0.51" in done.text
+    assert "`kl` mean over steps 12–25: 1.0 in the broken run, 0.02 with the fix (needed ≤ 0.51" in done.text
     assert "parent mean 1.0, 100% unhealthy" in done.text and "child mean 0.02, 0% unhealthy" in done.text
     # the rule went quiet in the child (no kl_blowup finding) but KL only came down to 0.6: not half way back
     halfway = series({s: 0.6 for s in range(11, 26)})

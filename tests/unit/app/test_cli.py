@@ -19,7 +19,7 @@ from support import ROOT, free_port
 
 from grpo_doctor.app.cli.main import COMMANDS, main
 from grpo_doctor.app.dashboard import SCRIPT
-from grpo_doctor.app.launch.children import CLI, python_module
+from grpo_doctor.app.launch.children import CLI, TRAINER, python_module
 from grpo_doctor.diagnostics.metrics.catalogue import health
 from grpo_doctor.diagnostics.store import RunStore
 
@@ -376,3 +376,12 @@ def test_demo_serves_a_live_run(tmp_path):
     with RunStore(db) as store:
         run = store.list_runs().iloc[0]
         assert run["name"].startswith("demo-") and run["status"] == "stopped"
+
+
+def test_a_child_never_imports_from_the_current_folder(tmp_path):
+    """Every child (the trainer, Streamlit, the CLI) starts through ``python_module``: a module lying in the folder
+    the user runs from is not found, so it cannot stand in for one of ours or a library's."""
+    (tmp_path / "here.py").write_text("print('imported from the current folder')\n")
+    done = subprocess.run(python_module("here"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "No module named here" in done.stderr and not done.stdout
+    assert python_module(TRAINER) == [sys.executable, "-P", "-m", "grpo_doctor.trainer"]

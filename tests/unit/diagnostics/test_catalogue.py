@@ -142,13 +142,13 @@ def test_the_documents_entropy_band_is_shown_but_never_marks_a_run_unhealthy():
     import pandas as pd
 
     from grpo_doctor.app.dashboard.figures import band_label, metric_spec
-    from grpo_doctor.diagnostics.metrics.health import outside
+    from grpo_doctor.diagnostics.metrics.health import unhealthy
     from grpo_doctor.diagnostics.report.metric_text import status_text
 
     band = health("entropy")
     assert band.kind == "document" and (band.low, band.high) == (0.01, 0.1)
     values = np.array([0.9, 0.7, 0.5, math.nan])
-    assert outside(band, values).tolist() == [False, False, False, True]  # only NaN is unhealthy
+    assert unhealthy(band, values).tolist() == [False, False, False, True]  # only NaN is unhealthy
     assert status_text(0.6, band) == "above" and status_text(0.05, band) == "ok"
     traces, _ = metric_spec(pd.Series(values[:3], index=[1, 2, 3]), band, "entropy")
     assert [t["name"] for t in traces] == ["entropy"]  # no "out of range" markers

@@ -12,6 +12,7 @@ import pytest
 from grpo_doctor.diagnostics.findings import Evidence, Finding
 from grpo_doctor.diagnostics.fix_verdict import (
     Margin,
+    check,
     critical_open,
     generic_margins,
     judge,
@@ -107,3 +108,18 @@ def test_buildup_is_where_the_rolling_median_left_the_early_baseline():
     assert left is not None and 40 <= left <= 43
     flat = series({s: 0.5 for s in range(1, 9)})
     assert departure(flat, early(flat, before=6), until=6) is None  # no build-up: it held until the onset
+
+
+def test_a_check_whose_target_cannot_be_set_says_why_in_words():
+    """A broken run no worse than its own baseline leaves a "recover" margin no target (restarting the recorded
+    kl_blowup: its gradient norm fell rather than spiked): the check is not met, and its text says why, where it
+    once raised TypeError on the Run page."""
+    margin = Margin("grad_norm", "lower", "recover", 0.5)
+    steps = range(1, 41)
+    run = pd.Series([1.0] * 20 + [0.2] * 20, index=steps)    # fell below its baseline: not "worse" for `lower`
+    fixed = pd.Series([1.0] * 40, index=steps)
+    result = check(margin, run, fixed, since=21)
+    assert result.target is None and not result.met and result.steps == (21, 40)
+    assert result.text() == ("`grad_norm` mean over steps 21–40: 0.2 in the broken run, 1.0 with the fix (no target: "
+                             "the broken run's 0.2 is not worse than its baseline 1.0: the metric cannot show a fix) "
+                             "— NOT met")

@@ -9,6 +9,7 @@ message is one line naming the file, with nothing left in the store. Time-bounde
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 from pathlib import Path
@@ -84,3 +85,59 @@ def test_tensorboard_corrupt_record_is_an_error_but_a_truncated_tail_is_the_end(
         else:
             run = import_path(store, work)
             assert 0 < len(store.steps(run)) < 4  # the steps before the cut record
+
+
+# ------------------------------------------------------------------------------------- the step column
+#: Steps as logs hold them, and as they go wrong: any integer (past int64 too), floats (whole or not, NaN, ±inf),
+#: numbers as text, and text.
+STEPS = st.one_of(st.integers(), st.integers(min_value=2**53 - 2, max_value=2**70), st.integers(-(2**70), 2**70),
+                  st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e30, -0.0, 2.0**53, 2.0**53 + 2]),
+                  st.integers(0, 10**30).map(str), st.text(max_size=6))
+
+
+def _log_with_steps(fmt: str, steps: list, folder: Path) -> Path:
+    """A log of ``fmt`` whose rows carry ``steps`` (one row each, a reward beside it)."""
+    if fmt == "csv":
+        path = folder / "m.csv"
+        path.write_text("step,reward\n" + "".join(f"{s},{0.1 * i}\n" for i, s in enumerate(steps)))
+    elif fmt == "verl_jsonl":
+        path = folder / "verl.jsonl"
+        path.write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.1 * i}}) + "\n"
+                                for i, s in enumerate(steps)))
+    elif fmt == "trainer_state":
+        path = folder / "trainer_state.json"
+        path.write_text(json.dumps({"global_step": 3, "log_history": [{"step": s, "reward": 0.1 * i}
+                                                                      for i, s in enumerate(steps)]}))
+    else:
+        path = folder / "m.jsonl"
+        path.write_text("".join(json.dumps({"step": s, "reward": 0.1 * i}) + "\n" for i, s in enumerate(steps)))
+    return path
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEPS, min_size=1, max_size=4), fmt=st.sampled_from(["jsonl", "csv", "verl_jsonl",
+                                                                          "trainer_state"]))
+def test_any_step_column_imports_or_fails_in_one_line(tmp_path_factory, steps, fmt):
+    """Whatever the step column holds, an import keeps the steps a store can hold (whole numbers within ±2^53) or
+    fails with one line naming the file, and leaves nothing behind; never a traceback (OverflowError, ...)."""
+    path = _log_with_steps(fmt, steps, tmp_path_factory.mktemp("steps"))
+    with RunStore(":memory:") as store:
+        try:
+            run = import_path(store, path)
+        except LogFormatError as e:
+            assert "\n" not in str(e) and path.name in str(e), str(e)
+            assert store.list_runs().empty
+            return
+        stored = [int(s) for s in store.steps(run)]
+        assert stored and all(abs(s) <= 2**53 for s in stored)
+
+
+def test_a_step_beyond_int64_is_one_line_and_exit_2(tmp_path, run_cli):
+    log = tmp_path / "big.jsonl"
+    log.write_text('{"step": 99999999999999999999999, "reward": 1}\n{"step": 2, "reward": 1}\n')
+    code, _, err = run_cli("--db", tmp_path / "runs.db", "import", log)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "'step' is 99999999999999999999999, beyond the largest step there can be" in err
+    code, _, err = run_cli("--db", tmp_path / "runs.db", "show", "99999999999999999999999")
+    assert code == 2 and "Traceback" not in err and err.count("\n") == 1

@@ -327,7 +327,7 @@ def test_export_to_stream(store):
 
 
 # ============================================================================ config map
-def test_config_map_framework_keys():
+def test_config_keys_map_framework_keys():
     assert framework_key("beta", "trl") == "beta"
     assert framework_key("beta", "verl") == "actor_rollout_ref.actor.kl_loss_coef"
     assert framework_key("num_generations", "verl") == "actor_rollout_ref.rollout.n"

@@ -274,10 +274,12 @@ def test_real_model_from_a_local_folder(tmp_path):
     [], ["--advantage", "gae"], ["--lora_r", "16", "--lora_target_modules", "all-linear", "--learning_rate", "1e-3"],
 ], ids=["grpo", "gae", "lora"])
 def test_reward_rises_on_cpu(tmp_path, variant):
-    """The embedded default learns, and so do PPO (GAE) and LoRA: the last 20 steps' correctness beats the first."""
-    store, run, _ = run_inprocess(tmp_path, "--per_device_train_batch_size", "128", *variant, max_steps=120)
+    """The embedded default learns, and so do PPO (GAE) and LoRA: the last 15 steps' correctness beats the first 15.
+    80 steps of 128 completions: the smallest run measured to clear the margin well (seeds 0-2 rose by 0.11-0.23;
+    at 60 steps, by 0.11-0.14)."""
+    store, run, _ = run_inprocess(tmp_path, "--per_device_train_batch_size", "128", *variant, max_steps=80)
     correct = store.metric(run, "rewards/correctness/mean")
-    first, last = correct.iloc[:20].mean(), correct.iloc[-20:].mean()
+    first, last = correct.iloc[:15].mean(), correct.iloc[-15:].mean()
     assert 0.1 <= first <= 0.6
     assert last > first + 0.08, (first, last)
 
