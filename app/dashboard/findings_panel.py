@@ -27,6 +27,8 @@ ICONS = {"critical": ":material/error:", "warning": ":material/warning:", "info"
 COLORS = {"critical": "red", "warning": "orange", "info": "blue", "expected": "green"}
 #: A message that survives the rerun after "Restart with this fix" (shown once, at the top of the panel).
 FLASH_KEY = "run.flash"
+
+
 def evidence_table(finding: Finding) -> str:
     """The evidence as a markdown table (step, metric, value, note)."""
     rows = ["| step | metric | value | note |", "|---:|---|---:|---|"]

@@ -1,9 +1,9 @@
 """What the dashboard's pages share: the run store they read, the run that is selected, and the pages.
 
 ``open_store`` opens the store named by ``$GRPO_DOCTOR_DB`` (``grpo-doctor dashboard`` sets it to an absolute path)
-each time a page or section reads it, so one script run opens it a few times: the Runs page two or three, the Run
-page's findings panel once more per restarted child. An opening is a connection, its PRAGMAs and a schema check.
-Nothing happens at import time.
+each time a page reads it: the Run page once a refresh (``run_tick.load``), and again only when a button acts; the
+Runs page two or three times. An opening is a connection, its PRAGMAs and a schema check. Nothing happens at import
+time.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ def restarted(served, browser) -> dict:
     page = browser.new_page(viewport={"width": 1400, "height": 2400})
     parent = run_named(str(served.db), "kl_blowup")
     open_page(page, f"{served.url}/run?run={parent['id']}")
+    assert not (seen := problems_on(page)), f"kl_blowup's Run page, with its recorded twin: {seen}"
     finding = page.locator("[data-testid='stExpander']", has_text=KL_TITLE)
     restart = finding.get_by_role("button", name=re.compile("Restart with this fix"))
     restart.first.wait_for(timeout=30_000)
