@@ -74,6 +74,18 @@ class Dist:
         td.broadcast_object_list(box, src=0)
         return box[0]
 
+    def close(self) -> None:
+        """Every process, once training ended normally: wait for the others, then leave the process group. A
+        process that exits without leaving it can abort at exit (``terminate called without an active exception``:
+        a communication thread of the group still running), and its launcher then reports the run as failed."""
+        if self.world_size == 1:
+            return
+        import torch.distributed as td
+
+        if td.is_initialized():
+            td.barrier()
+            td.destroy_process_group()
+
     def wrap(self, module: torch.nn.Module, find_unused_parameters: bool = False) -> torch.nn.Module:
         """DistributedDataParallel around the module (averaged gradients); the module itself in one process."""
         if self.world_size == 1:

@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         return _report(e)
     finally:
         renewing.set()
+    dist.close()
     return {"finished": 0, "stopped": 0, "store_failed": 3}.get(status, 1)
 
 

@@ -169,12 +169,15 @@ def test_world_size_without_a_launcher_is_one_line_and_writes_nothing(tmp_path):
 def test_torchrun_two_processes_write_one_run(tmp_path):
     """The real launcher: two processes, one run in the store, every step once, one process's output."""
     db = tmp_path / "runs.db"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", TRAINER,
+    logs = tmp_path / "ranks"  # each rank's own output too (--tee), for a failure's message
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "--log-dir", str(logs), "--tee", "3", "-m", TRAINER,
            "--db", str(db), "--output_dir", str(tmp_path / "ckpt"), "--run_name", "t", "--max_steps", "2",
            "--save_steps", "0", "--per_device_train_batch_size", "16"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stderr[-2000:] + "".join(
+        f"\n--- {f.relative_to(logs)}:\n{f.read_text(errors='replace')[-1500:]}" for f in sorted(logs.rglob("*.log")))
     assert proc.stderr.count("on 2 processes") == 1
     with RunStore(db) as store:
         assert len(store.list_runs()) == 1
