@@ -1,9 +1,11 @@
 """Several processes: 2 CPU processes (gloo, accelerate.debug_launcher) against 1 process on the same batch,
 what goes wrong without the gather, and the world-size guard."""
 
+import functools
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,9 @@ def test_two_processes_equal_one_process_on_the_same_batch(tmp_path, monkeypatch
     # an earlier test in this process (TrainingArguments, TRL's trainer) may have set up accelerate's process-wide
     # one-process state; the forked processes would inherit it instead of setting up two
     AcceleratorState._reset_state(reset_partial_state=True)
+    # debug_launcher rendezvous through a temporary file that the processes' file store deletes once both left the
+    # process group (trainer.distributed.Dist.close); the launcher's own clean-up must not delete it again
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", functools.partial(tempfile.NamedTemporaryFile, delete=False))
     monkeypatch.setattr(sampling, "generate", fixed_completions)
     one = tmp_path / "one"
     config, session = prepare(argv_for(one, 2 * PER_PROCESS, extra))
