@@ -21,4 +21,4 @@ def python_module(module: str) -> list[str]:
 
 def is_trainer_argv(argv: list[bytes]) -> bool:
     """A process command line (``/proc/PID/cmdline`` split on NUL) that runs the embedded trainer."""
-    return any(a == TRAINER.encode() for a in argv) and b"-m" in argv
+    return TRAINER.encode() in argv and b"-m" in argv

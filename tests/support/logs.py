@@ -14,10 +14,6 @@ from grpo_doctor.diagnostics.store import RunStore
 NAN, INF = math.nan, math.inf
 
 
-def same(a: float, b: float) -> bool:
-    return a == b or (math.isnan(a) and math.isnan(b))
-
-
 # ============================================================================ fixture writers
 def trl_row(step: int, reward: float, **extra) -> dict:
     row = {

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import ROOT
-from support.logs import build, same, write_csv, write_jsonl, write_tensorboard, write_trainer_state, write_trl_console
+from support.logs import build, write_csv, write_jsonl, write_tensorboard, write_trainer_state, write_trl_console
 
 from grpo_doctor.diagnostics.config.keys import FIELDS, framework_key, normalise_config
 from grpo_doctor.diagnostics.importers import (
@@ -288,6 +288,10 @@ def test_repeated_and_out_of_order_steps_across_packed_blocks(store, tmp_path, m
 def _snapshot(store, run_id):
     frame = store.metrics(run_id, wide=False).sort_values(["step", "name"]).reset_index(drop=True)
     return [(int(r.step), r.name, r.value) for r in frame.itertuples()]
+
+
+def same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def _equal(a, b):
