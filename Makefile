@@ -21,7 +21,7 @@ DEMO_DB   ?= demo.db
 DEMO_HOST ?= 127.0.0.1
 DEMO_PORT ?= 8501
 
-.PHONY: install test demo browser screenshot
+.PHONY: install test demo browser screenshot peer
 
 install: $(STAMP)
 
@@ -37,6 +37,11 @@ test: install browser
 screenshot: install browser
 	$(BIN)/python -m pytest -q tests/e2e/test_browser.py -k restart_a_sick_one
 	mkdir -p docs/img && cp artifacts/screenshots/readme-run-page.png docs/img/run-page.png
+
+# The closest peer, rldoctor, in a venv of its own (it is no dependency of ours), for
+# `benchmarks/eval_real_logs.py --peer rldoctor`.
+peer:
+	test -x .venv-peer/bin/rldoctor || { $(PYTHON) -m venv .venv-peer && .venv-peer/bin/pip install rldoctor; }
 
 # The browser test drives Debian's chromium through Playwright (which never downloads a browser of its own).
 # Installed with apt-get when missing: as root directly (CI), otherwise through sudo.

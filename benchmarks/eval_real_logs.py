@@ -1,25 +1,47 @@
 """Grades the importers and the diagnoser on real public training logs that other people wrote.
 
-    .venv/bin/python benchmarks/eval_real_logs.py [--only TEXT ...] [--json FILE] [--verbose]
+    .venv/bin/python benchmarks/eval_real_logs.py [--only TEXT ...] [--batch N] [--json FILE] [--verbose]
+    .venv/bin/python benchmarks/eval_real_logs.py --first-contact N
+    .venv/bin/python benchmarks/eval_real_logs.py --peer rldoctor [--peer-command PATH]
 
 The corpus is ``tests/data/real_logs/``: each log as its authors wrote it (``PROVENANCE.md`` says where from) and
 ``readings.yaml``, an expert reading of each log written before the diagnoser ever ran on it: healthy or not, and
-per pathology the rule that should name it, its severity and the step by which it must be named.
+per pathology the rule that should name it, its severity and the step by which it must be named. The readings come
+in batches; each reading is in the ``train`` split (the rules may be tuned on it) or the ``test`` split (never tuned
+on), and each batch keeps a ``first_contact`` block: the figures of the diagnoser's first run on its logs.
 
 For each log this prints whether it imported as read (the runs in the file, the first and last step), each
 pathology named (with the onset error in steps: the finding's
 onset minus the reading's) or missed (absent, or named after ``by_step``), the false alarms (a warning or critical
 finding the reading does not call for; on a healthy log, any warning), and fixes that contradict each other (one
-raises a key another lowers) or point the wrong way for their symptom (``WRONG_WAY``). Then the totals.
+raises a key another lowers) or point the wrong way for their symptom (``WRONG_WAY``). Then the totals per split
+(train, test, all) and the first-contact history, one line per batch.
 
-Exit status 1 when a log fails to import or a healthy log gets a warning (the test's gate); the other figures are
-reported, not gated.
+``--first-contact N`` runs batch N's readings and prints the ``first_contact:`` block to paste under that batch in
+``readings.yaml``; it refuses (exit status 2) when the batch already has one, since first-contact figures are kept
+as recorded and never recomputed.
+
+``--peer rldoctor`` also runs rldoctor (``rldoctor diagnose FILE -f json``, 60 s per log) on the same logs and grades
+it against the same readings: a pathology counts as named by rldoctor when one of its warning or critical findings
+maps, through ``PEER_RULES``, to the reading's rule or one of its alternatives. rldoctor's findings are verdicts on
+the whole run and carry no onset step, so ``by_step`` cannot be checked for it: a mapped warning counts however late
+the symptom shows, which favours the peer. So does the table, which maps a detector to every rule one of its warning
+branches detects, whichever branch fired. rldoctor reads a file as one run, so both readings of a file that holds
+two runs are graded against its one report. A log counts as imported by rldoctor when it exits 0 with a JSON report
+of a run with at least one step.
+
+Exit status 1 when a train-split log fails to import or a healthy train-split log gets a warning (the test's gate);
+the other figures, and every test-split figure, are reported, not gated. ``--first-contact`` exits 0 once it prints
+its block: its figures are a record, not a gate.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +58,13 @@ from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
 CORPUS = ROOT / "tests" / "data" / "real_logs"
 READINGS = CORPUS / "readings.yaml"
 ALARM = ("warning", "critical")
+SPLITS = ("train", "test")
+PEER_TIMEOUT_S = 60
+
+# The figures a first_contact block records, in order.
+FIRST_CONTACT_FIGURES = ("logs", "imported", "pathologies", "named", "healthy_logs", "healthy_logs_warned",
+                         "false_alarms_on_unhealthy", "contradictory_fixes", "wrong_way_fixes",
+                         "median_abs_onset_error")
 
 # Directions a fix must never take for a symptom (the change would feed it): rule -> {config key: forbidden}.
 WRONG_WAY: dict[str, dict[str, str]] = {
@@ -54,6 +83,30 @@ WRONG_WAY: dict[str, dict[str, str]] = {
     "repetition": {"temperature": "down"},
 }
 
+# rldoctor's detectors -> our rules for what their warning and critical branches detect (read from rl_doctor 0.2.0's
+# detectors/). A symptom none of its detectors looks at (a rollout engine out of step, a KL that starts above 0 or
+# goes negative, an entropy rise, shrinking completions, repetition) has no entry.
+PEER_RULES: dict[str, set[str]] = {
+    # the fraction of zero-variance groups: TRL's frac_reward_zero_std, or estimated from the reward and G
+    "advantage_collapse": {"uniform_groups"},
+    # entropy under 10% of its start, or projected to get there soon; it never looks for a rise
+    "entropy_collapse": {"entropy_collapse"},
+    # the training reward rising while a held-out score stalls or falls
+    "reward_hacking": {"reward_hacking"},
+    # 5% or more completions truncated, or length up 50% in step with the reward; a shrink never warns
+    "length_pathology": {"truncation", "length_explode"},
+    # the clip fraction at 20% or more (or lower-bound clipping dominating)
+    "clip_saturation": {"clip_high"},
+    # KL at 2 or more, or above 0.5 and accelerating (its warning for a KL pinned near 0 has no rule here)
+    "kl_drift": {"kl_blowup"},
+    # non-finite gradient norms, steps with a gradient norm of exactly 0 or a vanishing one, 3 or more spikes
+    "gradient_pathology": {"nonfinite", "zero_grad", "grad_spikes"},
+    # a reward component with under 2% of the reward variance: a constant to the gradient
+    "reward_composition": {"reward_component_constant"},
+    # the reward (or eval score) flat, or declining, over the last third of the run and well after its best
+    "plateau": {"reward_flat", "reward_collapse"},
+}
+
 
 @dataclass
 class LogResult:
@@ -62,6 +115,8 @@ class LogResult:
     imported: bool = False
     error: str = ""
     runs: int = 0
+    batch: int | None = None
+    split: str | None = None
     named: list[dict] = field(default_factory=list)       # {symptom, rule, onset_error, severity}
     missed: list[dict] = field(default_factory=list)      # {symptom, rule, why}
     false_alarms: list[dict] = field(default_factory=list)  # {rule, severity, onset}
@@ -69,11 +124,34 @@ class LogResult:
     wrong_way: list[str] = field(default_factory=list)
 
 
+@dataclass
+class PeerResult:
+    """The peer tool's report on one log, graded against its reading."""
+    file: str
+    healthy: bool
+    split: str | None
+    imported: bool
+    error: str = ""
+    alarms: list[str] = field(default_factory=list)   # detector ids of its warning and critical findings
+    pathologies: int = 0
+    named: list[str] = field(default_factory=list)    # the symptoms it named
+
+
+def load_corpus(path: Path = READINGS) -> dict:
+    """readings.yaml: {batches: [...], readings: [...]}."""
+    corpus = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(corpus, dict) or not isinstance(corpus.get("readings"), list) \
+            or not isinstance(corpus.get("batches"), list):
+        raise SystemExit(f"{path}: expected a mapping with a list of batches and a list of readings")
+    return corpus
+
+
 def load_readings(path: Path = READINGS) -> list[dict]:
-    entries = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(entries, list):
-        raise SystemExit(f"{path}: expected a list of readings")
-    return entries
+    return load_corpus(path)["readings"]
+
+
+def load_batches(path: Path = READINGS) -> list[dict]:
+    return load_corpus(path)["batches"]
 
 
 # Rule ids the readers proposed (new_rule: true) for a check that was then built under another id: the readings
@@ -85,9 +163,14 @@ def _names(p: dict) -> set[str]:
     return {PROPOSED.get(r, r) for r in (p["rule"], *(p.get("alternatives") or []))}
 
 
+def blank_result(entry: dict, **fields) -> LogResult:
+    return LogResult(entry["file"], bool(entry.get("healthy")), batch=entry.get("batch"), split=entry.get("split"),
+                     **fields)
+
+
 def grade(entry: dict, result: Diagnosis) -> LogResult:
     """One reading against one diagnosis."""
-    out = LogResult(entry["file"], bool(entry.get("healthy")), imported=True)
+    out = blank_result(entry, imported=True)
     findings = result.problems()
     pathologies = entry.get("pathologies") or []
     for p in pathologies:
@@ -158,9 +241,8 @@ def evaluate_one(entry: dict, verbose: bool = False) -> LogResult:
 
 def not_graded(entry: dict, error: str, why: str) -> LogResult:
     """A log whose import does not match its reading: not imported as read, every pathology missed."""
-    return LogResult(entry["file"], bool(entry.get("healthy")), error=error,
-                     missed=[{"symptom": p["symptom"], "rule": p["rule"], "why": why}
-                             for p in entry.get("pathologies") or []])
+    return blank_result(entry, error=error, missed=[{"symptom": p["symptom"], "rule": p["rule"], "why": why}
+                                                    for p in entry.get("pathologies") or []])
 
 
 def summary(results: list[LogResult]) -> dict:
@@ -171,6 +253,8 @@ def summary(results: list[LogResult]) -> dict:
         "logs": len(results),
         "imported": sum(r.imported for r in results),
         "healthy_logs": sum(r.healthy for r in results),
+        "healthy_logs_warned": sum(r.healthy and bool(r.false_alarms) for r in results),
+        "healthy_logs_quiet": sum(r.healthy and r.imported and not r.false_alarms for r in results),
         "pathologies": total,
         "named": named,
         "recall": named / total if total else 1.0,
@@ -182,51 +266,293 @@ def summary(results: list[LogResult]) -> dict:
     }
 
 
-def print_report(results: list[LogResult], verbose: bool) -> None:
-    for r in results:
-        head = "IMPORT FAILED" if not r.imported else ("healthy" if r.healthy else "unhealthy")
-        runs = f", {r.runs} runs in the file" if r.runs > 1 else ""
-        print(f"{r.file}  [{head}{runs}]")
-        if not r.imported:
-            print(f"    {r.error}")
-        for n in r.named:
-            read = n["expected_severity"]
-            sev = n["severity"] + ("" if n["severity"] == read else f" (read: {read})")
-            print(f"    named   {n['symptom']}: {n['rule']}, {sev}, onset error {n['onset_error']:+d} steps")
-        for m in r.missed:
-            print(f"    MISSED  {m['symptom']}: {m['rule']} ({m['why']})")
-        for a in r.false_alarms:
-            print(f"    FALSE ALARM  {a['rule']} ({a['severity']}, from step {a['onset']})")
-        for c in r.contradictions:
-            print(f"    CONTRADICTORY FIXES  {c}")
-        for w in r.wrong_way:
-            print(f"    WRONG-WAY FIX  {w}")
-        if verbose and r.imported and r.error:
-            print(f"    findings: {r.error}")
-    s = summary(results)
+def in_split(results: list, split: str) -> list:
+    """The results of one split; "all" is every one of them."""
+    return results if split == "all" else [r for r in results if r.split == split]
+
+
+def split_summaries(results: list[LogResult]) -> dict[str, dict]:
+    return {split: summary(in_split(results, split)) for split in (*SPLITS, "all")}
+
+
+def gate(results: list[LogResult]) -> int:
+    """1 when a train-split log fails to import or a healthy train-split log gets a warning."""
+    train = in_split(results, "train")
+    return 1 if any(not r.imported or (r.healthy and r.false_alarms) for r in train) else 0
+
+
+def ratio(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({part / whole:.0%})" if whole else f"{part}/{whole}"
+
+
+def print_log(r: LogResult, verbose: bool) -> None:
+    head = "IMPORT FAILED" if not r.imported else ("healthy" if r.healthy else "unhealthy")
+    runs = f", {r.runs} runs in the file" if r.runs > 1 else ""
+    print(f"{r.file}  [{head}, {r.split}{runs}]")
+    if not r.imported:
+        print(f"    {r.error}")
+    for n in r.named:
+        read = n["expected_severity"]
+        sev = n["severity"] + ("" if n["severity"] == read else f" (read: {read})")
+        print(f"    named   {n['symptom']}: {n['rule']}, {sev}, onset error {n['onset_error']:+d} steps")
+    for m in r.missed:
+        print(f"    MISSED  {m['symptom']}: {m['rule']} ({m['why']})")
+    for a in r.false_alarms:
+        print(f"    FALSE ALARM  {a['rule']} ({a['severity']}, from step {a['onset']})")
+    for c in r.contradictions:
+        print(f"    CONTRADICTORY FIXES  {c}")
+    for w in r.wrong_way:
+        print(f"    WRONG-WAY FIX  {w}")
+    if verbose and r.imported and r.error:
+        print(f"    findings: {r.error}")
+
+
+def summary_rows(s: dict) -> list[tuple[str, str]]:
+    onset = s["median_abs_onset_error"]
+    return [
+        ("logs", str(s["logs"])),
+        ("imported as read", f"{s['imported']}/{s['logs']}"),
+        ("healthy logs", str(s["healthy_logs"])),
+        ("healthy logs warned", str(s["healthy_logs_warned"])),
+        ("pathologies named", ratio(s["named"], s["pathologies"])),
+        ("median |onset error|", "-" if onset is None else f"{onset} steps"),
+        ("false alarms on healthy logs", str(s["false_alarms_on_healthy"])),
+        ("false alarms on unhealthy logs", str(s["false_alarms_on_unhealthy"])),
+        ("contradictory fixes", str(s["contradictory_fixes"])),
+        ("wrong-way fixes", str(s["wrong_way_fixes"])),
+    ]
+
+
+def print_table(header: list[str], rows: list[list[str]], left: int = 1) -> None:
+    """The first `left` columns left-aligned, the others right-aligned, two spaces apart."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        cells = [cell.ljust(w) if i < left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        print("  ".join(cells).rstrip())
+
+
+def print_summaries(summaries: dict[str, dict]) -> None:
+    """One table: a row per figure, a column per split (train gated, test reported, all)."""
+    columns = list(summaries)
+    rows = [[label] for label, _ in summary_rows(summaries[columns[0]])]
+    for split in columns:
+        for row, (_, cell) in zip(rows, summary_rows(summaries[split])):
+            row.append(cell)
+    print_table(["", *columns], rows)
+    print("(false alarms: warnings the reading does not call for; the train column is gated, test only reported)")
+
+
+def history_line(batch: dict) -> str:
+    """One batch's first contact, as recorded; the figures a block lacks are left out."""
+    number, contact = batch.get("batch"), batch.get("first_contact")
+    if not contact:
+        return f"batch {number}: no first contact recorded (run --first-contact {number})"
+    commit = str(contact.get("commit")) + (" (dirty)" if contact.get("dirty") else "")
+    parts = [f"{contact['logs']} logs", f"{contact['imported']} imported",
+             f"named {ratio(contact['named'], contact['pathologies'])}"]
+    warned = contact.get("healthy_logs_warned")
+    if warned is not None:
+        of = f"/{contact['healthy_logs']}" if contact.get("healthy_logs") is not None else ""
+        parts.append(f"healthy logs warned {warned}{of}")
+    for key, label in (("false_alarms_on_unhealthy", "false alarms on unhealthy"),
+                       ("wrong_way_fixes", "wrong-way fixes"), ("contradictory_fixes", "contradictory fixes"),
+                       ("median_abs_onset_error", "median |onset error|")):
+        if contact.get(key) is not None:
+            parts.append(f"{label} {contact[key]}")
+    return f"batch {number}, commit {commit}: " + ", ".join(parts)
+
+
+def print_history(batches: list[dict]) -> None:
     print()
-    print(f"logs: {s['logs']}, imported {s['imported']}/{s['logs']} ({s['healthy_logs']} read as healthy)")
-    print(f"pathologies named: {s['named']}/{s['pathologies']} ({s['recall']:.0%}), median |onset error| "
-          f"{s['median_abs_onset_error']} steps")
-    print(f"false alarms: {s['false_alarms_on_healthy']} on healthy logs, {s['false_alarms_on_unhealthy']} on "
-          f"unhealthy logs (warnings the reading does not call for)")
-    print(f"contradictory fixes: {s['contradictory_fixes']}, wrong-direction fixes: {s['wrong_way_fixes']}")
+    print("first contact (the diagnoser's first run on each batch's logs, kept as recorded):")
+    for batch in batches:
+        print(f"  {history_line(batch)}")
 
 
-def main(argv=None) -> int:
+# -- first contact ------------------------------------------------------------------------------------------------
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
+def git_state() -> tuple[str, bool]:
+    """The commit, and whether tracked files under diagnostics/ or app/ differ from it."""
+    changed = [line for line in git("status", "--porcelain", "--", "diagnostics", "app").splitlines()
+               if not line.startswith("??")]
+    return git("rev-parse", "--short", "HEAD").strip(), bool(changed)
+
+
+def first_contact_block(s: dict, commit: str, dirty: bool, batch: int, day: str) -> str:
+    """The first_contact: block for one batch, indented to paste under its `- batch: N` entry."""
+    lines = ["  first_contact:", f"    commit: '{commit}'"]
+    if dirty:
+        lines.append("    dirty: true")
+    lines += [f"    source: benchmarks/eval_real_logs.py --first-contact {batch}", f"    date: '{day}'"]
+    for key in FIRST_CONTACT_FIGURES:
+        lines.append(f"    {key}: {'null' if s[key] is None else s[key]}")
+    return "\n".join(lines)
+
+
+def first_contact(corpus: dict, number: int, verbose: bool) -> int:
+    """Run batch N's readings and print its first_contact block; refuse when the batch already has one."""
+    batch = next((b for b in corpus["batches"] if b.get("batch") == number), None)
+    if batch is None:
+        print(f"batch {number} is not listed under batches: in {READINGS.relative_to(ROOT)}", file=sys.stderr)
+        return 2
+    if batch.get("first_contact"):
+        print(f"batch {number} already has a first_contact block in {READINGS.relative_to(ROOT)}: first-contact "
+              f"figures are kept as recorded, never recomputed", file=sys.stderr)
+        return 2
+    entries = [e for e in corpus["readings"] if e.get("batch") == number]
+    if not entries:
+        print(f"batch {number} has no readings", file=sys.stderr)
+        return 2
+    results = evaluate(entries, verbose)
+    for r in results:
+        print_log(r, verbose)
+    commit, dirty = git_state()
+    print()
+    print(f"# paste under `- batch: {number}` in {READINGS.relative_to(ROOT)}:")
+    print(first_contact_block(summary(results), commit, dirty, number, datetime.date.today().isoformat()))
+    return 0
+
+
+# -- the peer: rldoctor -------------------------------------------------------------------------------------------
+
+
+def run_peer(command: str, path: Path) -> tuple[bool, str, list[str]]:
+    """`rldoctor diagnose FILE -f json`: (imported, why not, detector ids of its warning and critical findings)."""
+    try:
+        done = subprocess.run([command, "diagnose", str(path), "-f", "json"], capture_output=True, text=True,
+                              timeout=PEER_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {PEER_TIMEOUT_S} s", []
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [""])[-1].replace(str(path), path.name)
+        return False, f"exit status {done.returncode}: {last}", []
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return False, "no JSON report", []
+    if not (report.get("run") or {}).get("n_steps"):
+        return False, "a report of an empty run", []
+    alarms = [f["detector"] for f in report.get("findings") or [] if str(f.get("severity")).lower() in ALARM]
+    return True, "", alarms
+
+
+def grade_peer(entry: dict, imported: bool, error: str, alarms: list[str]) -> PeerResult:
+    """A pathology is named when one of the peer's warnings maps to the reading's rule or an alternative."""
+    rules = set().union(*(PEER_RULES.get(detector, set()) for detector in alarms))
+    pathologies = entry.get("pathologies") or []
+    named = [p["symptom"] for p in pathologies if _names(p) & rules] if imported else []
+    return PeerResult(entry["file"], bool(entry.get("healthy")), entry.get("split"), imported, error, alarms,
+                      len(pathologies), named)
+
+
+def evaluate_peer(entries: list[dict], command: str) -> list[PeerResult]:
+    """The peer on every log, once per file (a file with two runs gets one report, graded against both readings)."""
+    reports: dict[str, tuple[bool, str, list[str]]] = {}
+    for entry in entries:
+        if entry["file"] not in reports:
+            reports[entry["file"]] = run_peer(command, CORPUS / entry["file"])
+    return [grade_peer(entry, *reports[entry["file"]]) for entry in entries]
+
+
+def peer_summary(results: list[PeerResult]) -> dict:
+    named = sum(len(r.named) for r in results)
+    total = sum(r.pathologies for r in results)
+    return {
+        "logs": len(results),
+        "imported": sum(r.imported for r in results),
+        "pathologies": total,
+        "named": named,
+        "recall": named / total if total else 1.0,
+        "healthy_logs": sum(r.healthy for r in results),
+        "healthy_logs_quiet": sum(r.healthy and r.imported and not r.alarms for r in results),
+    }
+
+
+def print_peer_logs(results: list[PeerResult]) -> None:
+    print()
+    print("rldoctor, per log (its warning and critical findings):")
+    for r in results:
+        if not r.imported:
+            print(f"  {r.file}: NOT IMPORTED ({r.error})")
+            continue
+        named = f"named {len(r.named)}/{r.pathologies}" if r.pathologies else "healthy"
+        print(f"  {r.file}: {named}; warnings: {', '.join(r.alarms) or 'none'}")
+
+
+def print_comparison(ours: dict[str, dict], peer: dict[str, dict]) -> None:
+    """Both tools' figures side by side, per split. Kept quiet: a healthy log imported and given no warning."""
+    print()
+    print("GRPO Doctor and rldoctor on the same logs and readings:")
+    rows = []
+    for split, s_ours in ours.items():
+        for tool, s in (("grpo-doctor", s_ours), ("rldoctor", peer[split])):
+            rows.append([split, tool, f"{s['imported']}/{s['logs']}", ratio(s["named"], s["pathologies"]),
+                         f"{s['healthy_logs_quiet']}/{s['healthy_logs']}"])
+    print_table(["split", "tool", "imported", "named/pathologies", "healthy logs kept quiet"], rows, left=2)
+    print("(rldoctor gives no onset step, so by_step is not checked for it: that favours it)")
+
+
+# -- main ---------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", default=[], help="logs whose file path contains one of these")
+    parser.add_argument("--batch", type=int, help="only this batch's readings")
+    parser.add_argument("--first-contact", type=int, metavar="N",
+                        help="run batch N and print its first_contact: block (refused once it has one)")
+    parser.add_argument("--peer", choices=["rldoctor"], help="also grade this peer tool on the same logs")
+    parser.add_argument("--peer-command", metavar="PATH", help="the peer's executable (default: rldoctor on PATH)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--verbose", action="store_true", help="list every finding of every log")
     args = parser.parse_args(argv)
-    entries = [e for e in load_readings() if not args.only or any(t in e["file"] for t in args.only)]
+    if args.first_contact is not None and (args.only or args.batch is not None or args.peer):
+        parser.error("--first-contact runs a whole batch on its own: no --only, --batch or --peer")
+    return args
+
+
+def select(readings: list[dict], only: list[str], batch: int | None) -> list[dict]:
+    return [e for e in readings
+            if (not only or any(t in e["file"] for t in only)) and (batch is None or e.get("batch") == batch)]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    corpus = load_corpus()
+    if args.first_contact is not None:
+        return first_contact(corpus, args.first_contact, args.verbose)
+    command = (shutil.which(args.peer_command or "rldoctor") or shutil.which(ROOT / ".venv-peer" / "bin" / "rldoctor")
+               if args.peer else None)
+    if args.peer and not command:
+        print("rldoctor is not installed: `make peer` (or pip install rldoctor, or give its executable with "
+              "--peer-command PATH)", file=sys.stderr)
+        return 2
+    entries = select(corpus["readings"], args.only, args.batch)
     results = evaluate(entries, args.verbose)
-    print_report(results, args.verbose)
+    for r in results:
+        print_log(r, args.verbose)
+    summaries = split_summaries(results)
+    print()
+    print_summaries(summaries)
+    print_history(corpus["batches"])
+    out = {"summary": summaries, "first_contact": [{"batch": b.get("batch"), **(b.get("first_contact") or {})}
+                                                   for b in corpus["batches"]],
+           "logs": [r.__dict__ for r in results]}
+    if command:
+        peer = evaluate_peer(entries, command)
+        peer_summaries = {split: peer_summary(in_split(peer, split)) for split in summaries}
+        print_peer_logs(peer)
+        print_comparison(summaries, peer_summaries)
+        out["peer"] = {"tool": "rldoctor", "command": command, "summary": peer_summaries,
+                       "logs": [r.__dict__ for r in peer]}
     if args.json:
-        Path(args.json).write_text(json.dumps({"summary": summary(results),
-                                               "logs": [r.__dict__ for r in results]}, indent=2))
-    s = summary(results)
-    return 1 if s["imported"] < s["logs"] or s["false_alarms_on_healthy"] else 0
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return gate(results)
 
 
 if __name__ == "__main__":

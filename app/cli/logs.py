@@ -64,7 +64,8 @@ def run_import(args: argparse.Namespace) -> int:
         try:
             with store.atomic():  # several PATHs: all imported, or none
                 made = [run for p in args.paths for run in import_runs(
-                    store, p, name=args.name, fmt=args.fmt, step_key=args.step_key, config=config)]
+                    store, p, name=args.name, fmt=args.fmt, step_key=args.step_key, config=config,
+                    split_runs=args.split_runs)]
         except LogFormatError as e:
             raise CliError(str(e)) from None
         shown_notes: set[str] = set()
@@ -186,13 +187,15 @@ def run_diagnose(args: argparse.Namespace) -> int:
     if os.path.exists(args.target):  # a log file: diagnosed in memory, nothing written
         with RunStore(":memory:") as store:
             try:
-                made = import_runs(store, args.target, step_key=args.step_key, config=config)
+                made = import_runs(store, args.target, step_key=args.step_key, config=config,
+                                   split_runs=args.split_runs)
             except LogFormatError as e:
                 raise CliError(str(e)) from None
             results = [diagnose(store, run.run_id, save=False) for run in made]
     else:
-        if args.step_key:
-            raise CliError("--step-key applies to a log file, not to a stored run")
+        if args.step_key or args.split_runs:
+            raise CliError(f"{'--step-key' if args.step_key else '--split-runs'} applies to a log file, not to a "
+                           "stored run")
         if not os.path.exists(db_path(args)):
             raise CliError(f"{args.target}: no such file, and no run store at {db_path(args)} to look up a run in")
         with open_store(args) as store:

@@ -21,7 +21,7 @@ from grpo_doctor.diagnostics.importers._base import NEW_RUN, LogFormatError, Par
 from grpo_doctor.diagnostics.importers.detect import detect_format, resolve
 from grpo_doctor.diagnostics.importers.export import export_csv, export_jsonl
 from grpo_doctor.diagnostics.importers.formats import FORMATS
-from grpo_doctor.diagnostics.metrics.catalogue import canonical_row
+from grpo_doctor.diagnostics.metrics.catalogue import canonical_name, canonical_row, claim_rank, mapped
 
 __all__ = [
     "FORMATS", "Imported", "LogFormatError", "ParsedLog", "detect_format", "parse", "import_path", "import_runs",
@@ -72,11 +72,35 @@ def import_path(store, path: str | os.PathLike, *, name: str | None = None, fmt:
     return import_runs(store, path, name=name, fmt=fmt, **options)[0].run_id
 
 
+MAX_RUNS = 3  # a file that would make more runs than this is kept as one run in segments, unless split_runs
+
+
+class _TooManyRuns(Exception):
+    pass
+
+
 def import_runs(store, path: str | os.PathLike, *, name: str | None = None, fmt: str | None = None,
-                step_key: str | None = None, config: dict | None = None) -> list[Imported]:
-    """Import a log as finished runs: one, or one per run when the file holds several one after another
-    (the step counter restarts): ``NAME``, ``NAME-2``, ... Everything is written in one transaction, so on
-    any error nothing is left behind. ``config`` (TRL's names) overrides what the log says of its config."""
+                step_key: str | None = None, config: dict | None = None, split_runs: bool = False) -> list[Imported]:
+    """Import a log as finished runs. One file is one run unless the file proves otherwise: it is split where the
+    parser sees a new run begin (a config or banner printed again, a run column that changes), into ``NAME``,
+    ``NAME-2``, ... A step counter that merely starts again (aborted restarts, rows of several kinds with counters of
+    their own) keeps one run, a later row replacing an earlier one at the same step. A file that would make more
+    than ``MAX_RUNS`` runs is kept as one run in segments. ``split_runs`` makes every part its own run, however
+    many. Everything is written in one transaction, so on any error nothing is left behind. ``config`` (TRL's
+    names) overrides what the log says of its config."""
+    mode = "all" if split_runs else "evidence"
+    try:
+        return _import(store, path, name, fmt, step_key, config, mode)
+    except _TooManyRuns:
+        made = _import(store, path, name, fmt, step_key, config, "one")
+        for m in made:
+            m.notes.append(f"the file holds more than {MAX_RUNS} runs one after another: kept as one run in "
+                           "segments, a later segment's rows replacing an earlier one's at the same step "
+                           "(--split-runs imports each as its own run)")
+        return made
+
+
+def _import(store, path, name, fmt, step_key, config, mode: str) -> list[Imported]:
     parsed = parse(path, fmt, step_key=step_key)
     if config:
         parsed.config = {**parsed.config, **config}
@@ -84,8 +108,10 @@ def import_runs(store, path: str | os.PathLike, *, name: str | None = None, fmt:
     made: list[Imported] = []
     linked, notes = _lineage(store, parsed)
     with store.atomic():
-        segments = _Segments(store, parsed)
+        segments = _Segments(store, parsed, mode)
         while segments.next_run():
+            if len(made) == MAX_RUNS and mode == "evidence":
+                raise _TooManyRuns
             run_name = base if not made and name is not None else store.unique_name(
                 base if not made else f"{base}-{len(made) + 1}")
             run_id = store.create_run(run_name, config=parsed.config, source=parsed.source,
@@ -97,15 +123,18 @@ def import_runs(store, path: str | os.PathLike, *, name: str | None = None, fmt:
                 continue
             store.compact(run_id)  # pack the series into blocks: fast reads of long runs
             store.set_status(run_id, "finished")
-            made.append(Imported(run_id, run_name, segments.steps))
+            made.append(Imported(run_id, run_name, segments.steps, notes=segments.notes()))
         if not made:
-            raise LogFormatError(parsed.path, "no training steps found")
-        notes = parsed.notes() + notes
+            first = parsed.reader.first_problem() if parsed.reader is not None else ""
+            raise LogFormatError(parsed.path, "no training steps found" + (f" (the first line that could not be "
+                                                                            f"read: {first})" if first else ""))
+        said = None if parsed.canonical else names_note(segments.keys)
+        notes = parsed.notes() + notes + ([said] if said else [])
         if len(made) > 1:
-            notes.append(f"the file holds {len(made)} runs one after another (the step counter restarts): "
-                         f"imported as {', '.join(repr(m.name) for m in made)}")
+            notes.append(f"the file holds {len(made)} runs one after another (a new config, banner or run name "
+                         f"starts each): imported as {', '.join(repr(m.name) for m in made)}")
         for m in made:
-            m.notes = notes
+            m.notes = notes + m.notes
     store.reclaim_space()
     return made
 
@@ -124,17 +153,21 @@ def _lineage(store, parsed: ParsedLog) -> tuple[dict, list[str]]:
 
 
 class _Segments:
-    """The parsed rows as one or more runs. A new run starts where the parser says so (``NEW_RUN``: a
-    console log printed a new config, or its epoch went back) and where a step comes again with a value that
-    differs from the one already read (the step counter restarted). A step seen again with the same values,
-    or with new keys only, merges (a late or split row); TensorBoard's repeats overwrite (last wins)."""
+    """The parsed rows as one or more runs. ``mode`` says where a run ends: ``"evidence"`` where the parser says
+    so (``NEW_RUN``: a config printed again, a run column that changes); ``"all"`` also where a step comes again
+    with a value that differs from the one already read (the step counter started again); ``"one"`` nowhere.
+    Within a run, a step seen again with the same values or new keys merges (a late or split row, a row of
+    another kind), and one whose values differ starts a segment whose rows replace the earlier ones (an
+    aborted start; TensorBoard's repeats always overwrite)."""
 
-    def __init__(self, store, parsed: ParsedLog):
-        self.store, self.parsed = store, parsed
+    def __init__(self, store, parsed: ParsedLog, mode: str = "evidence"):
+        self.store, self.parsed, self.mode = store, parsed, mode
         self.rows_in = iter(parsed.rows)
         self.pending: tuple[object, dict] | None = None
         self.done = False
         self.steps = 0
+        self.restarts: list[tuple[int, int]] = []  # (step before, step after) where a segment began
+        self.keys: dict[str, None] = {}  # every logged key, in the order first seen
 
     def next_run(self) -> bool:
         """Whether another run follows (its rows come from ``rows``)."""
@@ -146,6 +179,7 @@ class _Segments:
         for step, raw in self.rows_in:
             if step is NEW_RUN:
                 return NEW_RUN, {}
+            self.keys.update(dict.fromkeys(raw))
             metrics = dict(raw) if self.parsed.canonical else canonical_row(raw)
             if metrics:
                 return step, metrics
@@ -153,20 +187,81 @@ class _Segments:
         return None
 
     def rows(self, run_id: int):
-        seen: set[int] = set()
+        seen: set[int] = set()  # steps of this run
+        segment: set[int] = set()  # steps of its current segment
+        previous = None
+        self.restarts = []
         row, self.pending = self.pending, None
         if row[0] is NEW_RUN:
             row = self._next()
         while row is not None:
             step, metrics = row
-            if step is NEW_RUN or (step in seen and not self.parsed.last_wins and not _agrees(
-                    self.store.values_at(run_id, step, metrics), metrics)):
-                self.pending = row
-                break
+            if step is NEW_RUN:
+                if self.mode != "one":
+                    self.pending = row
+                    break
+                self.restarts.append((previous, None))
+                segment = set()
+                row = self._next()
+                continue
+            if step in segment and not self.parsed.last_wins and not _agrees(
+                    self.store.values_at(run_id, step, metrics), metrics):
+                if self.mode == "all":
+                    self.pending = row
+                    break
+                self.restarts.append((previous, step))
+                segment = set()
             seen.add(step)
+            segment.add(step)
+            previous = step
             yield step, metrics
             row = self._next()
         self.steps = len(seen)
+
+    def notes(self) -> list[str]:
+        """What the run's segments were, for the import's notes."""
+        counted = [(a, b) for a, b in self.restarts if b is not None]
+        if not counted:
+            return []
+        where = ", ".join(f"to {b} after {a}" for a, b in counted[:3]) + (" …" if len(counted) > 3 else "")
+        times = "once" if len(counted) == 1 else f"{len(counted)} times"
+        return [f"the step counter starts again {times} ({where}): kept as one run, a later row replacing an earlier "
+                "one at the same step (--split-runs imports each part as its own run)"]
+
+
+def names_note(keys) -> str | None:
+    """One line: which logged keys were read as which catalogue metrics, and which were left unmapped (kept under
+    their own names, and judged by no rule), so a user sees at once why a symptom could not be judged. None when
+    every key is a catalogue name already."""
+    renamed, same, unmapped = [], 0, []
+    winners = {name: min(group, key=lambda k: claim_rank(k, name)) for name, group in _claims(keys).items()}
+    for key in keys:
+        name = canonical_name(key)
+        if not mapped(key) or winners[name] != key:
+            unmapped.append(key)
+        elif name == key:
+            same += 1
+        else:
+            renamed.append(f"{name} ← {key}")
+    if not renamed and not unmapped:
+        return None
+    parts = []
+    if renamed:
+        parts.append("read " + ", ".join(renamed[:12]) + (f" and {len(renamed) - 12} more" if len(renamed) > 12 else ""))
+    if same:
+        parts.append(f"{same} under their own names" if parts else f"read {same} metrics under their own names")
+    text = "; ".join(parts) if parts else "no metric the diagnoser knows"
+    if unmapped:
+        text += "; not mapped (kept, judged by no rule): " + ", ".join(unmapped[:12]) + (
+            f" and {len(unmapped) - 12} more" if len(unmapped) > 12 else "")
+    return "metrics: " + text
+
+
+def _claims(keys) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for key in keys:
+        out.setdefault(canonical_name(key), []).append(key)
+    return out
 
 
 def _agrees(earlier: dict[str, float], now: dict[str, float]) -> bool:

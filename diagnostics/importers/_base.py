@@ -148,11 +148,17 @@ def flatten(mapping: Mapping, prefix: str = "", sep: str = "/") -> dict:
 @dataclass
 class Source:
     """The file being read: for error messages, and for what the import tells the user about it
-    (``notes``; fields that held no numbers, listed once each in ``skipped``)."""
+    (``notes``; fields that held no numbers, listed once each in ``skipped``; lines and fields that could not be
+    read at all, counted in ``unreadable``).
+
+    No single bad line sinks a file: a parser calls ``skip_line`` or ``skip_field`` and goes on; the import fails
+    only when nothing in the file reads as metrics."""
 
     path: str
     notes: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # field -> where it was first seen, and its value
+    unreadable: dict[str, list] = field(default_factory=lambda: {"lines": [], "fields": []})  # (where, why)
+    shown: int = 3  # how many unreadable lines (fields) a note quotes
 
     def error(self, problem: str) -> LogFormatError:
         return LogFormatError(self.path, problem)
@@ -160,6 +166,19 @@ class Source:
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
+
+    def skip_line(self, where: str, why: str) -> None:
+        """A line (entry, row) that cannot be read at all: left out and counted."""
+        self.unreadable["lines"].append((where, why))
+
+    def skip_field(self, where: str, why: str) -> None:
+        """One field of a line that cannot be read (the rest of the line is kept): left out and counted."""
+        self.unreadable["fields"].append((where, why))
+
+    def first_problem(self) -> str:
+        """The first unreadable line or field, for the message of a file in which nothing could be read."""
+        found = self.unreadable["lines"][:1] or self.unreadable["fields"][:1]
+        return f"{found[0][0]}: {found[0][1]}" if found else ""
 
     def numbers(
         self,
@@ -171,13 +190,18 @@ class Source:
     ) -> dict[str, float]:
         """The numeric fields of one logged row. A field that holds text, a list or an object (a phase name, a
         path, sampled completions) is left out and remembered in ``skipped`` (fields known to hold strings,
-        ``allowed_strings``, silently)."""
+        ``allowed_strings``, silently). A list of numbers is a group's per-completion values (``per_completion``)."""
         out: dict[str, float] = {}
         allowed = allowed_strings if isinstance(allowed_strings, (set, frozenset)) else set(allowed_strings)
         skipped = skip if isinstance(skip, (set, frozenset)) else set(skip)
         for key, value in raw.items():
             if key in skipped:
                 continue
+            if isinstance(value, (list, tuple)):
+                stats = per_completion(str(key), value)
+                if stats:
+                    out.update(stats)
+                    continue
             number = BAD if isinstance(value, (Mapping, list, tuple)) else to_float(value)
             if number is MISSING:
                 continue
@@ -188,16 +212,64 @@ class Source:
                     self.skipped[str(key)] = f"{where}: {shown}"
                 continue
             out[str(key)] = number
+        flag = next((raw[k] for k in UNIFORM_FLAGS if isinstance(raw.get(k), bool)), None)
+        if flag is not None and "frac_reward_zero_std" not in out:
+            out["frac_reward_zero_std"] = float(flag)  # a loop's "skipped: true": the group scored all alike
         return out
 
     def summary(self) -> list[str]:
-        """The notes, then one line naming the fields skipped as not numbers (with the first of each)."""
+        """The notes, then one line each for unreadable lines, unreadable fields, and fields that are not numbers."""
         lines = list(self.notes)
+        for kind in ("lines", "fields"):
+            found = self.unreadable[kind]
+            if not found:
+                continue
+            quoted = "; ".join(f"{where}: {one_line(why, 80)}" for where, why in found[: self.shown])
+            more = f"; and {len(found) - self.shown} more" if len(found) > self.shown else ""
+            if kind == "lines":
+                lines.append(f"skipped {_count(len(found), 'line')} that could not be read ({quoted}{more})")
+            else:
+                on = len({where for where, _ in found})
+                lines.append(f"skipped {_count(len(found), 'field')} on {_count(on, 'line')} that could not be read "
+                             f"({quoted}{more})")
         if self.skipped:
             shown = "; ".join(f"{k!r} ({v})" for k, v in list(self.skipped.items())[:8])
             more = f" and {len(self.skipped) - 8} more" if len(self.skipped) > 8 else ""
             lines.append(f"skipped fields that are not numbers: {shown}{more}")
         return lines
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+# A loop's flag for a group it skipped because all its completions scored alike.
+UNIFORM_FLAGS = ("skipped", "skip", "group_skipped", "all_same_reward", "zero_std")
+# Keys whose list value holds one score per completion (a group's, or the batch's): their mean and std are data.
+_PER_COMPLETION = re.compile(r"(?:^|[/_.])(?:rewards?|scores?|returns?|advantages?)$", re.IGNORECASE)
+
+
+def per_completion(key: str, values) -> dict[str, float]:
+    """A row's list of per-completion scores (``rewards: [0, 0, 1, 1]``) as the metrics it determines: the
+    mean and std under the key's own name (``rewards/mean``, ``rewards/std``) and, for a reward list, the share
+    of uniform groups (1 or 0 for one group; a list of groups gives the share). {} for any other list."""
+    if not _PER_COMPLETION.search(key) or not values:
+        return {}
+    groups = values if all(isinstance(v, (list, tuple)) for v in values) else [values]
+    flat: list[float] = []
+    uniform = 0
+    for group in groups:
+        numbers = [to_float(v) for v in group]
+        if not numbers or any(not isinstance(v, float) or not math.isfinite(v) for v in numbers):
+            return {}
+        flat += numbers
+        uniform += max(numbers) - min(numbers) <= 1e-12
+    mean = sum(flat) / len(flat)
+    std = math.sqrt(sum((v - mean) ** 2 for v in flat) / len(flat))
+    out = {f"{key}/mean": mean, f"{key}/std": std}
+    if re.search(r"rewards?$", key, re.IGNORECASE):
+        out["frac_reward_zero_std"] = uniform / len(groups)
+    return out
 
 
 # ---------------------------------------------------------------------------- reading
@@ -228,16 +300,13 @@ def decode_head(head: bytes) -> str | None:
 
 def iter_lines(source: Source, path: str | Path, *, start: int = 0) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` pairs, streamed. Lines end at ``\\n``, ``\\r\\n`` or a bare ``\\r``
-    (tqdm redraws); only ``\\n`` counts towards the line number. A line longer than 16 MiB or
-    text that is not UTF-8 is an error."""
+    (tqdm redraws); only ``\\n`` counts towards the line number. Bytes that are not UTF-8 read as U+FFFD (a
+    stray Latin-1 byte spoils one value, not the file). A line longer than 16 MiB is an error."""
     encoding = text_encoding(read_head(path, 4))
     lineno = 1
-    with open(path, encoding=encoding, errors="strict", newline="") as f:
+    with open(path, encoding=encoding, errors="replace", newline="") as f:
         while True:
-            try:
-                line = f.readline(MAX_LINE_CHARS + 1)
-            except UnicodeDecodeError:
-                raise source.error(f"line {lineno}: not {encoding.upper().replace('-SIG', '')} text") from None
+            line = f.readline(MAX_LINE_CHARS + 1)
             if not line:
                 return
             if len(line) > MAX_LINE_CHARS and not line.endswith(("\n", "\r")):
@@ -306,12 +375,17 @@ def bracket_depths(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
 
 
 def json_records(source: Source, path: str | Path) -> Iterator[tuple[int, dict]]:
-    """``(line number, object)`` for each non-blank line of a JSON-lines file; a line that is not a
-    JSON object is an error."""
+    """``(line number, object)`` for each non-blank line of a JSON-lines file; a line that is not a JSON object
+    (malformed, cut short, a bare value) is skipped and counted."""
     for lineno, line in iter_lines(source, path):
         if not line.strip():
             continue
-        record = json_line(source, lineno, line)
+        try:
+            record = json_line(source, lineno, line)
+        except LogFormatError as e:
+            source.skip_line(f"line {lineno}", e.problem.split(": ", 1)[-1])
+            continue
         if not isinstance(record, dict):
-            raise source.error(f"line {lineno}: a JSON {type(record).__name__}, not an object")
+            source.skip_line(f"line {lineno}", f"a JSON {type(record).__name__}, not an object")
+            continue
         yield lineno, record

@@ -12,9 +12,12 @@ from pathlib import Path
 
 from grpo_doctor.diagnostics.importers._base import (
     LogFormatError,
+    Source,
     decode_head,
+    iter_lines,
     read_head,
 )
+from grpo_doctor.diagnostics.importers.console import looks_like_metrics
 from grpo_doctor.diagnostics.importers.formats import FORMAT_LIST, FORMATS
 from grpo_doctor.diagnostics.importers.hf import (
     _LOG_KEYS,
@@ -29,6 +32,7 @@ from grpo_doctor.diagnostics.importers.tabular import (
 from grpo_doctor.diagnostics.importers.tensorboard import event_files, looks_like_events
 from grpo_doctor.diagnostics.importers.verl import CONFIG_MARKERS, STEP_LINE
 
+DEEP_SCAN_BYTES = 32 * 2**20  # a log whose head shows no known lines is read this far before it is refused
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 _TRL_MARKERS = ("GRPOConfig(", "RLOOConfig(", "TrainingArguments(", "GRPOTrainer", "[INFO:swift]")
 _VERL_MARKERS = ("verl.trainer.main_ppo", "verl.trainer.main_dapo")
@@ -174,14 +178,12 @@ def detect_file(path: Path) -> str:
     if any(STEP_LINE.search(line) for line in lines[:2000]) or any(m in text for m in CONFIG_MARKERS[:2]) \
             or any(m in text for m in _VERL_MARKERS):
         return "verl_console"
-    if "{'" in text:
-        for line in lines:
-            if "{'" in line:
-                for _pos, d in find_dicts(line):
-                    if any(k in _LOG_KEYS or str(k).startswith(("rewards/", "eval_")) for k in d):
-                        return "trl_console"
+    if _has_log_dict(lines):
+        return "trl_console"
     if any(m in text for m in _TRL_MARKERS):
         return "trl_console"
+    if looks_like_metrics(lines):
+        return "console"
     csv_format = _csv_format(lines)
     if csv_format:
         return csv_format
@@ -189,7 +191,47 @@ def detect_file(path: Path) -> str:
         return "jsonl"  # one JSON array of records (a loop's json.dump of its history)
     if stripped.startswith("{") or stripped.startswith("["):
         raise unknown(path, "JSON that is not a trainer_state.json or JSON lines")
-    raise unknown(path, "no known log lines in the first 64 KiB")
+    if not complete:
+        found = _scan_further(path)
+        if found:
+            return found
+    raise unknown(path, "no known log lines in it" if size <= DEEP_SCAN_BYTES else
+                  f"no known log lines in the first {DEEP_SCAN_BYTES // 2**20} MiB")
+
+
+def _has_log_dict(lines: list[str]) -> bool:
+    for line in lines:
+        if "{'" in line:
+            for _pos, d in find_dicts(line):
+                if any(k in _LOG_KEYS or str(k).startswith(("rewards/", "eval_")) for k in d):
+                    return True
+    return False
+
+
+def _scan_further(path: Path) -> str | None:
+    """The console format of a log whose first metric lines come after a long preamble (pip output, a config dump,
+    dataset progress bars): read on, up to 32 MiB, a block of lines at a time."""
+    block: list[str] = []
+    read = 0
+    for _lineno, line in iter_lines(Source(str(path)), path):
+        read += len(line)
+        block.append(line.rstrip("\r\n"))
+        if len(block) < 2000 and read < DEEP_SCAN_BYTES:
+            continue
+        if any(STEP_LINE.search(x) for x in block):
+            return "verl_console"
+        if _has_log_dict(block):
+            return "trl_console"
+        if looks_like_metrics(block):
+            return "console"
+        if read >= DEEP_SCAN_BYTES:
+            return None
+        block = block[-1:]
+    if block and any(STEP_LINE.search(x) for x in block):
+        return "verl_console"
+    if block and _has_log_dict(block):
+        return "trl_console"
+    return "console" if block and looks_like_metrics(block) else None
 
 
 def _json_or_none(line: str):

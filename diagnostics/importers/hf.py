@@ -131,15 +131,19 @@ def parse_trainer_state(display: str, path: Path) -> ParsedLog:
 
 def _trainer_state_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
     for index, item in stream_items(source, path, "log_history.item"):
+        where = f"log_history entry {index}"
         if not isinstance(item, dict):
-            raise source.error(f"log_history entry {index} is {type(item).__name__}, not an object")
+            source.skip_line(where, f"a {type(item).__name__}, not an object")
+            continue
         if is_eval_row(item) or is_summary_row(item):
             continue
         if "step" not in item:
-            raise source.error(f"log_history entry {index} has no 'step'")
+            source.skip_line(where, "no 'step'")
+            continue
         step = to_step(item["step"])
         if step is None:
-            raise source.error(f"log_history entry {index}: 'step' is {not_a_step(item['step'])}")
+            source.skip_line(where, f"'step' is {not_a_step(item['step'])}")
+            continue
         yield step, source.numbers(item, f"log_history entry {index} (step {step})",
                                    allowed_strings=HF_STRING_FIELDS, skip=("step",))
 
@@ -175,7 +179,8 @@ def _swift_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, flo
         if step is None:
             step = to_step(row.get("step", row.get("global_step")))
         if step is None:
-            raise source.error(f"line {lineno}: no step ('global_step/max_steps' is missing or not 'N/M')")
+            source.skip_line(f"line {lineno}", "no step ('global_step/max_steps' is missing or not 'N/M')")
+            continue
         yield step, source.numbers(row, f"line {lineno}", allowed_strings=HF_STRING_FIELDS,
                                    skip=("step", "global_step"))
 

@@ -134,7 +134,11 @@ def stream_items(source, path, prefix: str) -> Iterator[tuple[int, object]]:
             except StopIteration:
                 return
             except ijson.JSONError:
-                raise source.error(json_error(source.path, path, stream.consumed)) from None
+                problem = json_error(source.path, path, stream.consumed)
+                if not index:
+                    raise source.error(problem) from None
+                source.note(f"{problem}: read the {index} items before it")  # a run that crashed mid-write
+                return
             except UnicodeDecodeError:
                 raise source.error("not UTF-8 text") from None
             index += 1
@@ -146,5 +150,6 @@ def array_records(source, path) -> Iterator[tuple[str, dict]]:
     ``json.dump(history, f)``); an element that is not an object is an error."""
     for index, item in stream_items(source, path, "item"):
         if not isinstance(item, dict):
-            raise source.error(f"item {index} of the array is a {type(item).__name__}, not an object")
+            source.skip_line(f"item {index}", f"a {type(item).__name__}, not an object")
+            continue
         yield f"item {index}", item

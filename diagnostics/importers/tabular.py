@@ -12,9 +12,11 @@ from grpo_doctor.diagnostics.config.frameworks import dialect_of
 from grpo_doctor.diagnostics.config.keys import normalise_config
 from grpo_doctor.diagnostics.importers._base import (
     MAX_LINE_CHARS,
+    NEW_RUN,
     STEP_KEYS,
     STEP_LIKE,
     SUMMARY_KEYS,
+    LogFormatError,
     ParsedLog,
     Source,
     flatten,
@@ -67,7 +69,8 @@ def _csv_records(source: Source, path: Path) -> Iterator[tuple[int, list[str]]]:
         except StopIteration:
             return
         except csv.Error as e:
-            raise source.error(f"line {reader.line_num}: malformed CSV ({e})") from None
+            source.skip_line(f"line {reader.line_num}", f"malformed CSV ({e})")
+            continue
         yield reader.line_num, fields
 
 
@@ -92,6 +95,15 @@ def wandb_config(path: Path) -> tuple[dict, str]:
         config[key] = entry.get("value") if isinstance(entry, dict) and "value" in entry else entry
     framework = "verl" if dialect_of(config) == "verl" else "trl"
     return config, framework
+
+
+# A column that names the run a row belongs to: where its value changes, a new run begins.
+RUN_COLUMNS = ("run", "run_name", "run_id", "experiment", "experiment_name", "exp_name", "config_name")
+
+
+def run_column(names) -> str | None:
+    lower = {str(n).strip().lower(): n for n in names}
+    return next((lower[key] for key in RUN_COLUMNS if key in lower), None)
 
 
 ROW_ORDER_NOTE = ("no step column (looked for {looked}): the row order is the step (1, 2, ...); "
@@ -129,9 +141,12 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
             raise source.error(f"no step column (looked for {LOOKED_FOR})")
         source.note(ROW_ORDER_NOTE.format(looked=LOOKED_FOR))
     index = header.index(column) if column is not None else None
+    named = run_column(header)
+    run_index = header.index(named) if named is not None else None
+    current_run = None
     keep = []  # (position, name) of the metric columns
     for i, name in enumerate(header):
-        if i == index or not name:
+        if i in (index, run_index) or not name:
             continue
         if wandb and (name.startswith("_") or name.startswith(_WANDB_SKIP_PREFIXES)
                       or name.split("/", 1)[-1] in SUMMARY_KEYS or name == "train/global_step"):
@@ -143,7 +158,14 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
         if not any(f.strip() for f in fields):
             continue
         if len(fields) != width:
-            raise source.error(f"line {lineno}: {len(fields)} fields, the header has {width}")
+            source.skip_line(f"line {lineno}", f"{len(fields)} fields, the header has {width}")
+            continue
+        if run_index is not None:
+            run = fields[run_index].strip()
+            if current_run is not None and run != current_run:
+                yield NEW_RUN, {}
+                order = 0
+            current_run = run
         order += 1
         if index is None:
             step = order
@@ -153,7 +175,8 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
                 continue  # wandb: a row logged without the step metric
             step = to_step(cell)
             if step is None:
-                raise source.error(f"line {lineno}: step column {column!r} is {not_a_step(cell)}")
+                source.skip_line(f"line {lineno}", f"step column {column!r} is {not_a_step(cell)}")
+                continue
         raw = {}
         for i, name in keep:
             value = fields[i]
@@ -206,8 +229,15 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
     order = 0
     records = array_records(source, path) if _is_array(path) else (
         (f"line {n}", r) for n, r in json_records(source, path))
+    current_run = None
     for where, record in records:
         record = flatten(record)
+        named = run_column(record)
+        if named is not None and isinstance(record[named], str):
+            if current_run is not None and record[named] != current_run:
+                yield NEW_RUN, {}
+                order = 0
+            current_run = record.pop(named)
         if is_eval_row(record) or is_summary_row(record):
             continue
         key = step_key if step_key is not None else step_column(record)
@@ -223,10 +253,12 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
             continue
         if key is None or key not in record:
             wanted = repr(step_key) if step_key is not None else f"a step key (looked for {LOOKED_FOR})"
-            raise source.error(f"{where}: no {wanted}")
+            source.skip_line(where, f"no {wanted}")
+            continue
         step = to_step(record[key])
         if step is None:
-            raise source.error(f"{where}: {key!r} is {not_a_step(record[key])}")
+            source.skip_line(where, f"{key!r} is {not_a_step(record[key])}")
+            continue
         values = source.numbers(record, where, skip=(set(STEP_KEYS) | {key, split}) & set(record))
         yield step, as_eval(values) if held_out else values
 
@@ -261,12 +293,18 @@ def _own_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
         if first:  # the header
             first = False
             continue
-        record = json_line(source, lineno, line)
+        try:
+            record = json_line(source, lineno, line)
+        except LogFormatError as e:
+            source.skip_line(f"line {lineno}", e.problem.split(": ", 1)[-1])
+            continue
         if not isinstance(record, dict) or not isinstance(record.get("metrics"), dict):
-            raise source.error(f'line {lineno}: expected {{"step": N, "metrics": {{...}}}}')
+            source.skip_line(f"line {lineno}", 'expected {"step": N, "metrics": {...}}')
+            continue
         step = to_step(record.get("step"))
         if step is None:
-            raise source.error(f"line {lineno}: 'step' is {not_a_step(record.get('step'))}")
+            source.skip_line(f"line {lineno}", f"'step' is {not_a_step(record.get('step'))}")
+            continue
         yield step, source.numbers(record["metrics"], f"line {lineno}")
 
 

@@ -18,6 +18,7 @@ from grpo_doctor.diagnostics.importers._base import (
     iter_lines,
     json_records,
     not_a_step,
+    short,
     strip_ansi,
     to_step,
 )
@@ -97,13 +98,16 @@ def parse_verl_jsonl(display: str, path: Path) -> ParsedLog:
 def _jsonl_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
     for lineno, record in json_records(source, path):
         if "step" not in record:
-            raise source.error(f"line {lineno}: no 'step'")
+            source.skip_line(f"line {lineno}", "no 'step'")
+            continue
         step = to_step(record["step"])
         if step is None:
-            raise source.error(f"line {lineno}: 'step' is {not_a_step(record['step'])}")
+            source.skip_line(f"line {lineno}", f"'step' is {not_a_step(record['step'])}")
+            continue
         data = record.get("data")
         if not isinstance(data, dict):
-            raise source.error(f"line {lineno}: 'data' is missing or not an object")
+            source.skip_line(f"line {lineno}", "'data' is missing or not an object")
+            continue
         data = flatten(data)
         if is_val_row(data):
             continue
@@ -133,7 +137,8 @@ def _console_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, f
             key, sep, value = part.partition(":")
             key, value = key.strip(), value.strip()
             if not sep or not key:
-                raise source.error(f"line {lineno}: {part.strip()!r} is not key:value")
+                source.skip_field(f"line {lineno}", f"{short(part.strip(), 40)} is not key:value")
+                continue
             data[key] = value  # np.float64(0.5) and the like: to_float reads them
         if is_val_row(data):
             continue

@@ -206,7 +206,7 @@ CATALOGUE: tuple[Metric, ...] = (
                     "val/sequence_lengths", "mean_gen_tokens_per_sample", "rollout/response_len/mean",
                     "mean_completion_length", "avg_completion_length", "mean_response_length",
                     "avg_response_length", "response_len", "completion_len", "gen_len", "mean_length",
-                    "avg_length"),
+                    "avg_length", "len", "mean_len", "avg_len", "avg_completion_len", "mean_response_len"),
            note="should be stable: 200 → 80 tokens is a collapse, 180–220 healthy "
                 "(docs/health-ranges.md#completion-length)"),
     Metric("completions/min_length", "shortest completion", unit="tokens", group="length",
@@ -343,7 +343,41 @@ def canonical_name(key: str) -> str:
     match = _LOOP_REWARD_FN.match(bare)
     if match and match["fn"] not in _NOT_FUNCTIONS:
         return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
-    return bare
+    return _by_suffix(bare) or _TOKENS.get(_tokens(bare)) or bare
+
+
+# Name resolution after the exact aliases (the passes rldoctor uses, too): the last path segment when it names one
+# metric on its own (``policy/entropy`` → entropy), then the set of words (``response_length_mean`` →
+# completions/mean_length). A segment that says only which statistic (mean, std, ...) is no name, and a prefix that
+# says the value is of something else (a prompt, a validation split, a timer) keeps the key its own.
+_GENERIC_TAILS = frozenset({"mean", "std", "max", "min", "avg", "sum", "count", "n", "value", "total", "median"})
+_OTHER_PREFIXES = ("prompt", "val", "eval", "test", "timing", "perf", "time", "critic",
+                   "response_length", "global_seqlen", "sampling", "rollout_corr", "tool", "memory", "system")
+
+
+def _tokens(key: str) -> frozenset[str]:
+    return frozenset(t for t in re.split(r"[^a-z0-9]+", key.lower()) if t)
+
+
+_SINGLE: dict[str, str] = {k: v for k, v in {**_ALIASES, **{m.name: m.name for m in CATALOGUE}}.items() if "/" not in k}
+_TOKENS: dict[frozenset[str], str] = {}
+for _metric in CATALOGUE:
+    for _name in (_metric.name, *_metric.aliases):
+        _TOKENS.setdefault(_tokens(_name), _metric.name)
+
+
+def _by_suffix(key: str) -> str | None:
+    head, sep, tail = key.rpartition("/")
+    if not sep or tail in _GENERIC_TAILS or head.lower().startswith(_OTHER_PREFIXES):
+        return None
+    return _SINGLE.get(tail) or _SINGLE.get(tail.lower())
+
+
+def mapped(key: str) -> bool:
+    """Whether a logged key resolves to a metric the diagnoser judges (a catalogue name or a reward function)."""
+    name = canonical_name(key)
+    name = name[5:] if name.startswith("eval/") else name
+    return name in BY_NAME or bool(_REWARD_FN.match(name))
 
 
 def canonical_row(row: Mapping[str, float]) -> dict[str, float]:
@@ -357,14 +391,14 @@ def canonical_row(row: Mapping[str, float]) -> dict[str, float]:
         claims.setdefault(canonical_name(key), []).append(key)
     out: dict[str, float] = {}
     for name, keys in claims.items():
-        keys.sort(key=lambda k: _claim_rank(k, name))
+        keys.sort(key=lambda k: claim_rank(k, name))
         out[name] = row[keys[0]]
         for other in keys[1:]:
             out[other] = row[other]
     return derive(out)
 
 
-def _claim_rank(key: str, name: str) -> tuple[int, int]:
+def claim_rank(key: str, name: str) -> tuple[int, int]:
     if key == name:
         return (0, 0)
     aliases = BY_NAME[name].aliases if name in BY_NAME else ()

@@ -158,6 +158,16 @@ def write_verl_jsonl(folder: Path) -> Path:
     return path
 
 
+def write_console(path: Path) -> Path:
+    """A hand-written loop's prints: a banner, then key=value lines with a step and a tqdm bar between them."""
+    out = ["Loading checkpoint shards: 100%|##########| 2/2 [00:03<00:00,  1.52s/it]\n", "Starting GRPO training\n"]
+    for step in (1, 2, 3):
+        out.append(f"step={step} reward={0.1 * step:.3f} kl={0.01 * step:.4f} loss={0.5 / step:.4f} len={200 - step}\n")
+        out.append(f"train:  {step}%|#   | {step}/100 [00:{step:02d}<10:00,  3.0s/it]\r")
+    path.write_text("".join(out), encoding="utf-8")
+    return path
+
+
 def write_verl_console(path: Path) -> Path:
     import pprint
 
@@ -286,6 +296,9 @@ def build(fmt: str, tmp: Path) -> tuple[Path, Path]:
         return p, p
     if fmt == "verl_console":
         p = write_verl_console(tmp / "verl.log")
+        return p, p
+    if fmt == "console":
+        p = write_console(tmp / "train.out")
         return p, p
     if fmt == "tensorboard":
         folder = write_tensorboard(tmp / "tb")

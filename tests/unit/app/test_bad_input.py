@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_doctor.diagnostics.importers import LogFormatError, detect_format, import_path, parse
+from grpo_doctor.diagnostics.importers import LogFormatError, detect_format, import_path, import_runs, parse
 from grpo_doctor.diagnostics.store import RunStore
 
 
@@ -38,14 +38,14 @@ def whitespace(tmp: Path) -> Path:
 def truncated_json(tmp: Path) -> Path:
     p = tmp / "state.json"
     text = _trainer_state(GOOD_ROWS)
-    p.write_text(text[: len(text) // 2])
+    p.write_text(text[: text.index('"loss"')])  # cut inside the first entry: nothing to read
     return p
 
 
 def malformed_json(tmp: Path) -> Path:
     p = tmp / "trainer_state.json"
     text = _trainer_state(GOOD_ROWS)
-    cut = text.index('"reward"', len(text) // 2)
+    cut = text.index('"reward"')  # inside the first entry: nothing before it to read
     p.write_text(text[:cut] + "}}}" + text[cut:])
     return p
 
@@ -131,7 +131,6 @@ CASES = [
     (whitespace, "file is empty"),
     (truncated_json, "truncated JSON"),
     (malformed_json, "malformed JSON at byte"),
-    (malformed_jsonl_line, "line 3: malformed JSON"),
     (binary_garbage, "not a log GRPO Doctor can read (binary data); formats: trainer_state"),
     (huge_junk, "binary data"),
     (empty_folder, "no log GRPO Doctor can read in this folder"),
@@ -139,8 +138,6 @@ CASES = [
     (only_eval_rows, "no training steps found"),
     (not_a_log, "not a log GRPO Doctor can read"),
     (json_without_history, "without 'log_history'"),
-    (bad_step, "line 2: 'step' is 2.5, not an integer"),
-    (swift_without_progress, "line 2: no step"),
     (wandb_without_steps, "no training steps found"),
     (wandb_without_step_column, "no step column"),
 ]
@@ -162,6 +159,30 @@ def test_bad_input_is_one_line_error_and_leaves_nothing(tmp_path, make, expected
         assert elapsed < 5, elapsed
         assert store.list_runs().empty
         assert store.conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0
+
+
+def truncated_half_way(tmp: Path) -> Path:
+    p = tmp / "state.json"
+    text = _trainer_state(GOOD_ROWS)
+    p.write_text(text[: text.index('"step": 3')])  # a crash while writing the third entry
+    return p
+
+
+PARTLY_READABLE = [
+    (malformed_jsonl_line, 3, "skipped 1 line that could not be read (line 3: malformed JSON"),
+    (bad_step, 1, "skipped 1 line that could not be read (line 2: 'step' is 2.5, not an integer)"),
+    (swift_without_progress, 1, "skipped 1 line that could not be read (line 2: no step"),
+    (truncated_half_way, 2, "truncated JSON: the document ends at byte"),
+]
+
+
+@pytest.mark.parametrize("make, steps, note", PARTLY_READABLE, ids=[c[0].__name__ for c in PARTLY_READABLE])
+def test_a_line_that_cannot_be_read_is_skipped_and_said_once(tmp_path, make, steps, note):
+    """No single bad line sinks a file: the rest imports, and the note names the line and what is wrong."""
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, make(tmp_path))
+        assert run.steps == steps
+        assert any(n.startswith(note) for n in run.notes), run.notes
 
 
 def test_huge_file_forced_as_jsonl_is_refused_without_reading_it_whole(tmp_path):
@@ -199,9 +220,9 @@ def test_unreadable_file(tmp_path):
 
 
 def test_interrupted_import_leaves_nothing(tmp_path):
-    """An error after many rows were written (here: a bad value on the last line) rolls back."""
+    """An error after many rows were written (here: a last line longer than 16 MiB) rolls back."""
     path = tmp_path / "long.jsonl"
-    lines = [json.dumps({"step": s, "reward": 0.1}) for s in range(1, 2001)] + ['{"step": 2001, "reward": []x']
+    lines = [json.dumps({"step": s, "reward": 0.1}) for s in range(1, 2001)] + ["x" * (17 * 2**20)]
     path.write_text("\n".join(lines) + "\n")
     with RunStore(tmp_path / "runs.db") as store:
         with pytest.raises(LogFormatError, match="line 2001"):

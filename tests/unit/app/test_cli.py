@@ -201,9 +201,9 @@ def test_bad_format_and_arguments(capsys, db, jsonl_log, run_cli):
 
 def test_unreadable_log_leaves_no_run(capsys, db, jsonl_log, tmp_path, run_cli):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"step": 1, "reward": 0.5}\nthis is not json\n')
+    bad.write_text('this is not json\n[1, 2]\n')
     code, _, err = run_cli("--db", db, "import", jsonl_log, bad, "--format", "jsonl")
-    assert_one_line_error(code, err)
+    assert_one_line_error(code, err, "no training steps found (the first line that could not be read: line 1:")
     with RunStore(db) as store:
         assert store.list_runs().empty  # several PATHs: all or nothing
 

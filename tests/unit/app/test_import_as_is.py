@@ -87,13 +87,29 @@ def test_numbers_in_disguise_in_console_dicts(store, tmp_path):
 
 
 # ------------------------------------------------------------------------------------- several runs, steps
-def test_a_jsonl_whose_step_counter_restarts_is_imported_as_two_runs(store, tmp_path):
+def test_a_step_counter_that_starts_again_keeps_one_run_unless_split_runs(store, tmp_path):
+    """An aborted start (5 rows, then the counter starts again) is one run whose later rows replace the earlier ones;
+    --split-runs makes each part a run."""
     rows = [{"step": s, "reward": s / 10} for s in range(1, 6)] + [{"step": s, "reward": 1 - s / 10} for s in (1, 2, 3)]
     path = tmp_path / "log.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    runs = import_runs(store, path, name="exp")
-    assert [(r.name, r.steps) for r in runs] == [("exp", 5), ("exp-2", 3)]
+    [run] = import_runs(store, path, name="exp")
+    assert run.steps == 5
+    assert store.metrics(run.run_id)["reward"].tolist() == pytest.approx([0.9, 0.8, 0.7, 0.4, 0.5])
+    assert any(n.startswith("the step counter starts again once (to 1 after 5): kept as one run") for n in run.notes)
+    runs = import_runs(store, path, name="split", split_runs=True)
+    assert [(r.name, r.steps) for r in runs] == [("split", 5), ("split-2", 3)]
     assert store.metrics(runs[1].run_id)["reward"].tolist() == pytest.approx([0.9, 0.8, 0.7])
+
+
+def test_a_file_of_more_than_three_runs_is_one_run_in_segments(store, tmp_path):
+    """Four runs, each after a config banner: kept as one run, said in one line; --split-runs gives four."""
+    path = tmp_path / "sweep.log"
+    path.write_text("".join("GRPOConfig(learning_rate=1e-6)\n" + "\n".join(log_dict(s, reward=r / 10) for s in (1, 2))
+                            + "\n" for r in range(4)))
+    [run] = import_runs(store, path)
+    assert any(n.startswith("the file holds more than 3 runs one after another: kept as one run") for n in run.notes)
+    assert len(import_runs(store, path, split_runs=True)) == 4
 
 
 def test_jsonl_and_csv_without_a_step_column_use_the_row_order(store, tmp_path):
@@ -292,7 +308,9 @@ def test_a_json_array_of_records_and_validation_rows_kept_apart(store, tmp_path)
     frame = store.metrics(run.run_id)
     assert frame["eval/completions/mean_length"].dropna().tolist() == [350, 340]
     assert "completions/mean_length" not in frame.columns and frame["grad_norm"].dropna().tolist() == [0.1, 0.2]
-    assert run.notes == []  # the split field is understood, not listed as skipped
+    # the split field is understood, not listed as skipped; the note says how the loop's names were read
+    assert run.notes == ["metrics: read eval/completions/mean_length ← eval/avg_response_length, reward ← mean_reward, "
+                         "grad_norm ← gradient_norm"]
 
 
 def test_a_file_with_a_step_counter_named_like_one(store, tmp_path):

@@ -135,9 +135,12 @@ def test_any_step_column_imports_or_fails_in_one_line(tmp_path_factory, steps, f
 
 def test_a_step_beyond_int64_is_one_line_and_exit_2(tmp_path, run_cli):
     log = tmp_path / "big.jsonl"
-    log.write_text('{"step": 99999999999999999999999, "reward": 1}\n{"step": 2, "reward": 1}\n')
+    log.write_text('{"step": 99999999999999999999999, "reward": 1}\n')
     code, _, err = run_cli("--db", tmp_path / "runs.db", "import", log)
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert "'step' is 99999999999999999999999, beyond the largest step there can be" in err
+    log.write_text('{"step": 99999999999999999999999, "reward": 1}\n{"step": 2, "reward": 1}\n')
+    code, out, err = run_cli("--db", tmp_path / "runs.db", "import", log)  # the other line is read
+    assert code == 0 and "skipped 1 line that could not be read (line 1: 'step' is 99999999999999999999999" in out + err
     code, _, err = run_cli("--db", tmp_path / "runs.db", "show", "99999999999999999999999")
     assert code == 2 and "Traceback" not in err and err.count("\n") == 1

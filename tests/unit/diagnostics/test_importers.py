@@ -278,7 +278,7 @@ def test_repeated_and_out_of_order_steps_across_packed_blocks(store, tmp_path, m
         again = tmp_path / f"again{step}.jsonl"
         again.write_text("".join(json.dumps(x) + "\n" for x in lines[:line]) +
                          json.dumps({"step": step, "reward": 7.0}) + "\n")
-        first, second = import_runs(store, again, name=f"again{step}")  # a step with another value: a new run
+        first, second = import_runs(store, again, name=f"again{step}", split_runs=True)  # another value: a new part
         assert second.name == f"again{step}-2" and list(store.metrics(second.run_id).index) == [step]
         assert store.metrics(first.run_id).loc[step, "reward"] == step / 10
     assert len(store.list_runs()) == 5

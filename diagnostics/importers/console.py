@@ -1,0 +1,155 @@
+"""Console output of hand-written training loops: any line that carries three or more ``key=value`` (or
+``key: value``, or ``| key value |``) pairs is a row of metrics.
+
+    Epoch 2 [340/5000] reward=0.41 kl=0.012 len=180
+    step=12 reward=0.3 kl=0.01 loss=0.2
+    it 12 | loss 0.1 | reward 0.3 | kl 0.02
+    2025-01-02 10:00:00 INFO Step 5: Avg Reward: 0.41, KL: 0.012, Mean Length: 180
+
+The step is the line's own: a step or iteration key (``step=12``, ``Step 12``, ``iter 12/500``), else an ``(i/N)``
+or ``[i/N]`` counter (which continues across epochs when it starts again as the epoch goes up), else the line order.
+The file's first row of metrics decides which; a later line without that kind of step belongs to the step before
+it (an evaluation or rollout summary printed after its training line). This is the reader of last resort: it comes
+after every format that says what it is."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from grpo_doctor.diagnostics.importers._base import ParsedLog, Source, iter_lines, strip_ansi, to_float
+from grpo_doctor.diagnostics.importers.hf import run_name_for
+from grpo_doctor.diagnostics.importers.tabular import as_eval
+from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME, canonical_name
+
+MIN_PAIRS = 3
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)\b"
+_VALUE = rf"(?:(?:np\.|numpy\.|torch\.)?(?:float\d*|int\d*|tensor)\(\s*(?:{_NUMBER})[^()]*\)|(?:{_NUMBER}))"
+_KEY = r"[A-Za-z_][\w./@-]*"
+# key=value or key: value, the key one word (reward=0.41, actor/kl: 0.01).
+_PAIR = re.compile(rf"(?<![\w./@-])({_KEY})\s*[=:]\s*({_VALUE})(?![\w.])", re.IGNORECASE)
+# A whole segment between separators that is "some words [:=] number" or "word number" (| loss 0.1 |).
+_SEGMENT = re.compile(rf"^\s*({_KEY}(?: {_KEY}){{0,3}})\s*(?:[=:]\s*|\s)({_VALUE})\s*%?\s*$", re.IGNORECASE)
+_SEPARATORS = re.compile(r"\s*(?:\||,|;|\t| - )\s*")
+_STEP_WORD = re.compile(r"(?<![\w/.-])(global[ _]step|step|iteration|iter|it|update|episode)\s*[#:=]?\s*(\d+)"
+                        r"(?:\s*/\s*(\d+))?(?![\w.])", re.IGNORECASE)
+_COUNTER = re.compile(r"[\[(]\s*(\d+)\s*/\s*(\d+)\s*[\])]|(?<![\w/.])(\d+)/(\d+) \[")
+_EPOCH = re.compile(r"(?<![\w/.])epoch\s*[#:=]?\s*(\d+)", re.IGNORECASE)
+_EVAL_LINE = re.compile(r"^\W*(?:\S+\s+){0,6}?(?:eval(?:uation)?|validation|val|test)\b", re.IGNORECASE)
+_RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
+STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "episode", "global step"})
+
+
+def pairs(line: str) -> dict[str, str]:
+    """The ``key → value text`` pairs of one console line (keys as printed, lower case, spaces as ``_``)."""
+    found: dict[str, str] = {}
+    for segment in _SEPARATORS.split(line):
+        m = _SEGMENT.match(segment)
+        if m and not _STEP_WORD.fullmatch(segment.strip()):
+            found.setdefault(_key(m[1]), m[2])
+            continue
+        for m in _PAIR.finditer(segment):
+            found.setdefault(_key(m[1]), m[2])
+    return found
+
+
+def _key(text: str) -> str:
+    return "_".join(text.lower().split())
+
+
+def metric_pairs(line: str) -> dict[str, float]:
+    """The numeric pairs of a line, without its step keys."""
+    out = {}
+    for key, text in pairs(line).items():
+        if key in STEP_NAMES or key.endswith(" step"):
+            continue
+        value = to_float(text)
+        if isinstance(value, float):
+            out[key] = value
+    return out
+
+
+def looks_like_metrics(lines: list[str]) -> bool:
+    """Whether some lines read as rows of metrics: two lines with three or more pairs in common, one of them
+    a metric the catalogue knows."""
+    seen: list[set[str]] = []
+    for line in lines:
+        keys = set(metric_pairs(_clean(line)))
+        if len(keys) < MIN_PAIRS:
+            continue
+        for earlier in seen:
+            common = keys & earlier
+            if len(common) >= MIN_PAIRS and any(_known(k) for k in common):
+                return True
+        seen.append(keys)
+        if len(seen) > 200:
+            return False
+    return False
+
+
+def _known(key: str) -> bool:
+    name = canonical_name(key)
+    return name in BY_NAME or name.startswith("rewards/")
+
+
+def _clean(line: str) -> str:
+    return _RAY_PREFIX.sub("", strip_ansi(line).strip())
+
+
+def parse_console(display: str, path: Path) -> ParsedLog:
+    source = Source(display)
+    return ParsedLog(path=display, format="console", source="console", config={},
+                     rows=_rows(source, path), name=run_name_for(path), reader=source)
+
+
+def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:
+    """``(kind, step, total)`` from a step word or key, else an (i/N) counter; None if the line has neither (or not
+    the ``kind`` the file uses)."""
+    if kind in (None, "word"):
+        m = _STEP_WORD.search(line)
+        if m:
+            return "word", int(m[2]), int(m[3]) if m[3] else None
+        if kind == "word":
+            return None
+    m = _COUNTER.search(line)
+    if m:
+        i, n = (m[1], m[2]) if m[1] is not None else (m[3], m[4])
+        return "counter", int(i), int(n)
+    return None
+
+
+def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+    kind: str | None = None  # "word", "counter" or "order": decided by the first row of metrics
+    step: int | None = None
+    order = 0
+    offset, last_counter, last_epoch = 0, None, None
+    for lineno, raw in iter_lines(source, path):
+        line = _clean(raw)
+        if not line or ("=" not in line and ":" not in line and "|" not in line):
+            continue
+        values = metric_pairs(line)
+        if len(values) < MIN_PAIRS:
+            continue
+        found = _step_of(line, kind)
+        if kind is None:
+            kind = found[0] if found else "order"
+            if kind == "order":
+                source.note("no step on the metric lines: the line order is the step (1, 2, ...)")
+        if kind == "order":
+            order += 1
+            step = order
+        elif found is not None:
+            here = found[1]
+            if found[0] == "counter":
+                epoch = _EPOCH.search(line)
+                epoch_n = int(epoch[1]) if epoch else None
+                if last_counter is not None and here < last_counter and epoch_n is not None and \
+                        last_epoch is not None and epoch_n > last_epoch:
+                    offset += found[2] or last_counter  # a new epoch: the counter starts again
+                last_counter, last_epoch = here, epoch_n
+            step = offset + here
+        elif step is None:
+            source.skip_line(f"line {lineno}", "metrics before the first step")
+            continue
+        yield step, as_eval(values) if _EVAL_LINE.match(line) else values
