@@ -43,6 +43,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,6 +123,8 @@ class LogResult:
     false_alarms: list[dict] = field(default_factory=list)  # {rule, severity, onset}
     contradictions: list[str] = field(default_factory=list)
     wrong_way: list[str] = field(default_factory=list)
+    import_s: float = 0.0   # seconds to import the file (all its runs)
+    total_s: float = 0.0    # seconds to import and diagnose it
 
 
 @dataclass
@@ -216,11 +219,19 @@ def evaluate(entries: list[dict], verbose: bool = False) -> list[LogResult]:
 def evaluate_one(entry: dict, verbose: bool = False) -> LogResult:
     """Import one log as it is, check the import against the reading (runs in the file, steps), diagnose the run the
     reading is of, and grade the diagnosis."""
+    started = time.perf_counter()
+    result = _evaluate_one(entry, verbose, started)
+    result.total_s = time.perf_counter() - started
+    return result
+
+
+def _evaluate_one(entry: dict, verbose: bool, started: float) -> LogResult:
     with RunStore(":memory:") as store:
         try:
             made = import_runs(store, CORPUS / entry["file"])
         except LogFormatError as e:
             return not_graded(entry, str(e), "not imported")
+        imported_s = time.perf_counter() - started
         expected_runs, index = int(entry.get("runs_in_file", 1)), int(entry.get("run", 1)) - 1
         if len(made) != expected_runs:
             return not_graded(entry, f"the file holds {expected_runs} run(s), the import made {len(made)}",
@@ -233,7 +244,7 @@ def evaluate_one(entry: dict, verbose: bool = False) -> LogResult:
                                      f"{read[0]}–{read[-1]}", "steps misread")
         diagnosis = diagnose(store, made[index].run_id, save=False)
     result = grade(entry, diagnosis)
-    result.runs = len(made)
+    result.runs, result.import_s = len(made), imported_s
     if verbose:
         result.error = "; ".join(f"{f.rule}/{f.severity}@{f.onset_step}" for f in diagnosis.problems())
     return result
@@ -263,6 +274,8 @@ def summary(results: list[LogResult]) -> dict:
         "false_alarms_on_unhealthy": sum(len(r.false_alarms) for r in results if not r.healthy),
         "contradictory_fixes": sum(len(r.contradictions) for r in results),
         "wrong_way_fixes": sum(len(r.wrong_way) for r in results),
+        "slowest_import_s": round(max((r.import_s for r in results), default=0.0), 2),
+        "import_and_diagnose_s": round(sum(r.total_s for r in results), 1),
     }
 
 
@@ -320,6 +333,8 @@ def summary_rows(s: dict) -> list[tuple[str, str]]:
         ("false alarms on unhealthy logs", str(s["false_alarms_on_unhealthy"])),
         ("contradictory fixes", str(s["contradictory_fixes"])),
         ("wrong-way fixes", str(s["wrong_way_fixes"])),
+        ("slowest import", f"{s['slowest_import_s']:.2f} s"),
+        ("import + diagnose, all logs", f"{s['import_and_diagnose_s']:.1f} s"),
     ]
 
 

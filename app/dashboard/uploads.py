@@ -44,7 +44,7 @@ def shown_name(filename: str) -> str:
 
 
 def import_upload(store, filename: str, data: BinaryIO, size: int, *, name: str | None = None,
-                  fmt: str | None = None, limit_mb: int = MAX_UPLOAD_MB) -> list[Imported]:
+                  fmt: str | None = None, split_runs: bool = False, limit_mb: int = MAX_UPLOAD_MB) -> list[Imported]:
     """Import an uploaded log as runs (one per run the file holds). The file is written to a fresh temporary
     folder (removed afterwards, whatever happens); a problem is a ``LogFormatError`` naming the upload, not the
     folder."""
@@ -64,11 +64,12 @@ def import_upload(store, filename: str, data: BinaryIO, size: int, *, name: str 
                 out.write(chunk)
         run_name = name or store.unique_name(Path(safe).stem or "upload")
         try:
-            return import_runs(store, path, name=run_name, fmt=fmt)
+            return import_runs(store, path, name=run_name, fmt=fmt, split_runs=split_runs)
         except LogFormatError as e:
             raise LogFormatError(shown, e.problem.replace(str(path), shown)) from None
 
 
-def import_local(store, path: str, *, name: str | None = None, fmt: str | None = None) -> list[Imported]:
+def import_local(store, path: str, *, name: str | None = None, fmt: str | None = None,
+                 split_runs: bool = False) -> list[Imported]:
     """Import a log file or folder on this machine (``grpo-doctor import PATH``)."""
-    return import_runs(store, Path(path).expanduser(), name=name, fmt=fmt)
+    return import_runs(store, Path(path).expanduser(), name=name, fmt=fmt, split_runs=split_runs)

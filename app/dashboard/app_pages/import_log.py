@@ -10,8 +10,8 @@ from grpo_doctor.diagnostics.store import StoreError
 
 st.title("Import a log")
 st.caption("TRL/HF `trainer_state.json` or console output, ms-swift `logging.jsonl`, verl console or JSONL, "
-           "TensorBoard events, wandb CSV exports, plain CSV or JSON lines. The format is detected from the "
-           "content.")
+           "TensorBoard events, wandb CSV exports, plain CSV or JSON lines, a training loop's printed "
+           "`key=value` lines. The format is detected from the content; lines it cannot read are skipped and counted.")
 
 AUTO = "detect from the content"
 source = st.segmented_control("Source", ["Upload a file", "A path on this machine"], default="Upload a file",
@@ -29,10 +29,13 @@ with st.form("import.form"):
     fmt = left.selectbox("Format", [AUTO, *FORMATS], key="import.format",
                          format_func=lambda f: f if f == AUTO else f"{f}: {FORMATS[f].description}")
     name = right.text_input("Run name", key="import.name", placeholder="made from the file name")
+    split_runs = st.checkbox("A run wherever the step counter starts again", key="import.split_runs",
+                             help="By default a file is one run, split only at a new config, banner or run name, "
+                                  "and into at most 3 runs.")
     submitted = st.form_submit_button("Import and diagnose", type="primary")
 
 if submitted:
-    options = {"name": name.strip() or None, "fmt": None if fmt == AUTO else fmt}
+    options = {"name": name.strip() or None, "fmt": None if fmt == AUTO else fmt, "split_runs": split_runs}
     try:
         with open_store() as store:
             if upload is not None:

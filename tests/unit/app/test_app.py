@@ -538,6 +538,23 @@ def test_import_page_by_path(store_path, tmp_path):
         assert store.get_run("by-path")["last_step"] == 2
 
 
+def test_import_page_splits_at_a_restart_only_when_asked(store_path, tmp_path):
+    """A counter that starts again is one run with a note; the checkbox makes each part a run."""
+    path = tmp_path / "restarted.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "reward": r}) + "\n" for r in (0.1, 0.2) for s in (1, 2, 3)))
+    at = open_page("import_log")
+    at.segmented_control(key="import.source").set_value("A path on this machine").run()
+    at.text_input(key="import.path").set_value(str(path))
+    at.button(key="FormSubmitter:import.form-Import and diagnose").click().run()
+    assert not at.exception and any("the step counter starts again once" in i.value for i in at.info)
+    at.checkbox(key="import.split_runs").check()
+    at.text_input(key="import.name").set_value("parts")
+    at.button(key="FormSubmitter:import.form-Import and diagnose").click().run()
+    assert not at.exception and at.success[0].value == "Imported 2 runs."
+    with RunStore(store_path) as store:
+        assert store.get_run("parts")["last_step"] == 3 and store.get_run("parts-2")["last_step"] == 3
+
+
 # ------------------------------------------------------------------------------------- empty store
 @pytest.mark.parametrize("page", ["runs", "run", "samples", "compare"])
 def test_pages_on_an_empty_store(tmp_path, monkeypatch, page):
