@@ -499,6 +499,15 @@ def print_peer_logs(results: list[PeerResult]) -> None:
         print(f"  {r.file}: {named}; warnings: {', '.join(r.alarms) or 'none'}")
 
 
+def print_leads(ours: list[LogResult], peer: list[PeerResult]) -> None:
+    """The pathologies the peer names and GRPO Doctor misses: leads to study (never to tune a test-split log for)."""
+    leads = [(r.file, r.split, m["symptom"]) for r, p in zip(ours, peer) for m in r.missed if m["symptom"] in p.named]
+    print()
+    print(f"named by rldoctor, missed by GRPO Doctor: {len(leads)}")
+    for file, split, symptom in leads:
+        print(f"  [{split}] {file}: {symptom}")
+
+
 def print_comparison(ours: dict[str, dict], peer: dict[str, dict]) -> None:
     """Both tools' figures side by side, per split. Kept quiet: a healthy log imported and given no warning."""
     print()
@@ -562,6 +571,7 @@ def main(argv=None) -> int:
         peer = evaluate_peer(entries, command)
         peer_summaries = {split: peer_summary(in_split(peer, split)) for split in summaries}
         print_peer_logs(peer)
+        print_leads(results, peer)
         print_comparison(summaries, peer_summaries)
         out["peer"] = {"tool": "rldoctor", "command": command, "summary": peer_summaries,
                        "logs": [r.__dict__ for r in peer]}

@@ -1,10 +1,14 @@
 """Console output of hand-written training loops: any line that carries three or more ``key=value`` (or
-``key: value``, or ``| key value |``) pairs is a row of metrics.
+``key: value``, or ``| key value |``) pairs is a row of metrics, and so is a line of numbers under a header line of
+names (a notebook's progress table, tab-, ``|``- or space-separated).
 
     Epoch 2 [340/5000] reward=0.41 kl=0.012 len=180
     step=12 reward=0.3 kl=0.01 loss=0.2
     it 12 | loss 0.1 | reward 0.3 | kl 0.02
     2025-01-02 10:00:00 INFO Step 5: Avg Reward: 0.41, KL: 0.012, Mean Length: 180
+
+    | Step | Training Loss | reward | reward_std | kl |
+    |    1 |      0.000000 | 0.1250 |   0.231455 | 0.0 |
 
 The step is the line's own: a step or iteration key (``step=12``, ``Step 12``, ``iter 12/500``), else an ``(i/N)``
 or ``[i/N]`` counter (which continues across epochs when it starts again as the epoch goes up), else the line order.
@@ -70,12 +74,52 @@ def metric_pairs(line: str) -> dict[str, float]:
     return out
 
 
+_CELL_SPLIT = re.compile(r"\t|\s*\|\s*|\s{2,}")
+_NAME_CELL = re.compile(r"^[A-Za-z_][\w ./@()-]*$")
+
+
+def cells(line: str) -> list[str]:
+    """A table line's cells (tab-, ``|``- or 2+-space-separated), outer pipes and blanks dropped."""
+    return [c.strip() for c in _CELL_SPLIT.split(line.strip().strip("|")) if c.strip()]
+
+
+def header_names(line: str) -> list[str] | None:
+    """The column names of a table's header line (three or more cells, every one a name, one a known metric)."""
+    found = cells(line)
+    if len(found) < MIN_PAIRS or not all(_NAME_CELL.match(c) for c in found):
+        return None
+    names = [_key(re.sub(r"\s*/\s*", "/", c)) for c in found]
+    return names if any(_known(n) for n in names) else None
+
+
+def table_row(line: str, header: list[str]) -> dict[str, float] | None:
+    """A line of numbers under ``header`` (as many cells as names, all of them numbers), or None."""
+    found = cells(line)
+    if len(found) != len(header):
+        return None
+    values = [to_float(c) for c in found]
+    if not all(isinstance(v, float) for v in values):
+        return None
+    return dict(zip(header, values))
+
+
 def looks_like_metrics(lines: list[str]) -> bool:
     """Whether some lines read as rows of metrics: two lines with three or more pairs in common, one of them
-    a metric the catalogue knows."""
+    a metric the catalogue knows; or a header line of names with a known metric over two lines of numbers."""
     seen: list[set[str]] = []
+    header, rows = None, 0
     for line in lines:
-        keys = set(metric_pairs(_clean(line)))
+        clean = _clean(line)
+        names = header_names(clean)
+        if names is not None:
+            header, rows = names, 0
+            continue
+        if header is not None and table_row(clean, header) is not None:
+            rows += 1
+            if rows >= 2:
+                return True
+            continue
+        keys = set(metric_pairs(clean))
         if len(keys) < MIN_PAIRS:
             continue
         for earlier in seen:
@@ -124,9 +168,20 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
     step: int | None = None
     order = 0
     offset, last_counter, last_epoch = 0, None, None
+    header: list[str] | None = None
     for lineno, raw in iter_lines(source, path):
         line = _clean(raw)
-        if not line or ("=" not in line and ":" not in line and "|" not in line):
+        if not line:
+            continue
+        names = header_names(line)
+        if names is not None:
+            header = names
+            continue
+        row = table_row(line, header) if header is not None else None
+        if row is not None:
+            yield from _table_step(source, row, lineno, order := order + 1)
+            continue
+        if "=" not in line and ":" not in line and "|" not in line:
             continue
         values = metric_pairs(line)
         if len(values) < MIN_PAIRS:
@@ -153,3 +208,17 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
             source.skip_line(f"line {lineno}", "metrics before the first step")
             continue
         yield step, as_eval(values) if _EVAL_LINE.match(line) else values
+
+
+def _table_step(source: Source, row: dict[str, float], lineno: int, order: int) -> Iterator[tuple[int, dict]]:
+    """A table row as ``(step, metrics)``: the step from its step column, else the row order."""
+    column = next((name for name in row if name in STEP_NAMES), None)
+    if column is None:
+        source.note("no step column in the table: the row order is the step (1, 2, ...)")
+        yield order, row
+        return
+    step = row.pop(column)
+    if step != int(step):
+        source.skip_line(f"line {lineno}", f"step {step} is not an integer")
+        return
+    yield int(step), row

@@ -272,7 +272,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("loss", "total loss of the optimizer step", group="loss",
            ranges=_fixed(None, None, "docs/health-ranges.md#loss", note="only finiteness matters: NaN = emergency; "
                          "≈0 is normal with num_iterations = 1"),
-           aliases=("loss/total_avg", "train/loss", "total_loss"), finite_required=True),
+           aliases=("loss/total_avg", "train/loss", "total_loss", "training_loss"), finite_required=True),
     Metric("policy_loss", "clipped-surrogate part of the loss", group="loss",
            aliases=("actor/pg_loss", "loss/policy_avg", "train/pg_loss", "pg_loss", "actor_loss", "policy/loss",
                     "loss_pg"),
