@@ -124,22 +124,41 @@ def parse_verl_console(display: str, path: Path) -> ParsedLog:
     )
 
 
+# The rest of a metrics line that another writer's output (a tqdm redraw, a Ray worker's line) cut in two.
+_FRAGMENT = re.compile(r"^\S*? - [\w/@.()\[\]-]+:")
+NOISE_LINES = 3  # lines of other output that may stand between the parts of a cut metrics line
+
+
 def _console_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+    """Each ``step:N - key:value - ...`` line; a line that tqdm or a Ray worker cut in two is joined again (the rest
+    comes within ``NOISE_LINES`` lines, starts with the end of the cut value and goes on with ``- key:value``)."""
+    pending: tuple[int, int, str] | None = None  # (line number, step, parts) of the last metrics line
+    waited = 0
     for lineno, line in iter_lines(source, path):
-        if "step:" not in line:
+        text = _RAY_PREFIX.sub("", strip_ansi(line.rstrip("\r\n")))
+        m = STEP_LINE.search(text) if "step:" in text else None
+        if m is None:
+            if pending is not None and _FRAGMENT.match(text):
+                pending = (pending[0], pending[1], pending[2] + text)
+            elif pending is not None and (waited := waited + 1) > NOISE_LINES:
+                yield from _console_row(source, *pending)
+                pending = None
             continue
-        m = STEP_LINE.search(strip_ansi(line.rstrip("\r\n")))
-        if not m:
+        if pending is not None:
+            yield from _console_row(source, *pending)
+        pending, waited = (lineno, int(m[1]), m[2]), 0
+    if pending is not None:
+        yield from _console_row(source, *pending)
+
+
+def _console_row(source: Source, lineno: int, step: int, text: str) -> Iterator[tuple[int, dict[str, float]]]:
+    data: dict[str, str] = {}
+    for part in text.split(" - "):
+        key, sep, value = part.partition(":")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            source.skip_field(f"line {lineno}", f"{short(part.strip(), 40)} is not key:value")
             continue
-        step = int(m[1])
-        data: dict[str, str] = {}
-        for part in m[2].split(" - "):
-            key, sep, value = part.partition(":")
-            key, value = key.strip(), value.strip()
-            if not sep or not key:
-                source.skip_field(f"line {lineno}", f"{short(part.strip(), 40)} is not key:value")
-                continue
-            data[key] = value  # np.float64(0.5) and the like: to_float reads them
-        if is_val_row(data):
-            continue
+        data[key] = value  # np.float64(0.5) and the like: to_float reads them
+    if not is_val_row(data):
         yield step, source.numbers(data, f"line {lineno}")
