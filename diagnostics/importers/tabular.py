@@ -194,6 +194,8 @@ def parse_jsonl(display: str, path: Path, *, step_key: str | None = None) -> Par
 
 
 SPLIT_KEYS = ("split", "mode", "phase", "stage", "subset")
+# A field that says what kind of row this is (rollout, train, eval rows of one loop, each with its own counter).
+KIND_KEYS = ("type", "kind", "event", "record_type", "row_type", "tag", "category")
 EVAL_SPLITS = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev"})
 EVAL_FLAGS = ("eval", "is_eval", "validation", "is_validation")
 TRAIN_SPLITS = frozenset({"train", "training"})
@@ -209,6 +211,11 @@ def split_of(record) -> tuple[str | None, bool]:
     for key in EVAL_FLAGS:
         if isinstance(record.get(key), bool):
             return key, record[key]
+    for key in KIND_KEYS:
+        value = record.get(key)
+        if isinstance(value, str) and value.strip():
+            word = value.strip().lower()
+            return key, word in EVAL_SPLITS or word.startswith(("eval", "val"))
     return None, False
 
 
