@@ -52,6 +52,7 @@ def _dashboard_command(args: argparse.Namespace) -> tuple[list[str], str]:
         "--server.port", str(args.port),
         "--browser.gatherUsageStats", "false",
         "--server.fileWatcherType", "none",
+        "--client.toolbarMode", "minimal",  # a local tool: no Deploy button
     ]
     if not is_loopback(args.host):
         print(f"{PROG}: warning: serving on {args.host}, not loopback: anyone who can reach this machine "

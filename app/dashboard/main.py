@@ -16,7 +16,7 @@ from grpo_doctor.app.dashboard.session import (
     SAMPLES_PAGE,
 )
 
-st.set_page_config(page_title="GRPO Doctor", page_icon=":material/stethoscope:", layout="wide")
+st.set_page_config(page_title="GRPO Doctor", page_icon="🩺", layout="wide")
 page = st.navigation([
     st.Page(RUNS_PAGE, title="Runs", icon=":material/list:", default=True),
     st.Page(RUN_PAGE, title="Run", icon=":material/monitoring:", url_path="run"),

@@ -4,7 +4,7 @@ when the test failed)."""
 from __future__ import annotations
 
 import pytest
-from support.browser import CHROMIUM_ARGS, chromium, shot
+from support.browser import CHROMIUM_ARGS, chromium, shot, watch_console
 
 
 @pytest.fixture(scope="module")
@@ -19,10 +19,14 @@ def browser():
 
 @pytest.fixture
 def page(browser, request):
-    """A tall page (the dashboard scrolls inside it); its screenshot when the test failed."""
+    """A tall page (the dashboard scrolls inside it); its screenshot when the test failed. The test fails, too, when
+    the browser saw a console error, a failed request or a request off this machine while it ran."""
     page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    errors = watch_console(page)
     failed_before = request.session.testsfailed
     yield page
     if request.session.testsfailed > failed_before:  # the call's failure is counted before teardown
         shot(page, f"failure-{request.node.name}"[:120])
     page.close()
+    if errors and request.session.testsfailed == failed_before:
+        pytest.fail(f"the browser saw {len(errors)} problem(s): " + "; ".join(dict.fromkeys(errors))[:2000])

@@ -34,6 +34,28 @@ def problems_on(page) -> list[str]:
     return found + (["traceback text on the page"] if "Traceback (most recent call last)" in body else [])
 
 
+#: Streamlit's client, opened at a page's own path (/run), first looks for its server under that path, then at the
+#: root: these two 404s are its way of finding the server, not something the app does.
+_BASE_PROBES = ("/_stcore/health", "/_stcore/host-config")
+
+
+def watch_console(page) -> list[str]:
+    """A list that fills with what goes wrong in the browser while the page is used: console errors, uncaught
+    script errors, requests that fail or are answered 4xx/5xx (Streamlit's base-path probes aside), and any request
+    that leaves this machine (the dashboard must work offline)."""
+    seen: list[str] = []
+    local = ("http://127.0.0.1", "http://localhost", "http://[::1]", "ws://127.0.0.1", "ws://localhost", "data:", "blob:")
+    page.on("console", lambda m: seen.append(f"console {m.type}: {m.text[:200]}")
+            if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
+    page.on("pageerror", lambda e: seen.append(f"script error: {str(e)[:200]}"))
+    page.on("request", lambda r: None if r.url.startswith(local) else seen.append(f"request off this machine: {r.url}"))
+    page.on("requestfailed", lambda r: None if not r.url.startswith(local) else seen.append(
+        f"request failed: {r.url} ({r.failure})"))
+    page.on("response", lambda r: seen.append(f"{r.status} {r.url}")
+            if r.status >= 400 and not r.url.endswith(_BASE_PROBES) else None)
+    return seen
+
+
 def shot(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
