@@ -12,8 +12,9 @@ names (a notebook's progress table, tab-, ``|``- or space-separated).
 
 The step is the line's own: a step or iteration key (``step=12``, ``Step 12``, ``iter 12/500``), else an ``(i/N)``
 or ``[i/N]`` counter (which continues across epochs when it starts again as the epoch goes up), else the line order.
-The file's first row of metrics decides which; a later line without that kind of step belongs to the step before
-it (an evaluation or rollout summary printed after its training line). This is the reader of last resort: it comes
+Which of these the file uses is what most of its first rows of metrics carry; a later line without that kind of step
+belongs to the step before it (an evaluation or rollout summary printed after its training line), and with the line
+order, so does a line whose keys are none of the first row's. This is the reader of last resort: it comes
 after every format that says what it is."""
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ MIN_PAIRS = 3
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)\b"
 _VALUE = rf"(?:(?:np\.|numpy\.|torch\.)?(?:float\d*|int\d*|tensor)\(\s*(?:{_NUMBER})[^()]*\)|(?:{_NUMBER}))"
 _KEY = r"[A-Za-z_][\w./@-]*"
-# key=value or key: value, the key one word (reward=0.41, actor/kl: 0.01).
-_PAIR = re.compile(rf"(?<![\w./@-])({_KEY})\s*[=:]\s*({_VALUE})(?![\w.])", re.IGNORECASE)
+# key=value, key: value or key is value, the key one word (reward=0.41, actor/kl: 0.01, loss is 0.2).
+_PAIR = re.compile(rf"(?<![\w./@-])({_KEY})(?:\s*[=:]\s*|\s+is\s+)({_VALUE})(?![\w.])", re.IGNORECASE)
 # A whole segment between separators that is "some words [:=] number" or "word number" (| loss 0.1 |).
 _SEGMENT = re.compile(rf"^\s*({_KEY}(?: {_KEY}){{0,3}})\s*(?:[=:]\s*|\s)({_VALUE})\s*%?\s*$", re.IGNORECASE)
 _SEPARATORS = re.compile(r"\s*(?:\||,|;|\t| - )\s*")
@@ -103,9 +104,16 @@ def table_row(line: str, header: list[str]) -> dict[str, float] | None:
     return dict(zip(header, values))
 
 
+def enough(values) -> bool:
+    """Whether a line's pairs make a row of metrics: three or more, or two of which one is a metric the catalogue
+    knows (``loss is 0.2 and kl is 0.01``)."""
+    return len(values) >= MIN_PAIRS or (len(values) == 2 and any(_known(k) for k in values))
+
+
 def looks_like_metrics(lines: list[str]) -> bool:
-    """Whether some lines read as rows of metrics: two lines with three or more pairs in common, one of them
-    a metric the catalogue knows; or a header line of names with a known metric over two lines of numbers."""
+    """Whether some lines read as rows of metrics: two lines with the same pairs (three or more, or two with a
+    metric the catalogue knows), one of them a known metric; or a header line of names with a known metric over
+    two lines of numbers."""
     seen: list[set[str]] = []
     header, rows = None, 0
     for line in lines:
@@ -120,11 +128,11 @@ def looks_like_metrics(lines: list[str]) -> bool:
                 return True
             continue
         keys = set(metric_pairs(clean))
-        if len(keys) < MIN_PAIRS:
+        if not enough(keys):
             continue
         for earlier in seen:
             common = keys & earlier
-            if len(common) >= MIN_PAIRS and any(_known(k) for k in common):
+            if enough(common) and any(_known(k) for k in common):
                 return True
         seen.append(keys)
         if len(seen) > 200:
@@ -163,8 +171,26 @@ def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:
     return None
 
 
+KIND_ROWS = 200  # the rows of metrics whose steps decide the file's kind of step
+
+
+def _step_kind(source: Source, path: Path) -> str:
+    """"word", "counter" or "order": the kind of step most of the file's first rows of metrics carry."""
+    votes: dict[str, int] = {}
+    for _lineno, raw in iter_lines(source, path):
+        line = _clean(raw)
+        if not enough(metric_pairs(line)):
+            continue
+        found = _step_of(line, None)
+        kind = found[0] if found else "order"
+        votes[kind] = votes.get(kind, 0) + 1
+        if sum(votes.values()) >= KIND_ROWS:
+            break
+    return max(votes, key=votes.get) if votes else "order"
+
+
 def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    kind: str | None = None  # "word", "counter" or "order": decided by the first row of metrics
+    kind: str | None = None  # "word", "counter" or "order"
     step: int | None = None
     order = 0
     offset, last_counter, last_epoch = 0, None, None
@@ -181,18 +207,20 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
         if row is not None:
             yield from _table_step(source, row, lineno, order := order + 1)
             continue
-        if "=" not in line and ":" not in line and "|" not in line:
+        if "=" not in line and ":" not in line and "|" not in line and " is " not in line:
             continue
         values = metric_pairs(line)
-        if len(values) < MIN_PAIRS:
+        if not enough(values):
             continue
-        found = _step_of(line, kind)
         if kind is None:
-            kind = found[0] if found else "order"
+            kind = _step_kind(Source(source.path), path)
+            row_keys = set(values)
             if kind == "order":
                 source.note("no step on the metric lines: the line order is the step (1, 2, ...)")
+        found = _step_of(line, kind)
         if kind == "order":
-            order += 1
+            if step is None or row_keys & set(values):  # a line of another kind (a summary) joins the step before
+                order += 1
             step = order
         elif found is not None:
             here = found[1]

@@ -165,6 +165,9 @@ CATALOGUE: tuple[Metric, ...] = (
            ranges=_fixed(0.5, 2.0, "docs/health-ranges.md#reward-gap", note="source doc B checks it every 100 steps")),
     Metric("frac_reward_zero_std", "share of prompt groups whose rewards are all identical (no learning signal)",
            group="reward",
+           aliases=("zero_adv_fraction", "zero_advantage_fraction", "frac_zero_adv", "zero_adv_frac", "zero_std_frac",
+                    "frac_zero_std", "zero_var_group_frac", "grpo/zero_std_frac", "actor/zero_advantage_frac",
+                    "uniform_group_frac", "frac_uniform_groups"),
            note="expected ≈ p^G + (1−p)^G for a binary reward with success rate p; dynamic sampling "
                 "would skip these groups (docs/health-ranges.md#share-of-uniform-groups)"),
     Metric("dynamic_sampling/draws", "rollouts drawn this step to fill the batch with groups that differ (DAPO)",
@@ -275,7 +278,8 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("loss/total_avg", "train/loss", "total_loss", "training_loss"), finite_required=True),
     Metric("policy_loss", "clipped-surrogate part of the loss", group="loss",
            aliases=("actor/pg_loss", "loss/policy_avg", "train/pg_loss", "pg_loss", "actor_loss", "policy/loss",
-                    "loss_pg"),
+                    "loss_pg", "grpo_loss", "ppo_loss", "rloo_loss", "dapo_loss", "gspo_loss", "rl_loss",
+                    "surrogate_loss"),
            finite_required=True),
     Metric("kl_loss", "β·KL part of the loss", group="loss", aliases=("loss/kl_avg", "loss_kl"), finite_required=True),
     Metric("value_loss", "critic loss (PPO with GAE)", group="loss",
@@ -343,7 +347,7 @@ def canonical_name(key: str) -> str:
     match = _LOOP_REWARD_FN.match(bare)
     if match and match["fn"] not in _NOT_FUNCTIONS:
         return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
-    return _by_suffix(bare) or _TOKENS.get(_tokens(bare)) or bare
+    return _by_suffix(bare) or _by_words(bare) or bare
 
 
 # Name resolution after the exact aliases (the passes rldoctor uses, too): the last path segment when it names one
@@ -355,8 +359,13 @@ _OTHER_PREFIXES = ("prompt", "val", "eval", "test", "timing", "perf", "time", "c
                    "response_length", "global_seqlen", "sampling", "rollout_corr", "tool", "memory", "system")
 
 
+_SYNONYMS = {"len": "length", "avg": "mean", "average": "mean", "resp": "response", "gen": "completion",
+             "generation": "completion", "rewards": "reward"}
+
+
 def _tokens(key: str) -> frozenset[str]:
-    return frozenset(t for t in re.split(r"[^a-z0-9]+", key.lower()) if t)
+    """The words of a key, with common abbreviations spelt out (``avg_resp_len`` → mean, response, length)."""
+    return frozenset(_SYNONYMS.get(t, t) for t in re.split(r"[^a-z0-9]+", key.lower()) if t)
 
 
 _SINGLE: dict[str, str] = {k: v for k, v in {**_ALIASES, **{m.name: m.name for m in CATALOGUE}}.items() if "/" not in k}
@@ -364,6 +373,12 @@ _TOKENS: dict[frozenset[str], str] = {}
 for _metric in CATALOGUE:
     for _name in (_metric.name, *_metric.aliases):
         _TOKENS.setdefault(_tokens(_name), _metric.name)
+
+
+def _by_words(key: str) -> str | None:
+    """The metric whose name has the same words, or the same words but a ``mean`` (``loss_avg`` → loss)."""
+    words = _tokens(key)
+    return _TOKENS.get(words) or (_TOKENS.get(words - {"mean"}) if "mean" in words and len(words) > 1 else None)
 
 
 def _by_suffix(key: str) -> str | None:

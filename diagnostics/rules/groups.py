@@ -39,7 +39,10 @@ def uniform_metric(series: RunSeries) -> str:
     """What says the groups are uniform: TRL's share of uniform groups, else the advantages' std, else the spread
     of the batch's rewards (0 only when every completion scored the same); ``reward`` when none is logged (then a
     reward that does not move while the update is exactly 0 says it)."""
-    return first_present(series, "frac_reward_zero_std", "advantage/std", *SPREAD) or "reward"
+    found = first_present(series, "frac_reward_zero_std", "advantage/std", *SPREAD)
+    if found is None and not series.has("grad_norm") and series.has("policy_loss"):
+        return "policy_loss"
+    return found or "reward"
 
 
 def no_groups(series: RunSeries) -> bool:
@@ -62,6 +65,8 @@ def _uniform_detect(series: RunSeries, since):
         return level(series, name, since, lambda m: m <= 0.02)
     if name in SPREAD:  # exactly 0 is evidence enough: no window to fill first
         return level(series, name, since, lambda m: m <= 1e-9, min_periods=1)
+    if name == "policy_loss":  # a loop that logs no spread: a policy loss exactly 0 in most steps (all A = 0)
+        return level(series, name, since, lambda m: np.abs(m) <= 1e-12)
     # nothing logs the groups' spread: a reward that does not move while the update is exactly 0
     lo, steps, _ = rows(series, "grad_norm", since)
     with np.errstate(invalid="ignore"):
@@ -108,7 +113,8 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
     observed = smoothed(series, name, ep.last)
     note = ("10-step median" if name in ("frac_reward_zero_std", "advantage/std") else
             "the batch's rewards do not spread at all: every completion scored the same" if name in SPREAD else
-            "the reward does not move while the update is exactly 0")
+            "10-step median: the policy-gradient loss is exactly 0 in most steps (every advantage 0)"
+            if name == "policy_loss" else "the reward does not move while the update is exactly 0")
     evidence = [smoothed_evidence(series, name, ep.last, note), at(series, name, ep.start, "onset")]
     causes, fixes = [], []
     G = cfg.get("num_generations")
@@ -178,7 +184,7 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
 UNIFORM_GROUPS = Rule(
     id="uniform_groups", title="Groups score all alike: advantage ≈ 0, no learning signal",
     follows_from=("truncation", "entropy_collapse", "kl_blowup"),
-    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, "grad_norm"),), detect=_uniform_detect,
+    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, "grad_norm", "policy_loss"),), detect=_uniform_detect,
     explain=_uniform_explain,
     open_after=3,
     references=("docs/troubleshooting.md#advantage-std-near-0",
@@ -187,7 +193,8 @@ UNIFORM_GROUPS = Rule(
     read="The 10-step median of frac_reward_zero_std is 0.5 or more (critical at 0.9, or when loss and grad_norm "
          "are both 0; info while it has held for less than 10 steps); without it, the advantages' std is about 0, "
          "or the batch's rewards do not spread at all (reward_std or max − min exactly 0: every group uniform, "
-         "critical). Compare with the share expected by chance, p^G + (1−p)^G for a binary reward with "
+         "critical); with none of these and no grad_norm, a policy-gradient loss exactly 0 in most steps (every "
+         "advantage 0). Compare with the share expected by chance, p^G + (1−p)^G for a binary reward with "
          "success rate p: far above it means the samples lack variety; close to it means the task is too "
          "easy or too hard for this G.",
 )

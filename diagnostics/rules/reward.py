@@ -174,18 +174,20 @@ def score_metric(series: RunSeries) -> str:
 
 
 def _collapse_detect(series: RunSeries, since):
-    """Fallen back by 80% of a clear gain, or, with no gain to speak of, lost three quarters of a positive level the
-    run held, by more than 6 × the noise of a median (a plateau that drops out from under the run)."""
+    """Fallen back by 80% of a clear gain, or lost three quarters of a positive level the run held, by more than 6 ×
+    the noise of a median, to below where the run started (a plateau that drops out from under the run; a reward
+    that dips from its best to a level still above its start has not collapsed)."""
     name = score_metric(series)
     lo, steps, _ = rows(series, name, since)
     peak = series.running(name, 2 * W, "median", "max", lo)
     now = series.roll(name, W, "median", lo)
     noise = max(6 * median_noise(series, name), 1e-9)
-    gain = peak - series.head(name, W)
+    start = series.head(name, W)
+    gain = peak - start
     with np.errstate(invalid="ignore"):
         rose = gain > noise
         fell_back = rose & (peak - now >= 0.8 * gain)
-        fell_off = (peak > 0) & (peak - now >= np.maximum(0.75 * peak, noise))
+        fell_off = (peak > 0) & (peak - now >= np.maximum(0.75 * peak, noise)) & (now < start)
         return steps, fell_back | fell_off
 
 
@@ -226,7 +228,8 @@ REWARD_COLLAPSE = Rule(
     references=("docs/field-reports.md#sudden-collapse",),
     read="The 20-step median reward rose clearly above its start (6 × the noise of a 10-step median), then "
          "the 10-step median fell back by 80% or more of that gain; or it lost three quarters of a positive level "
-         "it held, by more than 6 × that noise. Without a reward, the accuracy a loop logs is read. "
+         "it held, by more than 6 × that noise, to below where it started. Without a reward, the accuracy a loop "
+         "logs is read. "
          "Look at kl and entropy around the onset (a jump there means the policy left the reference).",
 )
 

@@ -20,7 +20,7 @@ from grpo_doctor.diagnostics.rules import BY_ID
 from grpo_doctor.diagnostics.store import RunStore
 
 KL_TITLE = BY_ID["kl_blowup"].title
-OTHER_PAGES = ("", "teach", "import_log", "docs")  # "": the Runs page
+OTHER_PAGES = ("", "teach", "import", "docs")  # "": the Runs page
 
 
 @pytest.fixture(scope="module")

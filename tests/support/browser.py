@@ -49,8 +49,8 @@ def watch_console(page) -> list[str]:
             if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
     page.on("pageerror", lambda e: seen.append(f"script error: {str(e)[:200]}"))
     page.on("request", lambda r: None if r.url.startswith(local) else seen.append(f"request off this machine: {r.url}"))
-    page.on("requestfailed", lambda r: None if not r.url.startswith(local) else seen.append(
-        f"request failed: {r.url} ({r.failure})"))
+    page.on("requestfailed", lambda r: None if not r.url.startswith(local) or "ERR_ABORTED" in str(r.failure)
+            else seen.append(f"request failed: {r.url} ({r.failure})"))  # aborted: the page moved on before it came
     page.on("response", lambda r: seen.append(f"{r.status} {r.url}")
             if r.status >= 400 and not r.url.endswith(_BASE_PROBES) else None)
     return seen

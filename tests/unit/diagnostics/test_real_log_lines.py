@@ -65,3 +65,74 @@ def test_the_metrics_after_a_long_preamble_are_found(store, tmp_path):
     parsed = parse(log)
     assert parsed.format == "verl_console"
     assert len(import_runs(store, log)[0].notes) >= 0 and store.list_runs().iloc[0]["last_step"] == 26
+
+
+JUNYIJ = CORPUS / "handwritten-console__junyij__posttraining-llm-small__grpo-gemma2-1" / "train_grpo_gemma2_1.log"
+VINCE = CORPUS / "handwritten-jsonl__vincethevince__grpo-qwen0-5__baseline-g8" / "train_metrics.jsonl"
+
+
+def test_a_loop_that_prints_loss_is_x_and_kl_is_y_is_read_in_line_order(store, tmp_path):
+    """A hand-written loop's prints (``grpo_loss is -0.28 and kl is -0.21`` per prompt, a ``[step 25] avg_loss=…
+    acc=…`` summary every 25): two pairs a line, one of them a known metric, is a row; the line order is the step; the
+    summary, whose keys are none of the rows', joins the step it follows."""
+    log = tmp_path / "train.log"
+    log.write_text("".join(lines_of(JUNYIJ, *range(1, 53))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(1, 26))
+    assert frame.loc[1, "policy_loss"] == pytest.approx(-0.2801252603530884) and frame.loc[1, "kl"] == pytest.approx(
+        -0.21336770057678223)
+    assert frame.loc[25, "accuracy"] == pytest.approx(0.06) and frame.loc[25, "loss"] == pytest.approx(-0.0784)
+    assert "no step on the metric lines: the line order is the step (1, 2, ...)" in run.notes
+
+
+def test_a_policy_loss_exactly_0_in_most_steps_is_named_as_uniform_groups(store, tmp_path):
+    """The same loop logs no reward spread and no gradient norm: a policy loss of exactly -0.0 on most prompts is the
+    signal that every completion of the group scored alike."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, JUNYIJ)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).problems()}
+    assert found["uniform_groups"].severity in ("warning", "critical")
+    assert "policy-gradient loss is exactly 0" in " ".join(e.note for e in found["uniform_groups"].evidence)
+
+
+def test_a_loops_own_names_for_known_metrics_are_read(store, tmp_path):
+    """A loop's JSONL row (zero_adv_fraction, mean_completion_len, reward_mean) under the catalogue's names, and the
+    import says which key became which."""
+    log = tmp_path / "train_metrics.jsonl"
+    log.write_text("".join(lines_of(VINCE, 1, 2, 3)), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert frame.loc[10, "frac_reward_zero_std"] == pytest.approx(0.325)
+    assert frame.loc[10, "completions/mean_length"] == pytest.approx(317.559375)
+    assert frame.loc[10, "reward"] == pytest.approx(-0.1625)
+    [note] = [n for n in run.notes if n.startswith("metrics: ")]
+    assert "frac_reward_zero_std ← zero_adv_fraction" in note and "not mapped (kept, judged by no rule): " in note
+
+
+def test_per_completion_rewards_and_skipped_flags_are_data(store, tmp_path):
+    """A real loop's row with the group's rewards added as a list (``rewards: [1.0, 1.0]``) and with a ``skipped``
+    flag: the list gives the reward mean and std and whether the group was uniform; the flag counts as uniform."""
+    import json
+
+    first, second = (json.loads(line) for line in lines_of(VINCE, 1, 2))
+    for row in (first, second):
+        del row["reward_mean"], row["reward_std"], row["zero_adv_fraction"]
+    first["rewards"] = [1.0, 1.0, 0.0, 1.0]
+    second["skipped"] = True
+    log = tmp_path / "loop.jsonl"
+    log.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert frame.loc[10, "reward"] == pytest.approx(0.75) and frame.loc[10, "reward_std"] == pytest.approx(0.4330127)
+    assert frame.loc[10, "frac_reward_zero_std"] == 0.0 and frame.loc[20, "frac_reward_zero_std"] == 1.0
+
+
+def test_a_reward_that_dips_but_stays_above_its_start_has_not_collapsed(store):
+    """A healthy loop's reward (±1 per answer) rises from -0.16 to 0.26, dips to -0.05 for three rows, and recovers:
+    no collapse, since it never fell below where it started."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, VINCE)
+    assert "reward_collapse" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
