@@ -46,16 +46,29 @@ _RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
 STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "episode", "global step"})
 
 
+# Words and numbers in turn, with no separator at all (``step 10 reward 0.5 kl 0.01 loss 0.2``).
+_WORD_NUMBER = re.compile(rf"(?<![\w./@-])({_KEY})\s+({_VALUE})(?![\w.])", re.IGNORECASE)
+
+
 def pairs(line: str) -> dict[str, str]:
-    """The ``key → value text`` pairs of one console line (keys as printed, lower case, spaces as ``_``)."""
+    """The ``key → value text`` pairs of one console line (keys as printed, lower case, spaces as ``_``). A line with
+    no ``=``/``:``/``is`` pairs may still be words and numbers in turn: read so when one of its words is a metric the
+    catalogue knows."""
     found: dict[str, str] = {}
     for segment in _SEPARATORS.split(line):
+        step = _STEP_WORD.match(segment.strip())
+        if step and step.end() < len(segment.strip()):  # "Step 5: reward 0.2": the pair after the step
+            segment = segment.strip()[step.end():].lstrip(" :-")
         m = _SEGMENT.match(segment)
         if m and not _STEP_WORD.fullmatch(segment.strip()):
             found.setdefault(_key(m[1]), m[2])
             continue
         for m in _PAIR.finditer(segment):
             found.setdefault(_key(m[1]), m[2])
+    if not found:
+        alternating = {_key(m[1]): m[2] for m in _WORD_NUMBER.finditer(line)}
+        if any(_known(k) for k in alternating):
+            found = alternating
     return found
 
 

@@ -257,7 +257,8 @@ def test_dashboard_command_line(capsys, db, monkeypatch, run_cli):
     assert command[:6] == [sys.executable, "-P", "-m", "streamlit", "run", str(SCRIPT)]
     flags = dict(zip(command[6::2], command[7::2]))
     assert flags == {"--server.headless": "true", "--server.address": "127.0.0.1", "--server.port": "8555",
-                     "--browser.gatherUsageStats": "false", "--server.fileWatcherType": "none"}
+                     "--browser.gatherUsageStats": "false", "--server.fileWatcherType": "none",
+                     "--client.toolbarMode": "minimal"}
     assert env["GRPO_DOCTOR_DB"] == os.path.abspath(db)
 
     code, out, err = run_cli("--db", db, "dashboard", "--host", "0.0.0.0")

@@ -136,3 +136,37 @@ def test_a_reward_that_dips_but_stays_above_its_start_has_not_collapsed(store):
 
     [run] = import_runs(store, VINCE)
     assert "reward_collapse" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
+
+
+def test_a_wandb_chart_export_of_two_runs_is_two_runs(store, tmp_path):
+    """W&B's "Export CSV" of a chart ("Step", "<run> - <metric>", and __MIN/__MAX band columns), here holding the
+    rewards of two real runs (the G=8 baseline and the G=4 ablation of one repository): a run per run-name prefix,
+    the band columns left out."""
+    import json
+
+    ablation = CORPUS / "handwritten-jsonl__vincethevince__grpo-qwen0-5__ablation-g4" / "train_metrics.jsonl"
+    a = [json.loads(line) for line in lines_of(VINCE, 1, 2, 3)]
+    b = [json.loads(line) for line in lines_of(ablation, 1, 2, 3)]
+    header = ['"Step"'] + [f'"{run} - train/reward{band}"' for run in ("g8", "g4") for band in ("", "__MIN", "__MAX")]
+    rows = [",".join([str(x["step"])] + [str(x["reward_mean"])] * 3 + [str(y["reward_mean"])] * 3) for x, y in zip(a, b)]
+    log = tmp_path / "wandb_export_2026-12-02.csv"
+    log.write_text("\n".join([",".join(header), *rows]) + "\n")
+    first, second = import_runs(store, log)
+    assert store.metrics(first.run_id)["reward"].tolist() == [x["reward_mean"] for x in a]
+    assert store.metrics(second.run_id)["reward"].tolist() == [y["reward_mean"] for y in b]
+    assert list(store.metrics(first.run_id).columns) == ["reward"]
+    assert "a W&B chart export of 2 runs: g8, g4" in first.notes
+
+
+def test_words_and_numbers_in_turn_are_pairs(store, tmp_path):
+    """A loop that logs ``step 10 reward -0.1625 kl 0.0071 loss 0.0003`` (the values of a real loop's rows, printed
+    through the logging module with no separators)."""
+    import json
+
+    rows = [json.loads(line) for line in lines_of(VINCE, 1, 2, 3)]
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"INFO:root:step {r['step']} reward {r['reward_mean']} kl {r['kl']} loss {r['loss']}\n"
+                           for r in rows))
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == [10, 20, 30] and frame["reward"].tolist() == [r["reward_mean"] for r in rows]
