@@ -212,7 +212,7 @@ def metric_spec(series: pd.Series, health: HealthRange | None, title: str, *, he
     steps, values = _as_arrays(series)
     finite = np.isfinite(values)
     shapes = [s for s in [_band_shape(health, _extent(values, finite)) if health else None] if s is not None]
-    base = baseline(steps, values)
+    base = baseline(steps, values, title)
     shapes += [_baseline_shape(base)] if base is not None else []
     mark_shapes, mark_trace = _mark_parts(marks, _span(steps))
     shapes += mark_shapes
@@ -290,7 +290,7 @@ def overlay_figure(runs: Mapping[str, pd.Series], health: HealthRange | None, ti
     finite = np.concatenate([v[np.isfinite(v)] for _, v in arrays.values()] or [np.empty(0)])
     shapes = [s for s in [_band_shape(health, finite) if health else None] if s is not None]
     first = next(iter(arrays.values()), None)
-    base = baseline(*first) if first is not None else None
+    base = baseline(*first, title) if first is not None else None
     shapes += [_baseline_shape(base)] if base is not None else []
     all_steps = np.concatenate([s for s, _ in arrays.values()] or [np.empty(0)])
     mark_shapes, mark_trace = _mark_parts(marks, (float(all_steps.min()), float(all_steps.max()))

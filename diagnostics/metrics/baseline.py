@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_doctor.diagnostics.formatting import number
-from grpo_doctor.diagnostics.metrics.catalogue import TOLERANCE
+from grpo_doctor.diagnostics.metrics.catalogue import TOLERANCE, domain_of
 from grpo_doctor.diagnostics.metrics.rolling import MAD_TO_SIGMA
 
 #: The early baseline: the first 10% of the rows, at least 10 (all of them in a shorter run), at most 100 (so a
@@ -54,8 +54,9 @@ def baseline_rows(n: int) -> int:
     return min(n, max(BASELINE_MIN_ROWS, min(BASELINE_MAX_ROWS, int(n * BASELINE_SHARE))))
 
 
-def baseline(steps: np.ndarray, values: np.ndarray) -> Baseline | None:
-    """The early baseline of a series (NaN/inf left out); None when it has fewer than 5 finite rows."""
+def baseline(steps: np.ndarray, values: np.ndarray, metric: str | None = None) -> Baseline | None:
+    """The early baseline of a series (NaN/inf left out), inside the values ``metric`` can take (a norm's band never
+    goes below 0, a share's never above 1); None when it has fewer than 5 finite rows."""
     values = np.asarray(values, dtype="float64")
     kept = np.isfinite(values)
     if not kept.all():
@@ -66,8 +67,10 @@ def baseline(steps: np.ndarray, values: np.ndarray) -> Baseline | None:
     head = values[:k]
     median = float(np.median(head))
     sigma = MAD_TO_SIGMA * float(np.median(np.abs(head - median)))
-    return Baseline(median, median - BASELINE_WIDTH * sigma, median + BASELINE_WIDTH * sigma, int(steps[0]),
-                    int(steps[k - 1]), k)
+    low, high = median - BASELINE_WIDTH * sigma, median + BASELINE_WIDTH * sigma
+    floor, ceiling = domain_of(metric) if metric else (None, None)
+    low, high = (low if floor is None else max(low, floor)), (high if ceiling is None else min(high, ceiling))
+    return Baseline(median, low, high, int(steps[0]), int(steps[k - 1]), k)
 
 
 # ---------------------------------------------------------------------------------------- the build-up
@@ -82,7 +85,7 @@ def early(series: pd.Series, before: int | None = None) -> Baseline | None:
     values = finite(series)
     if before is not None:
         values = values[values.index < before]
-    return baseline(values.index.to_numpy(), values.to_numpy())
+    return baseline(values.index.to_numpy(), values.to_numpy(), series.name if isinstance(series.name, str) else None)
 
 
 def describe(base: Baseline, metric: str) -> str:

@@ -82,6 +82,7 @@ class Metric:
     aliases: tuple[str, ...] = ()
     note: str = ""
     finite_required: bool = False  # a NaN or inf is an emergency: the nonfinite rule watches these (FINITE_REQUIRED)
+    domain: tuple[float | None, float | None] = (None, None)  # the values the metric can take (a norm is ≥ 0)
 
     def health(self, config: Mapping | None = None) -> HealthRange | None:
         """The health range that applies to a run with this config (None: the docs give none)."""
@@ -142,6 +143,8 @@ def _clip_ratio_range(config: Mapping) -> HealthRange:
                        note="only meaningful with several updates per rollout")
 
 
+NONNEG, SHARE = (0.0, None), (0.0, 1.0)  # norms, lengths, std; shares, ratios and fractions
+
 CATALOGUE: tuple[Metric, ...] = (
     # ---- reward
     Metric("reward", "mean total reward (weighted sum of reward functions, before normalisation)",
@@ -154,11 +157,11 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("accuracy", "share of completions with the right answer (a loop's own score, read where no reward is "
            "logged)", group="reward",
            aliases=("acc", "answer_accuracy", "train_accuracy", "train_acc", "correct_rate", "success_rate",
-                    "objective/verifiable_correct_rate")),
+                    "objective/verifiable_correct_rate"), domain=NONNEG),
     Metric("reward_std", "std of the total reward over the batch (TRL ≥ 0.27; per-group mean before)",
            group="reward", aliases=("group_reward_std", "reward/std", "rewards/std", "std_reward", "reward_stddev"),
            note="falling alone is fine (docs/field-reports.md#reward-std-falling); with rising frac_reward_zero_std "
-                "it means no diversity", finite_required=True),
+                "it means no diversity", finite_required=True, domain=NONNEG),
     Metric("reward_max", "max total reward in the batch", group="reward", aliases=("critic/score/max",)),
     Metric("reward_min", "min total reward in the batch", group="reward", aliases=("critic/score/min",)),
     Metric("reward_gap", "max − min of the batch rewards", group="reward",
@@ -169,14 +172,14 @@ CATALOGUE: tuple[Metric, ...] = (
                     "frac_zero_std", "zero_var_group_frac", "grpo/zero_std_frac", "actor/zero_advantage_frac",
                     "uniform_group_frac", "frac_uniform_groups"),
            note="expected ≈ p^G + (1−p)^G for a binary reward with success rate p; dynamic sampling "
-                "would skip these groups (docs/health-ranges.md#share-of-uniform-groups)"),
+                "would skip these groups (docs/health-ranges.md#share-of-uniform-groups)", domain=SHARE),
     Metric("dynamic_sampling/draws", "rollouts drawn this step to fill the batch with groups that differ (DAPO)",
            group="reward",
-           note="1 = the first draw was enough; at dynamic_sampling_max_draws the batch keeps some uniform groups"),
+           note="1 = the first draw was enough; at dynamic_sampling_max_draws the batch keeps some uniform groups", domain=NONNEG),
     Metric("dynamic_sampling/frac_uniform_drawn", "share of the drawn prompt groups whose rewards were all equal",
-           group="reward"),
+           group="reward", domain=SHARE),
     Metric("dynamic_sampling/frac_dropped", "share of the trained batch left out of the loss as uniform groups",
-           group="reward", note="0 when dynamic sampling refilled the batch"),
+           group="reward", note="0 when dynamic sampling refilled the batch", domain=SHARE),
     # ---- KL
     Metric("kl", "mean per-token KL to the reference (estimator per config; TRL uses k3)", group="kl",
            ranges=_fixed(0.01, 0.05, "docs/health-ranges.md#kl-to-the-reference", kind="target",
@@ -194,12 +197,12 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("rollout_corr/kl", "mismatch_kl", "vllm_kl", "rollout_corr/k3_kl"),
            note="~1e-3 is kernel noise; growing toward 1 means the two disagree (docs/health-ranges.md#rollout-kl)"),
     Metric("kl/k1", "k1 estimate of KL, −log r with r = π_ref/π_θ (for comparison)", group="kl"),
-    Metric("kl/k2", "k2 estimate of KL, (log r)²/2 (for comparison)", group="kl"),
-    Metric("kl/k3", "k3 estimate of KL, r − 1 − log r ≥ 0 (for comparison)", group="kl"),
+    Metric("kl/k2", "k2 estimate of KL, (log r)²/2 (for comparison)", group="kl", domain=NONNEG),
+    Metric("kl/k3", "k3 estimate of KL, r − 1 − log r ≥ 0 (for comparison)", group="kl", domain=NONNEG),
     Metric("beta", "live KL weight (adaptive controller or fixed)", group="kl",
            aliases=("actor/kl_coef", "actor/reward_kl_penalty_coeff", "objective/kl_coef"),
            note="7B recommendation 0.01–0.04; source doc B wrongly calls it an entropy coefficient "
-                "(docs/health-ranges.md#beta)"),
+                "(docs/health-ranges.md#beta)", domain=NONNEG),
     Metric("approx_kl", "drift between the rollout policy and the updated policy (ppo_kl)", group="kl",
            aliases=("actor/ppo_kl", "ppo_kl", "train/ppo_kl", "policy/approxkl_avg")),
     # ---- lengths
@@ -211,19 +214,19 @@ CATALOGUE: tuple[Metric, ...] = (
                     "avg_response_length", "response_len", "completion_len", "gen_len", "mean_length",
                     "avg_length", "len", "mean_len", "avg_len", "avg_completion_len", "mean_response_len"),
            note="should be stable: 200 → 80 tokens is a collapse, 180–220 healthy "
-                "(docs/health-ranges.md#completion-length)"),
+                "(docs/health-ranges.md#completion-length)", domain=NONNEG),
     Metric("completions/min_length", "shortest completion", unit="tokens", group="length",
-           aliases=("response_length/min", "val/sequence_lengths_min", "rollout/response_len/min")),
+           aliases=("response_length/min", "val/sequence_lengths_min", "rollout/response_len/min"), domain=NONNEG),
     Metric("completions/max_length", "longest completion", unit="tokens", group="length",
            aliases=("response_length/max", "val/sequence_lengths_max", "max_gen_tokens_per_sample",
-                    "rollout/response_len/max")),
+                    "rollout/response_len/max"), domain=NONNEG),
     Metric("completions/clipped_ratio", "share of completions truncated at max_completion_length",
            group="length",
            aliases=("response_length/clip_ratio", "response_clip_ratio", "truncation_rate",
                     "rollout/truncated_ratio", "truncated", "truncated_ratio", "clipped_ratio"),
-           note="≈0.6 is normal for distilled reasoning models, ≈0.98 is not (docs/health-ranges.md#truncated-share)"),
+           note="≈0.6 is normal for distilled reasoning models, ≈0.98 is not (docs/health-ranges.md#truncated-share)", domain=SHARE),
     Metric("completions/mean_terminated_length", "mean length of completions that ended with EOS",
-           unit="tokens", group="length"),
+           unit="tokens", group="length", domain=NONNEG),
     # ---- advantages
     Metric("advantage/mean", "mean advantage after normalisation", group="advantage",
            ranges=_fixed(-0.1, 0.1, "docs/health-ranges.md#advantage-mean",
@@ -232,11 +235,11 @@ CATALOGUE: tuple[Metric, ...] = (
                     "adv_mean"), finite_required=True),
     Metric("advantage/std", "std of the advantages", group="advantage",
            ranges=_fixed(0.3, 1.5, "docs/health-ranges.md#advantage-std", note="≈0 = groups identical, no signal"),
-           aliases=("val/advantages_std", "advantages/std", "advantage_std", "adv_std"), finite_required=True),
+           aliases=("val/advantages_std", "advantages/std", "advantage_std", "adv_std"), finite_required=True, domain=NONNEG),
     Metric("advantage/abs_max", "largest |advantage| in the batch", group="advantage",
-           ranges=_advantage_abs_max_range, finite_required=True),
+           ranges=_advantage_abs_max_range, finite_required=True, domain=NONNEG),
     Metric("advantage/group_mean_abs_max", "largest |mean advantage| of any prompt group", group="advantage",
-           ranges=_group_mean_range),
+           ranges=_group_mean_range, domain=NONNEG),
     Metric("advantage/max", "largest advantage", group="advantage",
            aliases=("critic/advantages/max", "val/advantages_max", "advantages/max")),
     Metric("advantage/min", "smallest advantage", group="advantage",
@@ -245,21 +248,21 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("clip_ratio/region_mean", "share of tokens whose ratio was clipped (low or high)",
            group="clip", ranges=_clip_ratio_range,
            aliases=("clip_ratio", "actor/pg_clipfrac", "ppo_clip_ratio", "policy/clipfrac_avg",
-                    "train/pg_clipfrac", "pg_clipfrac")),
+                    "train/pg_clipfrac", "pg_clipfrac"), domain=SHARE),
     Metric("clip_ratio/low_mean", "share of tokens with r < 1−ε_low and A < 0", group="clip",
-           ranges=_clip_ratio_range),
+           ranges=_clip_ratio_range, domain=SHARE),
     Metric("clip_ratio/dual_clip_mean", "share of tokens with A < 0 whose ratio exceeded the dual-clip bound "
            "c (verl's actor/pg_clipfrac_lower; not TRL's clip_ratio/low_mean)", group="clip",
-           aliases=("actor/pg_clipfrac_lower", "pg_clipfrac_lower")),
+           aliases=("actor/pg_clipfrac_lower", "pg_clipfrac_lower"), domain=SHARE),
     Metric("clip_ratio/high_mean", "share of tokens with r > 1+ε_high and A > 0", group="clip",
-           ranges=_clip_ratio_range),
+           ranges=_clip_ratio_range, domain=SHARE),
     # ---- optimisation
     Metric("grad_norm", "gradient norm before clipping", group="optim",
            ranges=_fixed(0.1, 1.0, "docs/health-ranges.md#gradient-norm",
                          note="logged before clipping, so above max_grad_norm is normal"),
            aliases=("actor/grad_norm", "actor_grad_norm", "optim/grad_norm", "train/grad_norm", "gradient_norm",
                     "total_grad_norm", "grad/norm"),
-           finite_required=True),
+           finite_required=True, domain=NONNEG),
     Metric("entropy", "mean per-token entropy of the policy (logits / temperature)", unit="nats",
            group="optim",
            ranges=_fixed(0.01, 0.1, "docs/health-ranges.md#entropy", kind="document",
@@ -268,10 +271,10 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("actor/entropy", "entropy/mean", "policy/entropy_avg", "approx_entropy",
                     "entropy_loss", "train/entropy_loss", "mean_entropy", "avg_entropy", "actor/entropy_loss",
                     "token_entropy", "policy_entropy"),
-           finite_required=True),
+           finite_required=True, domain=NONNEG),
     Metric("entropy/per_sequence", "policy entropy summed over each completion's tokens, averaged over "
            "completions: old TRL PPO/RLOO's objective/entropy", unit="nats", group="optim",
-           aliases=("objective/entropy",)),
+           aliases=("objective/entropy",), domain=NONNEG),
     Metric("loss", "total loss of the optimizer step", group="loss",
            ranges=_fixed(None, None, "docs/health-ranges.md#loss", note="only finiteness matters: NaN = emergency; "
                          "≈0 is normal with num_iterations = 1"),
@@ -289,22 +292,22 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("learning_rate", "learning rate of the last step", group="optim",
            aliases=("actor/lr", "actor_lr", "lr"),
            note="7B recommendation 1e-6–5e-6; 0 at step 1 under warm-up is normal "
-                "(docs/health-ranges.md#learning-rate)"),
+                "(docs/health-ranges.md#learning-rate)", domain=NONNEG),
     Metric("epsilon", "live clip ε (low side)", group="clip",
-           note="source doc B decays it 0.3 → 0.1 (docs/health-ranges.md#clip-epsilon)"),
-    Metric("epsilon_high", "live clip ε (high side)", group="clip"),
+           note="source doc B decays it 0.3 → 0.1 (docs/health-ranges.md#clip-epsilon)", domain=NONNEG),
+    Metric("epsilon_high", "live clip ε (high side)", group="clip", domain=NONNEG),
     Metric("repetition", "share of repeated n-grams in the sampled completions", group="length",
-           aliases=("rollout/repetition_frac",), note="rising = collapse (docs/health-ranges.md#repetition)"),
+           aliases=("rollout/repetition_frac",), note="rising = collapse (docs/health-ranges.md#repetition)", domain=SHARE),
     # ---- cost
     Metric("step_time", "seconds per optimizer step", unit="s", group="cost",
-           aliases=("perf/time_per_step", "timing_s/step")),
+           aliases=("perf/time_per_step", "timing_s/step"), domain=NONNEG),
     Metric("tokens_per_second", "generated + trained tokens per second", unit="tok/s", group="cost",
-           aliases=("perf/throughput",)),
+           aliases=("perf/throughput",), domain=NONNEG),
     Metric("memory/peak_gb", "peak accelerator (or process) memory", unit="GB", group="cost",
            aliases=("perf/max_memory_allocated_gb",), note="OOM ladder: batch → 32, G → 4, "
-           "gradient checkpointing, LoRA (docs/troubleshooting.md#oom)"),
-    Metric("num_tokens", "cumulative tokens seen", unit="tokens", group="cost"),
-    Metric("epoch", "training epoch (fractional)", group="cost"),
+           "gradient checkpointing, LoRA (docs/troubleshooting.md#oom)", domain=NONNEG),
+    Metric("num_tokens", "cumulative tokens seen", unit="tokens", group="cost", domain=NONNEG),
+    Metric("epoch", "training epoch (fractional)", group="cost", domain=NONNEG),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOGUE}
@@ -433,6 +436,12 @@ def derive(row: dict[str, float]) -> dict[str, float]:
     if "completions/clipped_ratio" not in row and "val/stop_rate" in row:  # open-instruct
         row["completions/clipped_ratio"] = 1.0 - row["val/stop_rate"]
     return row
+
+
+def domain_of(name: str) -> tuple[float | None, float | None]:
+    """The values a metric can take, ``(low, high)`` (None: unbounded); a validation copy has its metric's."""
+    metric = BY_NAME.get(name[5:] if name.startswith("eval/") else name)
+    return metric.domain if metric else (None, None)
 
 
 def health(name: str, config: Mapping | None = None) -> HealthRange | None:

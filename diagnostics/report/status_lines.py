@@ -129,7 +129,7 @@ def reasons(series: RunSeries, out: Outside, notes: Sequence[Finding], not_check
     ran = [r.id for r in readers if r.id not in not_checked and r.id not in earlier]
     if ran:
         found.append(f"the rules that judge it ({', '.join(ran)}) did not fire")
-    base = baseline(*series.raw(out.metric))
+    base = baseline(*series.raw(out.metric), out.metric)
     if base is not None and base.holds(out.value):
         found.append(f"it is within the run's own start ({number(base.low, 3)} – {number(base.high, 3)}, steps "
                      f"{base.first_step}–{base.last_step})")

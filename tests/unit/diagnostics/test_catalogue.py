@@ -173,3 +173,28 @@ def test_the_nonfinite_rule_watches_the_catalogues_finite_required_metrics():
     assert WATCHED == FINITE_REQUIRED == tuple(m.name for m in CATALOGUE if m.finite_required)
     assert NONFINITE.requires == (FINITE_REQUIRED,)
     assert {"reward", "loss", "grad_norm", "kl", "entropy", "advantage/abs_max"} <= set(FINITE_REQUIRED)
+
+
+def test_every_start_band_lies_inside_its_metrics_domain():
+    """The run's own start (median ± 2σ of the first rows) of every metric of every recorded sample run stays inside
+    what the metric can be: a norm, a length or a std is never below 0, a share never outside [0, 1]."""
+    from grpo_doctor.app import SAMPLE_RUNS
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.metrics.baseline import baseline
+    from grpo_doctor.diagnostics.metrics.catalogue import domain_of
+    from grpo_doctor.diagnostics.store import RunStore
+
+    clipped = 0
+    with RunStore(":memory:") as store:
+        for path in sorted(SAMPLE_RUNS.glob("*.jsonl")):
+            frame = store.metrics(import_runs(store, path, name=path.stem)[0].run_id)
+            for name in frame.columns:
+                column = frame[name].dropna()
+                base = baseline(column.index.to_numpy(), column.to_numpy(), name)
+                low, high = domain_of(name)
+                if base is None or (low is None and high is None):
+                    continue
+                assert (low is None or base.low >= low) and (high is None or base.high <= high), (path.name, name, base)
+                raw = baseline(column.index.to_numpy(), column.to_numpy())
+                clipped += (raw.low, raw.high) != (base.low, base.high)
+    assert clipped  # the sample runs hold bands that would cross a bound unclipped (grad_norm −2.56 in kl_blowup)
