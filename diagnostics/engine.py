@@ -182,7 +182,8 @@ class Diagnoser:
                       f"with --set {assumed[0]}=VALUE (grpo-doctor import/diagnose)", *causes]
         return Finding(
             rule=rule.id, title=rule.title, severity=severity, onset_step=track.onset,
-            last_step=track.last, evidence=explained.evidence, causes=causes, fixes=explained.fixes,
+            last_step=track.last, evidence=explained.evidence, causes=causes,
+            fixes=[fix for fix in explained.fixes if fix.helps],  # a fix its own numbers say cannot help: left out
             references=list(rule.references), status=track.status, resolved_step=track.resolved_step,
         )
 

@@ -30,6 +30,13 @@ class Fix:
     framework: str | None = None                       # the run's source framework, when imported
     framework_changes: dict[str, object] = field(default_factory=dict)  # the same in its own keys
     directions: dict[str, str] = field(default_factory=dict)  # key -> "up", "down" or "set" (also for × factors)
+    # (the symptom's measure now, what the fix's own numbers predict after it), lower being better: a fix whose
+    # prediction is no better cannot help, and the engine leaves it out (``helps``)
+    predicted: tuple[float, float] | None = None
+
+    @property
+    def helps(self) -> bool:
+        return self.predicted is None or self.predicted[1] < self.predicted[0]
 
 
 @dataclass

@@ -107,10 +107,11 @@ def text(value) -> str:
 
 
 def make_fix(cfg: RunConfig, why: str, changes: dict[str, object], note: str = "", *,
-             current: dict | None = None) -> Fix:
+             current: dict | None = None, predicted: tuple[float, float] | None = None) -> Fix:
     """A fix that sets ``changes``; ``why`` says what it does and ``note`` adds a sentence. A value the run
     did not record is shown as read off the metrics (``current``), as assumed, or as not recorded, and an
-    ``Unknown`` change is only described."""
+    ``Unknown`` change is only described. ``predicted``: (the symptom's measure now, after the fix), lower being
+    better; the engine drops a fix whose own prediction is no better."""
     shown, known, directions = [], {}, {}
     for key, new in changes.items():
         if key not in TRAINER_FIELDS:
@@ -137,7 +138,7 @@ def make_fix(cfg: RunConfig, why: str, changes: dict[str, object], note: str = "
         framework = cfg.framework
         translated = framework_changes(cfg, known)
     return Fix(description=description, changes=known, framework=framework, framework_changes=translated,
-               directions=directions)
+               directions=directions, predicted=predicted)
 
 
 def direction(now, new) -> str:

@@ -143,6 +143,7 @@ def _clip_ratio_range(config: Mapping) -> HealthRange:
                        note="only meaningful with several updates per rollout")
 
 
+APPROX_KL_HIGH = 0.05  # the policy-ratio KL of one update: 1e-3 – 1e-2 is usual, 5 × the top of that is too far
 NONNEG, SHARE = (0.0, None), (0.0, 1.0)  # norms, lengths, std; shares, ratios and fractions
 
 CATALOGUE: tuple[Metric, ...] = (
@@ -204,6 +205,8 @@ CATALOGUE: tuple[Metric, ...] = (
            note="7B recommendation 0.01–0.04; source doc B wrongly calls it an entropy coefficient "
                 "(docs/health-ranges.md#beta)", domain=NONNEG),
     Metric("approx_kl", "drift between the rollout policy and the updated policy (ppo_kl)", group="kl",
+           ranges=_fixed(None, APPROX_KL_HIGH, "docs/health-ranges.md#policy-ratio-kl",
+                         note="usually 1e-3 – 1e-2 per update; far above it the update steps are too large"),
            aliases=("actor/ppo_kl", "ppo_kl", "train/ppo_kl", "policy/approxkl_avg")),
     # ---- lengths
     Metric("completions/mean_length", "mean completion length (tokens, EOS included)", unit="tokens",

@@ -158,10 +158,13 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
     causes.append("temperature too low, or too few completions per group")
     fixes += warmer(cfg)
     if G:
-        note = ""
+        note, predicted = "", None
         if rate is not None:
-            note = f"expected uniform share {expected_uniform_share(rate[1], 2 * int(G)):.0%} at G = {2 * int(G)}"
-        fixes.append(make_fix(cfg, "sample more completions per group", {"num_generations": 2 * int(G)}, note))
+            after = expected_uniform_share(rate[1], 2 * int(G))
+            note = f"expected uniform share {after:.0%} at G = {2 * int(G)}"
+            predicted = (observed, after)
+        fixes.append(make_fix(cfg, "sample more completions per group", {"num_generations": 2 * int(G)}, note,
+                              predicted=predicted))
     fixes += drop_uniform_groups(cfg, "drop uniform groups from the loss (DAPO dynamic sampling)")
     fixes.append(advice("drop prompts the model always solves or always fails; soften a binary reward with "
                         "partial credit"))

@@ -1,5 +1,6 @@
-"""Rules on the optimisation itself: non-finite values, a zero gradient with signal present, gradient-norm
-spikes, entropy collapse and blow-up, and out-of-memory crashes."""
+"""Rules on the optimisation itself: non-finite values, one completion per prompt, loss spikes, entropy collapse and
+blow-up, and out-of-memory crashes (the gradient norm's rules are in ``gradients``; all of them are listed here, in
+the order findings are shown)."""
 
 from __future__ import annotations
 
@@ -31,15 +32,14 @@ from grpo_doctor.diagnostics.rules.base import (
     needs,
     not_applicable,
     reward_fell,
-    row_index,
     rows,
     smoothed,
     smoothed_evidence,
     start_step,
 )
+from grpo_doctor.diagnostics.rules.gradients import GRAD_COLLAPSE, GRAD_SPIKES, SPIKE_ROWS, SPIKE_SPAN, ZERO_GRAD
 from grpo_doctor.diagnostics.series import (
     ENTROPY_MEASURED,
-    GRAD_SIGNAL,
     RunSeries,
     decode_detail,
 )
@@ -112,72 +112,6 @@ NONFINITE = Rule(
          "NaN or inf at a logged step. The first metric to go tells the cause: reward first is a reward "
          "function; grad_norm with a clean loss is a NaN the loss curve hides.",
 )
-
-
-# ---------------------------------------------------------------------------------------- zero_grad
-def _zero_grad_detect(series: RunSeries, since):
-    lo, steps, _ = rows(series, "grad_norm", since)
-    med = series.roll("grad_norm", W, "median", lo, 3)
-    signal = np.ones(len(steps), dtype=bool)
-    if series.has("frac_reward_zero_std"):  # most groups differ: a step with every group uniform is then unlikely
-        signal &= series.asof_roll("frac_reward_zero_std", W, steps) < 0.5
-    if series.has("reward_std"):
-        signal &= series.asof_roll("reward_std", W, steps) > 1e-6
-    share = _unexplained_zero_share(series, steps, lo)
-    with np.errstate(invalid="ignore"):
-        return steps, ((med <= 1e-8) & signal) | (share >= 0.2)
-
-
-def _unexplained_zero_share(series: RunSeries, steps: np.ndarray, lo: int) -> np.ndarray:
-    """Per row, the share of the last W steps whose grad_norm is exactly 0 while most groups of that very step differed
-    (its frac_reward_zero_std below 0.5). Judged only on a log of every step: a logged grad_norm is its step's own,
-    while frac_reward_zero_std averages the steps since the last log."""
-    if series.interval_of("grad_norm") != 1 or not series.has("frac_reward_zero_std"):
-        return np.zeros(len(steps))
-    start = max(0, lo - W + 1)  # only the rows that the windows ending at rows lo.. read: a live update is O(W)
-    gsteps, grads = (a[start:] for a in series.finite("grad_norm"))
-    with np.errstate(invalid="ignore"):
-        unexplained = ((grads == 0) & (series.asof("frac_reward_zero_std", gsteps) < 0.5)).astype(np.float64)
-    return rolling.rolling(unexplained, W, "mean", lo - start, W)
-
-
-def _zero_grad_explain(series: RunSeries, ep: Episode) -> Explanation:
-    evidence = [smoothed_evidence(series, "grad_norm", ep.last, "10-step median")]
-    gsteps, grads = series.finite("grad_norm")
-    recent = (gsteps > ep.last - 10 * W) & (gsteps <= ep.last)
-    zeros = int((grads[recent] == 0).sum())
-    if zeros:
-        evidence.append(Evidence(ep.last, "grad_norm", 0.0, f"exactly 0 at {zeros} of the last {int(recent.sum())} "
-                                                            "logged steps, though most groups of the step differed"))
-    for name, note in (("frac_reward_zero_std", "yet groups do differ"), ("reward_std", "and rewards vary")):
-        if series.has(name):
-            evidence.append(smoothed_evidence(series, name, ep.last, note))
-    causes = ["a framework or DeepSpeed bug (fixed by upgrading), or LoRA with offload"]
-    lengths = [n for n in ("completions/min_length", "completions/max_length", "completions/mean_length")
-               if series.has(n)]
-    if len(lengths) == 3 and len({round(series.value_at(n, ep.last), 6) for n in lengths}) == 1:
-        evidence.append(at(series, lengths[0], ep.last, "min = max = mean length"))
-        causes.insert(0, "the completion mask is built from token values (pad == eos): every length equals the "
-                         "batch maximum and the loss cancels to 0")
-    fixes = [advice("build the completion mask from the first EOS position, not from pad/eos token values"),
-             advice("upgrade the framework and DeepSpeed")]
-    return Explanation("critical", evidence, causes, fixes)
-
-
-ZERO_GRAD = Rule(
-    id="zero_grad", title="Gradient norm is 0 although groups differ", follows_from=("uniform_groups",),
-    requires=("grad_norm", ("frac_reward_zero_std", "reward_std")), detect=_zero_grad_detect,
-    explain=_zero_grad_explain, open_after=3,
-    references=("docs/field-reports.md#zero-gradient-with-varied-groups",),
-    read="The 10-step median grad_norm is 0 while fewer than half the groups are uniform and rewards vary, or (in "
-         "a log of every step) grad_norm is exactly 0 at 20% of the last 10 steps although most groups of the step "
-         "differed: "
-         "there is signal but no gradient, which is a bug (mask, framework), not the task.",
-)
-
-
-SPIKE_SPAN = 10 * W  # steps: three gradient spikes within this span make a finding; a spike clears after it
-SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of this many rows before it
 
 
 # ---------------------------------------------------------------------------------------- loss_spike
@@ -258,75 +192,6 @@ SINGLE_GENERATION = Rule(
                 "docs/sources.md#a-12-group-relative-advantages"),
     read="num_generations is 1 while the advantage is group-relative (GRPO, Dr.GRPO, RLOO): each prompt's group is "
          "one completion, whose advantage against its own mean is 0.",
-)
-
-
-# ---------------------------------------------------------------------------------------- grad_spikes
-
-
-def _spike_detect(series: RunSeries, since):
-    """Spikes and a rising trend among the steps that had a gradient (``GRAD_SIGNAL``); the trend compares medians
-    over at least 3 rows, so two noisy rows of a sparse log are not a trend."""
-    lo, steps, values = rows(series, GRAD_SIGNAL, since)
-    span = max(SPIKE_ROWS, series.rows(SPIKE_SPAN, GRAD_SIGNAL))
-    first = max(0, lo - span + 1)
-    flags = rolling.spikes(values, SPIKE_ROWS, first)
-    total = np.concatenate(([0], np.cumsum(flags)))
-    rel = np.arange(lo - first, len(flags))
-    recent = total[rel + 1] - total[np.maximum(rel + 1 - span, 0)]  # spikes in the last SPIKE_SPAN steps' rows
-    idx = row_index(lo, len(steps))
-    window = max(W, 3 * series.interval_of(GRAD_SIGNAL))
-    med = series.roll(GRAD_SIGNAL, window, "median", lo)
-    start = series.head(GRAD_SIGNAL, window)
-    with np.errstate(invalid="ignore"):
-        trend = (idx >= series.rows(3 * W, GRAD_SIGNAL) - 1) & (med >= 5 * start) & (start > 0)
-        return steps, (recent >= 3) | trend
-
-
-def _spike_rows(series: RunSeries, n: int) -> np.ndarray:
-    """The spikes among the first ``n`` rows of grad_norm with a gradient, as row indices. A spike depends only on
-    the rows before it, so the rows examined so far are kept in ``series.memo`` and a live run examines only its new
-    ones."""
-    done, rows = series.memo.get("grad_spikes", (0, np.empty(0, dtype=np.int64)))
-    if n > done:
-        values = series.finite(GRAD_SIGNAL)[1]
-        rows = np.concatenate([rows, done + np.flatnonzero(rolling.spikes(values[:n], SPIKE_ROWS, done))])
-        series.memo["grad_spikes"] = (n, rows)
-    return rows[rows < n]
-
-
-def _spike_explain(series: RunSeries, ep: Episode) -> Explanation:
-    cfg = series.config
-    steps, values = series.finite(GRAD_SIGNAL)
-    found = _spike_rows(series, int(np.searchsorted(steps, ep.last, side="right")))[-5:]
-    evidence = [Evidence(int(s), "grad_norm", float(v), f"spike: > 10 MADs and 5× the median of the {SPIKE_ROWS} "
-                         "logged values before") for s, v in zip(steps[found], values[found])]
-    start = number(series.head(GRAD_SIGNAL, max(W, 3 * series.interval_of(GRAD_SIGNAL))), 3)
-    evidence.append(smoothed_evidence(series, "grad_norm", ep.last, f"median now; start {start}"))
-    causes = ["a batch too small for the reward's variance: single batches yank the policy",
-              "outliers from the reward function (check rewards at the spike steps)"]
-    mu = cfg.get("num_iterations")
-    if isinstance(mu, int) and mu > 1:
-        causes.insert(0, f"several updates per rollout (num_iterations = {mu}) on a stale batch")
-    fixes = [make_fix(cfg, "use larger batches", {"per_device_train_batch_size":
-                                                   scaled(cfg, "per_device_train_batch_size", 2)}),
-             make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
-    clip = scaled(cfg, "max_grad_norm", 0.2)
-    lowest = float(np.min(values)) if len(values) else 0.0
-    if not isinstance(clip, (int, float)) or clip > lowest:  # below every norm it would only scale the lr down
-        fixes.insert(0, make_fix(cfg, "clip gradients harder", {"max_grad_norm": clip}))
-    return Explanation("warning", evidence, causes, fixes)
-
-
-GRAD_SPIKES = Rule(
-    id="grad_spikes", title="Gradient norm spikes or keeps rising",
-    requires=(GRAD_SIGNAL,), detect=_spike_detect, explain=_spike_explain, clear_after=SPIKE_SPAN,
-    references=("docs/field-reports.md#gradient-norm-spikes",
-                "docs/field-reports.md#gradient-norm-above-max_grad_norm"),
-    read="Among the steps that had a gradient (grad_norm above 0.001: a step whose groups were all uniform has "
-         "none), three or more spikes within 100 steps (a spike is above the median of the 10 logged values "
-         "before it by 10 MADs and 5×), or a median 5× its start. grad_norm above max_grad_norm alone is "
-         "expected: it is logged before clipping.",
 )
 
 
@@ -477,5 +342,6 @@ OOM = Rule(
          "checkpointing, then LoRA.",
 )
 
-RULES = (NONFINITE, SINGLE_GENERATION, ZERO_GRAD, LOSS_SPIKE, GRAD_SPIKES, ENTROPY_COLLAPSE, ENTROPY_BLOWUP, OOM)
+RULES = (NONFINITE, SINGLE_GENERATION, ZERO_GRAD, LOSS_SPIKE, GRAD_SPIKES, GRAD_COLLAPSE, ENTROPY_COLLAPSE,
+         ENTROPY_BLOWUP, OOM)
 

@@ -11,13 +11,14 @@ import numpy as np
 from grpo_doctor.diagnostics.config.frameworks import framework
 from grpo_doctor.diagnostics.findings import Evidence
 from grpo_doctor.diagnostics.fixes import advice, make_fix, scaled
-from grpo_doctor.diagnostics.metrics.catalogue import GROUP_MEAN_TOLERANCE
+from grpo_doctor.diagnostics.metrics.catalogue import APPROX_KL_HIGH, GROUP_MEAN_TOLERANCE
 from grpo_doctor.diagnostics.rules.base import (
     Episode,
     Explanation,
     Rule,
     Skip,
     W,
+    at,
     first_present,
     level,
     needs,
@@ -79,6 +80,38 @@ CLIP_HIGH = Rule(
     read="With several updates per rollout (num_iterations > 1), the 10-step median clip_ratio/region_mean is "
          "above 0.3. With one update per rollout the clip fraction is 0 by construction and this rule does "
          "not apply (see rollout_mismatch).",
+)
+
+
+# ---------------------------------------------------------------------------------------- approx_kl_high
+def _step_kl_detect(series: RunSeries, since):
+    return level(series, "approx_kl", since, lambda m: m > APPROX_KL_HIGH)
+
+
+def _step_kl_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    observed = smoothed(series, "approx_kl", ep.last)
+    evidence = [smoothed_evidence(series, "approx_kl", ep.last, f"10-step median policy-ratio KL (usually 1e-3 – "
+                                                                 f"1e-2; above {APPROX_KL_HIGH:g} the steps are too "
+                                                                 "large)"),
+                at(series, "approx_kl", ep.start, "onset")]
+    causes = [f"update steps too large for the rollout they are taken on ({cfg.describe('learning_rate')}, "
+              f"{cfg.describe('num_iterations')})",
+              "the rollout's log-probs are not the trainer's (a rollout engine out of step): see rollout_mismatch"]
+    fixes = [make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
+    mu = cfg.get("num_iterations")
+    if isinstance(mu, int) and mu > 1:
+        fixes.append(make_fix(cfg, "fewer passes per rollout", {"num_iterations": max(1, mu // 2)}))
+    return Explanation("critical" if observed > 20 * APPROX_KL_HIGH else "warning", evidence, causes, fixes)
+
+
+APPROX_KL_HIGH_RULE = Rule(
+    id="approx_kl_high", title="Each update moves the policy too far (policy-ratio KL high)",
+    requires=("approx_kl",), detect=_step_kl_detect, explain=_step_kl_explain, open_after=3,
+    references=("docs/health-ranges.md#policy-ratio-kl",),
+    read=f"The 10-step median of approx_kl (verl's actor/ppo_kl, the KL between the rollout policy and the updated "
+         f"one) is above {APPROX_KL_HIGH:g}, five times the top of its usual 1e-3 – 1e-2 (critical above "
+         f"{20 * APPROX_KL_HIGH:g}): each update moves the policy too far from the rollout it learns from.",
 )
 
 
@@ -278,4 +311,4 @@ ADVANTAGE_NOT_CENTRED = Rule(
          "gathering the rewards first.",
 )
 
-RULES = (CLIP_HIGH, ROLLOUT_MISMATCH, ADVANTAGE_EXPLOSION, ADVANTAGE_NOT_CENTRED)
+RULES = (CLIP_HIGH, APPROX_KL_HIGH_RULE, ROLLOUT_MISMATCH, ADVANTAGE_EXPLOSION, ADVANTAGE_NOT_CENTRED)

@@ -755,7 +755,7 @@ def test_status_lines_agree_with_the_findings():
     optim = statuses["optim"]
     assert optim.state == "ok" and optim.text.startswith("ok — grad_norm is outside the documented range 0.1 – 1.0 "
                                                          "(latest 4.0)")
-    assert "not a problem here because the rules that judge it (zero_grad, grad_spikes) did not fire; it is " \
+    assert "not a problem here because the rules that judge it (zero_grad, grad_spikes, grad_collapse) did not fire; it is " \
            "within the run's own start (4.0 – 4.0, steps 1–10)" in optim.text
     # outside, no rule ran that reads it, and not at its own start: said, and not called "not a problem"
     assert "advantage/std is outside the documented range 0.3 – 1.5" in statuses["advantage"].text

@@ -227,6 +227,18 @@ FIXTURES = [
     Fixture("clip fraction high with several updates", {"clip_high": "warning"},
             metrics={"clip_ratio/region_mean": np.full(N, 0.4)}, config={"num_iterations": 4},
             fix={"learning_rate": 5e-5, "num_iterations": 2}, notes=("clip_expected",)),
+    Fixture("gradient norm vanishing two orders of magnitude: a collapse, not spikes", {"grad_collapse": "warning"},
+            metrics={"grad_norm": np.concatenate([0.8 + noise(N // 3, 0.05), np.full(N - N // 3, 0.002)])},
+            never=("max_grad_norm",)),
+    Fixture("gradient norm collapsed, then back: no spikes", {"grad_collapse": "warning"},
+            metrics={"grad_norm": np.concatenate([0.8 + noise(50, 0.05), np.full(40, 0.002), 0.8 + noise(N - 90, 0.05)])},
+            never=("max_grad_norm",)),
+    Fixture("policy-ratio KL far above its usual 1e-3 – 1e-2", {"approx_kl_high": "warning"},
+            metrics={"approx_kl": np.concatenate([np.full(N // 2, 0.004), np.full(N - N // 2, 0.3)])},
+            config={"num_iterations": 4}, fix={"learning_rate": 5e-5, "num_iterations": 2}),
+    Fixture("policy-ratio KL of hundreds (a followed verl run)", {"approx_kl_high": "critical"},
+            metrics={"approx_kl": np.concatenate([np.full(N // 2, 0.004), np.full(N - N // 2, 748.0)])}),
+    Fixture("policy-ratio KL at its usual level", {}, metrics={"approx_kl": 0.005 + noise(N, 0.002)}),
     Fixture("sequence-level clipping", {}, metrics={"clip_ratio/region_mean": np.full(N, 0.2)},
             config={"num_iterations": 2, "importance_sampling_level": "sequence"},
             notes=("clip_sequence_level", "clip_expected")),
@@ -485,3 +497,26 @@ def test_correlation_kept_up_to_date_equals_a_fresh_one():
     flat = RunSeries({"id": 2, "name": "c", "source": "grpo-doctor", "config": {}})
     flat.add({"x": (steps, x), "y": (steps, np.full(n, 0.3))})
     assert correlation_upto(flat, "x", "y", n) == 0.0     # a constant: no correlation, not noise
+
+
+def test_kl_blowup_sample_names_no_gradient_spike_and_offers_no_useless_fix():
+    """The recorded kl_blowup run: its vanished gradient (1.37 → 0.007) is a collapse that follows from the blow-up,
+    not spikes with a tighter clip; and uniform_groups offers no G = 16 whose own expected share is 100%."""
+    from grpo_doctor.app import SAMPLE_RUNS
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, SAMPLE_RUNS / "kl_blowup.jsonl")
+        found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert "grad_spikes" not in found and found["grad_collapse"].severity == "info"
+    assert not any("max_grad_norm" in fix.changes for f in found.values() for fix in f.fixes)
+    assert not any("num_generations" in fix.changes for fix in found["uniform_groups"].fixes)
+
+
+def test_a_fix_whose_own_prediction_is_no_better_is_left_out():
+    from grpo_doctor.diagnostics.findings import Fix
+
+    assert Fix("more G", predicted=(0.9, 0.5)).helps and Fix("advice").helps
+    assert not Fix("more G", predicted=(0.9, 0.95)).helps and not Fix("same", predicted=(1.0, 1.0)).helps

@@ -1,0 +1,231 @@
+"""Rules on the gradient norm: exactly 0 although the groups differ, spikes or a rising trend, and a collapse to
+near 0 (a vanished gradient is its own state, never spikes)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grpo_doctor.diagnostics.findings import Evidence
+from grpo_doctor.diagnostics.fixes import (
+    advice,
+    make_fix,
+    scaled,
+)
+from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.metrics.catalogue import FINITE_REQUIRED
+from grpo_doctor.diagnostics.rules.base import (
+    Episode,
+    Explanation,
+    Rule,
+    W,
+    at,
+    row_index,
+    rows,
+    smoothed,
+    smoothed_evidence,
+    start_step,
+)
+from grpo_doctor.diagnostics.series import (
+    GRAD_SIGNAL,
+    RunSeries,
+)
+
+WATCHED = FINITE_REQUIRED  # the catalogue's metrics that must stay finite (never the loss alone)
+
+
+# ---------------------------------------------------------------------------------------- zero_grad
+def _zero_grad_detect(series: RunSeries, since):
+    lo, steps, _ = rows(series, "grad_norm", since)
+    med = series.roll("grad_norm", W, "median", lo, 3)
+    signal = np.ones(len(steps), dtype=bool)
+    if series.has("frac_reward_zero_std"):  # most groups differ: a step with every group uniform is then unlikely
+        signal &= series.asof_roll("frac_reward_zero_std", W, steps) < 0.5
+    if series.has("reward_std"):
+        signal &= series.asof_roll("reward_std", W, steps) > 1e-6
+    share = _unexplained_zero_share(series, steps, lo)
+    with np.errstate(invalid="ignore"):
+        return steps, ((med <= 1e-8) & signal) | (share >= 0.2)
+
+
+def _unexplained_zero_share(series: RunSeries, steps: np.ndarray, lo: int) -> np.ndarray:
+    """Per row, the share of the last W steps whose grad_norm is exactly 0 while most groups of that very step differed
+    (its frac_reward_zero_std below 0.5). Judged only on a log of every step: a logged grad_norm is its step's own,
+    while frac_reward_zero_std averages the steps since the last log."""
+    if series.interval_of("grad_norm") != 1 or not series.has("frac_reward_zero_std"):
+        return np.zeros(len(steps))
+    start = max(0, lo - W + 1)  # only the rows that the windows ending at rows lo.. read: a live update is O(W)
+    gsteps, grads = (a[start:] for a in series.finite("grad_norm"))
+    with np.errstate(invalid="ignore"):
+        unexplained = ((grads == 0) & (series.asof("frac_reward_zero_std", gsteps) < 0.5)).astype(np.float64)
+    return rolling.rolling(unexplained, W, "mean", lo - start, W)
+
+
+def _zero_grad_explain(series: RunSeries, ep: Episode) -> Explanation:
+    evidence = [smoothed_evidence(series, "grad_norm", ep.last, "10-step median")]
+    gsteps, grads = series.finite("grad_norm")
+    recent = (gsteps > ep.last - 10 * W) & (gsteps <= ep.last)
+    zeros = int((grads[recent] == 0).sum())
+    if zeros:
+        evidence.append(Evidence(ep.last, "grad_norm", 0.0, f"exactly 0 at {zeros} of the last {int(recent.sum())} "
+                                                            "logged steps, though most groups of the step differed"))
+    for name, note in (("frac_reward_zero_std", "yet groups do differ"), ("reward_std", "and rewards vary")):
+        if series.has(name):
+            evidence.append(smoothed_evidence(series, name, ep.last, note))
+    causes = ["a framework or DeepSpeed bug (fixed by upgrading), or LoRA with offload"]
+    lengths = [n for n in ("completions/min_length", "completions/max_length", "completions/mean_length")
+               if series.has(n)]
+    if len(lengths) == 3 and len({round(series.value_at(n, ep.last), 6) for n in lengths}) == 1:
+        evidence.append(at(series, lengths[0], ep.last, "min = max = mean length"))
+        causes.insert(0, "the completion mask is built from token values (pad == eos): every length equals the "
+                         "batch maximum and the loss cancels to 0")
+    fixes = [advice("build the completion mask from the first EOS position, not from pad/eos token values"),
+             advice("upgrade the framework and DeepSpeed")]
+    return Explanation("critical", evidence, causes, fixes)
+
+
+ZERO_GRAD = Rule(
+    id="zero_grad", title="Gradient norm is 0 although groups differ", follows_from=("uniform_groups",),
+    requires=("grad_norm", ("frac_reward_zero_std", "reward_std")), detect=_zero_grad_detect,
+    explain=_zero_grad_explain, open_after=3,
+    references=("docs/field-reports.md#zero-gradient-with-varied-groups",),
+    read="The 10-step median grad_norm is 0 while fewer than half the groups are uniform and rewards vary, or (in "
+         "a log of every step) grad_norm is exactly 0 at 20% of the last 10 steps although most groups of the step "
+         "differed: "
+         "there is signal but no gradient, which is a bug (mask, framework), not the task.",
+)
+
+
+SPIKE_SPAN = 10 * W  # steps: three gradient spikes within this span make a finding; a spike clears after it
+SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of this many rows before it
+
+
+# ---------------------------------------------------------------------------------------- grad_spikes
+
+
+def _spike_detect(series: RunSeries, since):
+    """Spikes and a rising trend among the steps that had a gradient (``GRAD_SIGNAL``); the trend compares medians
+    over at least 3 rows, so two noisy rows of a sparse log are not a trend."""
+    lo, steps, values = rows(series, GRAD_SIGNAL, since)
+    span = max(SPIKE_ROWS, series.rows(SPIKE_SPAN, GRAD_SIGNAL))
+    first = max(0, lo - span + 1)
+    flags = rolling.spikes(values, SPIKE_ROWS, first)
+    all_steps = series.finite(GRAD_SIGNAL)[0]
+    if len(flags):  # a norm back to normal after a collapse is no spike: no spike while or just after it collapsed
+        before = all_steps[first:][: len(flags)]
+        flags = flags & ~_collapsed_at(series, before) & ~_collapsed_at(series, np.maximum(before - 1, 0))
+    total = np.concatenate(([0], np.cumsum(flags)))
+    rel = np.arange(lo - first, len(flags))
+    recent = total[rel + 1] - total[np.maximum(rel + 1 - span, 0)]  # spikes in the last SPIKE_SPAN steps' rows
+    idx = row_index(lo, len(steps))
+    window = max(W, 3 * series.interval_of(GRAD_SIGNAL))
+    med = series.roll(GRAD_SIGNAL, window, "median", lo)
+    start = series.head(GRAD_SIGNAL, window)
+    with np.errstate(invalid="ignore"):
+        trend = (idx >= series.rows(3 * W, GRAD_SIGNAL) - 1) & (med >= 5 * start) & (start > 0)
+        return steps, ((recent >= 3) | trend) & ~_collapsed_at(series, steps)
+
+
+# ---------------------------------------------------------------------------------------- grad_collapse
+COLLAPSE_SHARE = 0.05  # a grad_norm median below this share of its start has collapsed (1.37 → 0.0074 in kl_blowup)
+
+
+def _collapse_state(series: RunSeries, since):
+    """(steps, collapsed) of grad_norm: its W-step median below COLLAPSE_SHARE of the median of its first window."""
+    lo, steps, _ = rows(series, "grad_norm", since)
+    window = max(W, 3 * series.interval_of("grad_norm"))
+    med = series.roll("grad_norm", window, "median", lo)
+    start = series.head("grad_norm", window)
+    idx = row_index(lo, len(steps))
+    with np.errstate(invalid="ignore"):
+        return steps, (idx >= series.rows(2 * window, "grad_norm") - 1) & (start > 0) & (med < COLLAPSE_SHARE * start)
+
+
+def _collapsed_at(series: RunSeries, steps: np.ndarray) -> np.ndarray:
+    """Whether grad_norm had collapsed at each of ``steps`` (False where it is not logged)."""
+    if not series.has("grad_norm") or not len(steps):
+        return np.zeros(len(steps), dtype=bool)
+    at_steps, collapsed = _collapse_state(series, None)
+    if not len(at_steps):
+        return np.zeros(len(steps), dtype=bool)
+    i = np.clip(np.searchsorted(at_steps, steps, side="right") - 1, 0, len(at_steps) - 1)
+    return collapsed[i] & (steps >= at_steps[0])
+
+
+def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
+    window = max(W, 3 * series.interval_of("grad_norm"))
+    start = series.head("grad_norm", window)
+    evidence = [Evidence(start_step(series, "grad_norm"), "grad_norm", start, "median of its first window"),
+                smoothed_evidence(series, "grad_norm", ep.last, f"median now: below {COLLAPSE_SHARE:.0%} of its start"),
+                at(series, "grad_norm", ep.start, "onset")]
+    causes = ["no learning signal: the completions of a group score alike, so the advantages and the gradient are ~0 "
+              "(see uniform_groups)",
+              "the policy has become nearly deterministic (entropy collapsed), so its log-probabilities barely move "
+              "(see entropy_collapse)",
+              "the policy ran far from the reference and saturated (see kl_blowup), or the loss is masked or scaled to "
+              "~0 (every token masked, a loss-scale bug)"]
+    fixes = [advice("find what took the signal away (the findings this follows from, the reward's spread, the "
+                    "entropy): a vanished gradient is not a spike, and clipping it harder cannot help"),
+             advice(f"restart from the last checkpoint before step {ep.start} once the cause is fixed")]
+    deep = smoothed(series, "grad_norm", ep.last) < COLLAPSE_SHARE / 5 * start  # two orders of magnitude
+    return Explanation("warning" if deep else "info", evidence, causes, fixes)
+
+
+GRAD_COLLAPSE = Rule(
+    id="grad_collapse", title="Gradient norm collapsed: the updates have (almost) stopped",
+    requires=("grad_norm",), detect=_collapse_state, explain=_collapse_explain, open_after=3,
+    follows_from=("uniform_groups", "zero_grad", "entropy_collapse", "kl_blowup", "reward_collapse"),
+    references=("docs/field-reports.md#no-learning-signal",),
+    read=f"The {W}-step median of grad_norm is below {COLLAPSE_SHARE:.0%} of its median over the first window: the "
+         f"updates have all but stopped (a warning below {COLLAPSE_SHARE / 5:.0%}, two orders of magnitude; info "
+         "above, where a sharpening policy may simply take smaller steps). Where uniform groups, an entropy collapse or a KL blow-up come first, it is "
+         "listed as their consequence. While it lasts, grad_spikes stays quiet: a normal norm after a vanished one is "
+         "no spike.",
+)
+
+
+def _spike_rows(series: RunSeries, n: int) -> np.ndarray:
+    """The spikes among the first ``n`` rows of grad_norm with a gradient, as row indices. A spike depends only on
+    the rows before it, so the rows examined so far are kept in ``series.memo`` and a live run examines only its new
+    ones."""
+    done, rows = series.memo.get("grad_spikes", (0, np.empty(0, dtype=np.int64)))
+    if n > done:
+        values = series.finite(GRAD_SIGNAL)[1]
+        rows = np.concatenate([rows, done + np.flatnonzero(rolling.spikes(values[:n], SPIKE_ROWS, done))])
+        series.memo["grad_spikes"] = (n, rows)
+    return rows[rows < n]
+
+
+def _spike_explain(series: RunSeries, ep: Episode) -> Explanation:
+    cfg = series.config
+    steps, values = series.finite(GRAD_SIGNAL)
+    found = _spike_rows(series, int(np.searchsorted(steps, ep.last, side="right")))[-5:]
+    evidence = [Evidence(int(s), "grad_norm", float(v), f"spike: > 10 MADs and 5× the median of the {SPIKE_ROWS} "
+                         "logged values before") for s, v in zip(steps[found], values[found])]
+    start = number(series.head(GRAD_SIGNAL, max(W, 3 * series.interval_of(GRAD_SIGNAL))), 3)
+    evidence.append(smoothed_evidence(series, "grad_norm", ep.last, f"median now; start {start}"))
+    causes = ["a batch too small for the reward's variance: single batches yank the policy",
+              "outliers from the reward function (check rewards at the spike steps)"]
+    mu = cfg.get("num_iterations")
+    if isinstance(mu, int) and mu > 1:
+        causes.insert(0, f"several updates per rollout (num_iterations = {mu}) on a stale batch")
+    fixes = [make_fix(cfg, "use larger batches", {"per_device_train_batch_size":
+                                                   scaled(cfg, "per_device_train_batch_size", 2)}),
+             make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
+    clip = scaled(cfg, "max_grad_norm", 0.2)
+    lowest = float(np.min(values)) if len(values) else 0.0
+    if not isinstance(clip, (int, float)) or clip > lowest:  # below every norm it would only scale the lr down
+        fixes.insert(0, make_fix(cfg, "clip gradients harder", {"max_grad_norm": clip}))
+    return Explanation("warning", evidence, causes, fixes)
+
+
+GRAD_SPIKES = Rule(
+    id="grad_spikes", title="Gradient norm spikes or keeps rising",
+    requires=(GRAD_SIGNAL,), detect=_spike_detect, explain=_spike_explain, clear_after=SPIKE_SPAN,
+    references=("docs/field-reports.md#gradient-norm-spikes",
+                "docs/field-reports.md#gradient-norm-above-max_grad_norm"),
+    read="Among the steps that had a gradient (grad_norm above 0.001: a step whose groups were all uniform has "
+         "none), three or more spikes within 100 steps (a spike is above the median of the 10 logged values "
+         "before it by 10 MADs and 5×), or a median 5× its start. grad_norm above max_grad_norm alone is "
+         "expected: it is logged before clipping.",
+)
