@@ -157,7 +157,7 @@ def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
     start = series.head("grad_norm", window)
     evidence = [Evidence(start_step(series, "grad_norm"), "grad_norm", start, "median of its first window"),
                 smoothed_evidence(series, "grad_norm", ep.last, f"median now: below {COLLAPSE_SHARE:.0%} of its start"),
-                at(series, "grad_norm", ep.start, "onset")]
+                at(series, "grad_norm", ep.onset, "onset")]
     causes = ["no learning signal: the completions of a group score alike, so the advantages and the gradient are ~0 "
               "(see uniform_groups)",
               "the policy has become nearly deterministic (entropy collapsed), so its log-probabilities barely move "

@@ -115,7 +115,7 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
             "the batch's rewards do not spread at all: every completion scored the same" if name in SPREAD else
             "10-step median: the policy-gradient loss is exactly 0 in most steps (every advantage 0)"
             if name == "policy_loss" else "the reward does not move while the update is exactly 0")
-    evidence = [smoothed_evidence(series, name, ep.last, note), at(series, name, ep.start, "onset")]
+    evidence = [smoothed_evidence(series, name, ep.last, note), at(series, name, ep.onset, "onset")]
     causes, fixes = [], []
     G = cfg.get("num_generations")
     severe = (name == "frac_reward_zero_std" and observed >= 0.9) or name in SPREAD or name == "reward"

@@ -86,7 +86,7 @@ def _blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     now = smoothed(series, "kl", ep.last)
     upper = _upper(series)
-    evidence = [smoothed_evidence(series, "kl", ep.start, "onset, 10-step median"),
+    evidence = [smoothed_evidence(series, "kl", ep.onset, "onset, 10-step median"),
                 smoothed_evidence(series, "kl", ep.last, f"latest; target ≤ {number(upper, 3)}")]
     fell = reward_fell(series, ep, "after the KL rise")
     severe = now >= EXTREME or fell is not None

@@ -94,7 +94,7 @@ def _step_kl_explain(series: RunSeries, ep: Episode) -> Explanation:
     evidence = [smoothed_evidence(series, "approx_kl", ep.last, f"10-step median policy-ratio KL (usually 1e-3 – "
                                                                  f"1e-2; above {APPROX_KL_HIGH:g} the steps are too "
                                                                  "large)"),
-                at(series, "approx_kl", ep.start, "onset")]
+                at(series, "approx_kl", ep.onset, "onset")]
     causes = [f"update steps too large for the rollout they are taken on ({cfg.describe('learning_rate')}, "
               f"{cfg.describe('num_iterations')})",
               "the rollout's log-probs are not the trainer's (a rollout engine out of step): see rollout_mismatch"]

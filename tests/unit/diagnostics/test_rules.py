@@ -520,3 +520,41 @@ def test_a_fix_whose_own_prediction_is_no_better_is_left_out():
 
     assert Fix("more G", predicted=(0.9, 0.5)).helps and Fix("advice").helps
     assert not Fix("more G", predicted=(0.9, 0.95)).helps and not Fix("same", predicted=(1.0, 1.0)).helps
+
+
+def test_one_onset_per_finding():
+    """Over every recorded sample run, a finding's evidence marked "onset" is at the finding's own onset step (the
+    step its title says "since", and where the charts mark it)."""
+    from grpo_doctor.app import SAMPLE_RUNS
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    seen = 0
+    with RunStore(":memory:") as store:
+        for path in sorted(SAMPLE_RUNS.glob("*.jsonl")):
+            [run] = import_runs(store, path, name=path.stem)
+            for f in diagnose(store, run.run_id, save=False).findings:
+                for e in f.evidence:
+                    if e.note.startswith("onset"):
+                        seen += 1
+                        assert e.step == f.onset_step, (path.name, f.rule, e.step, f.onset_step)
+    assert seen
+
+
+def test_a_symptom_that_comes_back_keeps_its_first_onset_everywhere():
+    """Uniform groups from step 20 to 40, gone, back from 100: the title's "since", the evidence's onset and the chart
+    mark are all step 20 (not the second start)."""
+    from grpo_doctor.app.dashboard.run_tick import onset_marks
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.store import RunStore
+
+    share = np.where((np.arange(1, 151) >= 20) & (np.arange(1, 151) < 40) | (np.arange(1, 151) >= 100), 0.95, 0.1)
+    with RunStore(":memory:") as store:
+        run = store.create_run("back", config={"num_generations": 8}, source="grpo-doctor", status="finished")
+        store.write_steps(run, [(s, {"frac_reward_zero_std": float(v), "reward": 0.5}) for s, v in
+                                zip(range(1, 151), share)])
+        [f] = [f for f in diagnose(store, run, save=False).findings if f.rule == "uniform_groups"]
+    onsets = [e.step for e in f.evidence if e.note.startswith("onset")]
+    assert f.onset_step < 40 and onsets == [f.onset_step]
+    assert [m[0] for m in onset_marks([f])["frac_reward_zero_std"]] == [f.onset_step]
