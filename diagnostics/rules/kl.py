@@ -234,4 +234,45 @@ KL_NEGATIVE = Rule(
          "(see kl_small_negative).",
 )
 
-RULES = (KL_MISMATCH_AT_START, KL_BLOWUP, KL_NEGATIVE)
+# ---------------------------------------------------------------------------------------- kl_stuck_at_zero
+def _stuck_detect(series: RunSeries, since):
+    """KL exactly 0 at every logged row so far, over 2W steps or more, while the run takes updates (a gradient and a
+    learning rate above 0, where logged)."""
+    lo, steps, values = rows(series, "kl", since)
+    every = series.finite("kl")[0]
+    zero_so_far = np.cumsum(values != 0) == 0
+    covered = every - start_step(series, "kl") + series.interval_of("kl") >= 2 * W
+    moving = np.ones(len(values), dtype=bool)
+    for name in ("grad_norm", "learning_rate"):
+        if series.has(name):
+            with np.errstate(invalid="ignore"):
+                moving &= series.asof_roll(name, 2 * W, every, "max", 1) > 0
+    return steps, (zero_so_far & covered & moving)[lo:]
+
+
+def _stuck_explain(series: RunSeries, ep: Episode) -> Explanation:
+    evidence = [Evidence(ep.last, "kl", 0.0, f"exactly 0 at every logged step since step {start_step(series, 'kl')}")]
+    for name in ("grad_norm", "learning_rate"):
+        if series.has(name):
+            evidence.append(smoothed_evidence(series, name, ep.last, "the updates are being taken"))
+    causes = ["the updates never reach the policy that is scored: LoRA weights not applied (or not synced to the "
+              "generator), a frozen model, or steps too small to change bf16 log-probabilities",
+              "the KL is computed between the same model twice (the reference is the live policy), or not at all "
+              "(a metric written as 0)"]
+    fixes = [advice("compare the log-probabilities of a fixed completion before and after a few steps: they must "
+                    "change"),
+             advice("check that the optimizer holds the trainable (LoRA) parameters and that the generator "
+                    "receives the updated weights")]
+    return Explanation("info", evidence, causes, fixes)
+
+
+KL_STUCK_AT_ZERO = Rule(
+    id="kl_stuck_at_zero", title="KL stays exactly 0 while the run takes updates: the policy is not changing",
+    requires=("kl",), detect=_stuck_detect, explain=_stuck_explain, open_after=1,
+    references=("docs/field-reports.md#kl-0-at-step-1",),
+    read="KL is exactly 0 at every logged step for 20 steps or more while the gradient norm and the learning rate "
+         "(where logged) are above 0 (info): 0 at the first step is expected, but a policy that takes updates moves "
+         "away from its reference.",
+)
+
+RULES = (KL_MISMATCH_AT_START, KL_BLOWUP, KL_NEGATIVE, KL_STUCK_AT_ZERO)

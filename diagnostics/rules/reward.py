@@ -315,38 +315,50 @@ REWARD_HACKING = Rule(
 
 
 # ---------------------------------------------------------------------------------------- reward_component_constant
+# A component at its first value (std 0) in this share of its rows so far scores all alike. Judged on the rows so far
+# only: a function that scores alike for the first steps and varies later was a finding until then (as a live run
+# would have shown it), and not one that the later rows erase. (0.9 named penalties that rarely fire.)
+CONSTANT_SHARE = 1.0
+
+
+def _constant_rows(series: RunSeries, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, share so far): at each logged row, the share of the component's rows up to it where its mean is its
+    first value and its std (if logged) is 0: the completions all scored alike there."""
+    steps, values = series.finite(name)
+    same = values == values[0] if len(values) else np.zeros(0, bool)
+    std = name[:-len("mean")] + "std"
+    if series.has(std):
+        std_steps, std_values = series.finite(std)
+        zero = np.zeros(len(steps), dtype=bool)
+        pos = np.searchsorted(std_steps, steps)
+        ok = (pos < len(std_steps)) & (std_steps[np.minimum(pos, len(std_steps) - 1)] == steps)
+        zero[ok] = std_values[pos[ok]] == 0
+        same &= zero
+    return steps, np.cumsum(same) / np.arange(1, len(same) + 1)
+
+
 def _constant_components(series: RunSeries, upto: int | None = None) -> list[str]:
-    """Reward functions whose mean has had one value at every logged step since the first (and whose std, if
-    logged, is 0): they score every completion alike."""
+    """Reward functions at their first value, with a std of 0, in every row up to ``upto``: they score every
+    completion alike."""
     out = []
     for name in components(series):
-        steps, values = series.finite(name)
-        if upto is not None:
-            values = values[:int(np.searchsorted(steps, upto, side="right"))]
-        std = name[:-len("mean")] + "std"
-        if len(values) and np.all(values == values[0]) and (not series.has(std) or series.finite(std)[1].max() == 0):
+        steps, share = _constant_rows(series, name)
+        n = len(steps) if upto is None else int(np.searchsorted(steps, upto, side="right"))
+        if n and share[n - 1] >= CONSTANT_SHARE:
             out.append(name)
     return out
 
 
 def _constant_detect(series: RunSeries, since):
-    """Per component, whether its mean has kept its first value so far (kept in ``series.memo``: a live update reads
-    only the new rows)."""
+    """Per component, whether it has held its first value (with std 0) in every row so far, once it has W steps of
+    rows."""
     out_steps, out_active = [], []
     for name in components(series):
-        std = name[:-len("mean")] + "std"
-        if series.has(std) and series.finite(std)[1].max() > 0:
-            continue  # it scores the completions of a batch differently, even if its mean does not move
-        lo, steps, values = rows(series, name, since)
-        done, same = series.memo.get(("constant", name), (0, True))
-        if done != lo:  # a pass that does not continue the last one: start over
-            done, same = 0, True
-        fresh = values[done:]
-        unchanged = same & (np.cumsum(fresh != values[0]) == 0) if len(values) else fresh.astype(bool)
-        series.memo[("constant", name)] = (len(values), bool(unchanged[-1]) if len(unchanged) else same)
-        enough = row_index(lo, len(steps)) >= series.rows(W, name) - 1
-        out_steps.append(steps)
-        out_active.append(unchanged[lo - done:] & enough)
+        steps, share = _constant_rows(series, name)
+        lo = series.first_row_after(name, since) if since is not None else 0
+        enough = np.arange(len(steps)) >= series.rows(W, name) - 1
+        out_steps.append(steps[lo:])
+        out_active.append(((share >= CONSTANT_SHARE) & enough)[lo:])
     if not out_steps:
         return np.empty(0, np.int64), np.empty(0, bool)
     if all(len(s_) == len(out_steps[0]) and np.array_equal(s_, out_steps[0]) for s_ in out_steps[1:]):
@@ -361,8 +373,8 @@ def _constant_detect(series: RunSeries, since):
 def _constant_explain(series: RunSeries, ep: Episode) -> Explanation:
     names = _constant_components(series, ep.last) or components(series)[:1]
     evidence = [smoothed_evidence(series, "reward", ep.last, "the total reward")] if series.has("reward") else []
-    evidence += [Evidence(ep.last, n, series.value_at(n, ep.last), f"the same value at every step since step "
-                                                                 f"{start_step(series, n)}") for n in names]
+    evidence += [Evidence(ep.last, n, series.value_at(n, ep.last), f"the same value, with no spread, at every step "
+                                                                 f"since step {start_step(series, n)}") for n in names]
     span = ep.last - start_step(series, names[0]) + series.interval_of(names[0]) if names else 0
     fns = ", ".join(n.split("/")[1] for n in names)
     causes = [f"{fns} gives every completion the same score: it adds no learning signal (a parser that never "
@@ -381,8 +393,9 @@ REWARD_COMPONENT_CONSTANT = Rule(
     gate=lambda series: None if components(series) else needs("per-function rewards (rewards/<fn>/mean)"),
     references=("docs/field-reports.md#no-learning-signal",
                 "docs/field-reports.md#per-function-std-vs-group-std"),
-    read="A per-function reward (rewards/<fn>/mean) has had exactly one value at every logged step since the start, "
-         "for 10 steps or more (and its std, if logged, is 0): it scores every completion alike. Info at first; a "
+    read="A per-function reward (rewards/<fn>/mean) has had one value (and a std of 0, if logged) at every logged "
+         "step so far, for 10 steps or more: it scores every completion alike (a function that varies later ends the "
+         "finding there). Info at first; a "
          "warning once it has held for 100 steps while the total reward is not rising.",
 )
 

@@ -170,3 +170,15 @@ def test_words_and_numbers_in_turn_are_pairs(store, tmp_path):
     [run] = import_runs(store, log)
     frame = store.metrics(run.run_id)
     assert list(frame.index) == [10, 20, 30] and frame["reward"].tolist() == [r["reward_mean"] for r in rows]
+
+
+def test_a_reward_function_alike_so_far_and_a_kl_stuck_at_0_are_named(store):
+    """A TRL run (trainer_state.json) whose format reward is 0.5 with std 0 for its first 12 steps (it varies a little
+    later, when a completion is cut) and whose KL is exactly 0.0 at all 70 steps while the learning rate climbs."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "trl-state__joshsalako__telelogs__grpo-ckpt70" / "trainer_state.json"
+    [run] = import_runs(store, path)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["reward_component_constant"].onset_step <= 12
+    assert found["kl_stuck_at_zero"].severity == "info"

@@ -233,6 +233,8 @@ FIXTURES = [
     Fixture("gradient norm collapsed, then back: no spikes", {"grad_collapse": "warning"},
             metrics={"grad_norm": np.concatenate([0.8 + noise(50, 0.05), np.full(40, 0.002), 0.8 + noise(N - 90, 0.05)])},
             never=("max_grad_norm",)),
+    Fixture("KL exactly 0 at every step while the run takes updates", {"kl_stuck_at_zero": "info"},
+            metrics={"kl": np.zeros(N)}, notes=("kl_zero_at_start",)),
     Fixture("policy-ratio KL far above its usual 1e-3 – 1e-2", {"approx_kl_high": "warning"},
             metrics={"approx_kl": np.concatenate([np.full(N // 2, 0.004), np.full(N - N // 2, 0.3)])},
             config={"num_iterations": 4}, fix={"learning_rate": 5e-5, "num_iterations": 2}),
