@@ -98,13 +98,14 @@ def wandb_config(path: Path) -> tuple[dict, str]:
     return config, framework
 
 
-# A column that names the run a row belongs to: where its value changes, a new run begins.
-RUN_COLUMNS = ("run", "run_name", "run_id", "experiment", "experiment_name", "exp_name", "config_name")
+# Columns that name the run a row belongs to (together: a sweep's run and seed): where one changes, a new run begins.
+RUN_COLUMNS = ("run", "run_name", "run_id", "experiment", "experiment_name", "exp_name", "config_name", "seed",
+               "trial", "trajectory", "replicate")
 
 
-def run_column(names) -> str | None:
+def run_columns(names) -> list:
     lower = {str(n).strip().lower(): n for n in names}
-    return next((lower[key] for key in RUN_COLUMNS if key in lower), None)
+    return [lower[key] for key in RUN_COLUMNS if key in lower]
 
 
 ROW_ORDER_NOTE = ("no step column (looked for {looked}): the row order is the step (1, 2, ...); "
@@ -142,12 +143,11 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
             raise source.error(f"no step column (looked for {LOOKED_FOR})")
         source.note(ROW_ORDER_NOTE.format(looked=LOOKED_FOR))
     index = header.index(column) if column is not None else None
-    named = run_column(header)
-    run_index = header.index(named) if named is not None else None
+    run_index = [header.index(named) for named in run_columns(header)]
     current_run = None
     keep = []  # (position, name) of the metric columns
     for i, name in enumerate(header):
-        if i in (index, run_index) or not name:
+        if i == index or i in run_index or not name:
             continue
         if wandb and (name.startswith("_") or name.startswith(_WANDB_SKIP_PREFIXES)
                       or name.split("/", 1)[-1] in SUMMARY_KEYS or name == "train/global_step"):
@@ -165,8 +165,8 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
         if len(fields) != width:
             source.skip_line(f"line {lineno}", f"{len(fields)} fields, the header has {width}")
             continue
-        if run_index is not None:
-            run = fields[run_index].strip()
+        if run_index:
+            run = tuple(fields[i].strip() for i in run_index)
             if current_run is not None and run != current_run:
                 yield NEW_RUN, {}
                 order = 0
@@ -293,12 +293,13 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
     current_run = None
     for where, record in records:
         record = flatten(record)
-        named = run_column(record)
-        if named is not None and isinstance(record[named], str):
-            if current_run is not None and record[named] != current_run:
+        named = run_columns(record)
+        if named:
+            run = tuple(record.pop(key) for key in named)
+            if current_run is not None and run != current_run:
                 yield NEW_RUN, {}
                 order = 0
-            current_run = record.pop(named)
+            current_run = run
         if is_eval_row(record) or is_summary_row(record):
             continue
         key = step_key if step_key is not None else step_column(record)

@@ -182,3 +182,10 @@ def test_a_reward_function_alike_so_far_and_a_kl_stuck_at_0_are_named(store):
     found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
     assert found["reward_component_constant"].onset_step <= 12
     assert found["kl_stuck_at_zero"].severity == "info"
+
+
+def test_a_run_and_a_trajectory_column_split_a_csv_into_its_runs(store, tmp_path):
+    """A sweep's CSV (``run`` = baseline, then q0 with ``trajectory`` 1 and 2): three runs, each 1–128."""
+    path = CORPUS / "handwritten-csv__mantissagithub__q0__smollm2-135m-grpo-baseline-and-q0" / "training_metrics.csv"
+    runs = import_runs(store, path)
+    assert [(r.steps, list(store.metrics(r.run_id).index)[-1]) for r in runs] == [(128, 128)] * 3
