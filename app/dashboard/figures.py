@@ -193,8 +193,9 @@ def _nonfinite(steps, values, name: str, color: str, group: str, bad: np.ndarray
 def _layout(title: str, height: int, shapes: list[dict], top_axis: bool) -> dict:
     layout = dict(
         template="none",  # Streamlit's theme styles the chart in the browser; plotly's own would be sent in vain
-        title=dict(text=title), height=height, margin=dict(l=10, r=10, t=40, b=10), xaxis=dict(title="step"),
-        showlegend=True, shapes=shapes, legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0),
+        # the legend sits below the plot, under the axis title, in a bottom margin kept for it (not cut off)
+        title=dict(text=title), height=height, margin=dict(l=10, r=10, t=40, b=90), xaxis=dict(title="step"),
+        showlegend=True, shapes=shapes, legend=dict(orientation="h", yanchor="top", y=-0.45, xanchor="left", x=0),
     )
     if top_axis:  # NaN/inf marks and the marks' hover points sit at the top whatever the scale: a hidden 0-1 axis
         layout["yaxis2"] = dict(overlaying="y", range=[0, 1.05], visible=False, fixedrange=True)

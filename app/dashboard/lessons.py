@@ -109,6 +109,15 @@ def table(found: list[Lesson]) -> pd.DataFrame:
                           "fixes": ls.row.fixes, "recorded run": shown(ls)} for ls in found])
 
 
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A table as Markdown, so the `code` and **bold** of its cells render (a dataframe shows them raw)."""
+    def cell(value) -> str:
+        return " ".join(str(value).split()).replace("|", "\\|")
+    lines = ["| " + " | ".join(map(cell, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
 def figure(lesson: Lesson) -> go.Figure:
     """The symptom's metric: the recorded run, its twin overlaid, the finding's stretch shaded."""
     metric, finding = lesson.metric, lesson.finding

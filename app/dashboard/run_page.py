@@ -194,14 +194,14 @@ def health_metrics(names: list[str], config: dict) -> list[str]:
 
 def charts(tick: RunTick, names: list[str], smoothing: float, marks: dict[str, list[tuple]] | None = None,
            key: str = "run.chart") -> None:
-    """A chart per metric, grouped as in the catalogue, two to a row; a chart that cannot show anything for this
+    """A chart per metric, grouped as in the catalogue, two to a row (one alone fills it); a chart that cannot show anything for this
     run's config (``charts.blank_reason``) is folded away with the reason."""
     config = tick.config()
     marks = marks or {}
     figures = st.session_state.setdefault(_FIGURES_KEY, LiveFigures())  # reused from tick to tick
     for group, members in grouped(names):
         st.subheader(group)
-        columns = st.columns(2)
+        columns = st.columns(min(2, len(members)))  # a chart alone in its group takes the whole width
         for i, name in enumerate(members):
             with columns[i % 2]:
                 series, band = tick.metric(name), health(name, config)

@@ -21,7 +21,7 @@ st.caption("Every row was reproduced by a real run of the embedded trainer on a 
            "with the fix. A twin counts as fixed only when the symptom's metrics moved by the margin the scenario "
            "set before it ran, and no critical finding is left in it.")
 found = recorded_lessons()
-st.dataframe(lessons.table(found), hide_index=True, width="stretch")
+st.markdown(lessons.markdown_table(lessons.table(found)))
 
 choice = st.selectbox("Row", range(len(found)), format_func=lambda i: found[i].row.symptom, key="teach.row")
 lesson = found[choice]

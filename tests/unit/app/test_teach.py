@@ -35,6 +35,9 @@ def test_every_row_has_a_recorded_run_or_a_reason(recorded):
     table = lessons.table(recorded)
     assert table.loc[table["symptom"] == "OOM", "recorded run"].item() == "not reproduced here"
     assert table.loc[table["symptom"] == "KL blow-up", "recorded run"].item().startswith("found at step")
+    text = lessons.markdown_table(table)  # rendered as Markdown, so a cell's `code` shows as code, not backticks
+    assert text.splitlines()[0] == "| symptom | signature | causes | fixes | recorded run |"
+    assert len(text.splitlines()) == len(table) + 2 and "`" in text
 
 
 def test_the_chart_shades_the_symptom_and_overlays_the_fixed_twin(recorded):
