@@ -27,6 +27,8 @@ from grpo_doctor.diagnostics.importers.hf import (
 from grpo_doctor.diagnostics.importers.tabular import (
     header_is_ours,
     is_wandb_header,
+    json_document,
+    json_table,
     step_column,
 )
 from grpo_doctor.diagnostics.importers.tensorboard import event_files, looks_like_events
@@ -104,6 +106,9 @@ def _resolve_folder(folder: Path, fmt: str | None) -> tuple[str, Path]:
             return "trainer_state", state
     if fmt in (None, "tensorboard") and event_files(folder):
         return "tensorboard", folder
+    for files in (folder, folder / "files"):  # a wandb run folder (run-*/) or its files/: the console it captured
+        if fmt is None and (files / "output.log").is_file() and (files / "wandb-summary.json").is_file():
+            return detect_file(files / "output.log"), files / "output.log"
     # Otherwise: the one readable log directly in the folder.
     found: list[tuple[str, Path]] = []
     try:
@@ -174,7 +179,10 @@ def detect_file(path: Path) -> str:
         if first.startswith("{'"):
             pass  # a printed Python dict: console output, below
         elif first.startswith("{") and not first.rstrip().endswith("}"):
-            raise unknown(path, "a JSON document without 'log_history', so not a trainer_state.json")
+            if json_table(json_document(path)) is not None:
+                return "jsonl"  # a loop's json.dump of its history: columns, or a list of records under a key
+            raise unknown(path, "a JSON document without 'log_history' or a table of metrics, so not a "
+                                "trainer_state.json")
     if any(STEP_LINE.search(line) for line in lines[:2000]) or any(m in text for m in CONFIG_MARKERS[:2]) \
             or any(m in text for m in _VERL_MARKERS):
         return "verl_console"

@@ -187,8 +187,13 @@ def _signature(path: Path) -> tuple[int, int]:
 
 
 def _json_array(path: Path) -> bool:
+    """A JSON document read whole (one array of records, or an object holding the table), not JSON lines."""
     with open(path, "rb") as f:
-        return f.read(64).lstrip().startswith(b"[")
+        head = f.read(4096).lstrip()
+    if head.startswith(b"["):
+        return True
+    first = head.split(b"\n", 1)[0].strip()
+    return head.startswith(b"{") and not first.endswith(b"}")  # a pretty-printed object spans lines
 
 
 __all__ = ["Follower", "LINE_FORMATS", "LogFormatError"]

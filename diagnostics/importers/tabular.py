@@ -283,13 +283,59 @@ def _is_array(path: Path) -> bool:
     return read_head(path, 4096).decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n").startswith("[")
 
 
+DOCUMENT_MAX_BYTES = 64 * 2**20  # a JSON document (not JSON lines) is read whole, up to this size
+_RECORD_KEYS = ("log_history", "history", "metrics", "records", "logs", "steps", "train", "training")
+
+
+def json_table(document) -> list[dict] | None:
+    """The rows of a loop's JSON dump: a list of records (``{"history": [{...}, ...]}``), or columns, one list of
+    numbers per metric, all of one length (``{"reward": [...], "kl": [...]}``), at the top or one level down;
+    None when the document holds neither."""
+    if isinstance(document, list):
+        return document if document and all(isinstance(r, dict) for r in document) else None
+    if not isinstance(document, dict):
+        return None
+    for key in (*_RECORD_KEYS, *document):
+        value = document.get(key)
+        if isinstance(value, list) and len(value) >= 2 and all(isinstance(r, dict) for r in value):
+            return value
+    columns = {k: v for k, v in document.items()
+               if isinstance(v, list) and len(v) >= 2 and all(isinstance(x, (int, float)) or x is None for x in v)}
+    lengths = {len(v) for v in columns.values()}
+    if len(columns) >= 2 and len(lengths) == 1:
+        n = lengths.pop()
+        return [{k: v[i] for k, v in columns.items()} for i in range(n)]
+    for value in document.values():
+        if isinstance(value, dict):
+            found = json_table(value) if value is not document else None
+            if found:
+                return found
+    return None
+
+
+def json_document(path: Path):
+    """The file as one JSON document, or None (JSON lines, too big, or not JSON)."""
+    try:
+        if path.stat().st_size > DOCUMENT_MAX_BYTES:
+            return None
+        return json.loads(path.read_text(encoding="utf-8-sig", errors="replace"))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
 def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tuple[int, dict[str, float]]]:
     """Steps from ``step_key``, else from the first record's step key (then every record needs one), else
-    the row order (said in a note). Validation rows (``"split": "val"``) are kept under ``eval/`` names."""
+    the row order (said in a note). Validation rows (``"split": "val"``) are kept under ``eval/`` names. A JSON
+    document that is not one array of records (a dict of columns, or of a list of records) is read as its table."""
     by_order: bool | None = None
     order = 0
-    records = array_records(source, path) if _is_array(path) else (
-        (f"line {n}", r) for n, r in json_records(source, path))
+    document = None if _is_array(path) else json_document(path)
+    table = json_table(document) if isinstance(document, dict) else None
+    if table is not None:
+        records = ((f"row {i}", r) for i, r in enumerate(table, start=1))
+    else:
+        records = array_records(source, path) if _is_array(path) else (
+            (f"line {n}", r) for n, r in json_records(source, path))
     current_run = None
     for where, record in records:
         record = flatten(record)

@@ -189,3 +189,34 @@ def test_a_run_and_a_trajectory_column_split_a_csv_into_its_runs(store, tmp_path
     path = CORPUS / "handwritten-csv__mantissagithub__q0__smollm2-135m-grpo-baseline-and-q0" / "training_metrics.csv"
     runs = import_runs(store, path)
     assert [(r.steps, list(store.metrics(r.run_id).index)[-1]) for r in runs] == [(128, 128)] * 3
+
+
+def test_a_loops_json_dump_of_columns_or_of_a_history_list_is_read(store, tmp_path):
+    """A loop's ``json.dump(history, f, indent=2)``: columns (one list per metric, here a real loop's rewards and KL)
+    or a list of records under a key; the rows are read in order."""
+    import json
+
+    rows = [json.loads(line) for line in lines_of(VINCE, 1, 2, 3)]
+    columns = tmp_path / "history.json"
+    columns.write_text(json.dumps({"config": {"lr": 1e-6}, "step": [r["step"] for r in rows],
+                                   "reward_mean": [r["reward_mean"] for r in rows], "kl": [r["kl"] for r in rows]},
+                                  indent=2))
+    records = tmp_path / "log.json"
+    records.write_text(json.dumps({"run": "baseline", "history": rows}, indent=2))
+    for path in (columns, records):
+        [run] = import_runs(store, path)
+        frame = store.metrics(run.run_id)
+        assert list(frame.index) == [10, 20, 30] and frame["reward"].tolist() == [r["reward_mean"] for r in rows]
+
+
+def test_a_wandb_run_folder_is_read_through_the_console_it_captured(store, tmp_path):
+    """A wandb run folder (``run-*/files/output.log`` beside ``wandb-summary.json`` and ``config.yaml``), here holding a
+    real verl console log: the folder, or its files/, imports that log."""
+    files = tmp_path / "run-20260101_000000-abc" / "files"
+    files.mkdir(parents=True)
+    (files / "output.log").write_bytes(VERL_DEMO.read_bytes())
+    (files / "wandb-summary.json").write_text('{"_step": 26, "critic/score/mean": 0.5}')
+    (files / "config.yaml").write_text("wandb_version: 1\n")
+    for path in (files.parent, files):
+        [run] = import_runs(store, path)
+        assert store.get_run(run.run_id)["source"] == "verl" and run.steps == 26
