@@ -119,7 +119,7 @@ def remote_controls(run: dict, requests: list[str]) -> None:
 
 
 STATUS_ICONS = {"critical": ":red[:material/error:]", "warning": ":orange[:material/warning:]",
-                "info": ":blue[:material/info:]", "ok": ":green[:material/check_circle:]"}
+                "watch": ":blue[:material/visibility:]", "ok": ":green[:material/check_circle:]"}
 
 
 def status(tick: RunTick) -> None:

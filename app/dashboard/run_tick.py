@@ -19,7 +19,8 @@ from grpo_doctor.app.launch.restarts import RestartPoint, Verdict, restart_point
 from grpo_doctor.diagnostics.findings import Finding, most_severe_first
 from grpo_doctor.diagnostics.fix_verdict import symptom_metric
 from grpo_doctor.diagnostics.metrics.catalogue import HealthRange, health
-from grpo_doctor.diagnostics.report.status_lines import GroupStatus, group_statuses, health_config
+from grpo_doctor.diagnostics.metrics.health import band_config
+from grpo_doctor.diagnostics.report.status_lines import GroupStatus, group_statuses
 from grpo_doctor.diagnostics.series import RunSeries
 from grpo_doctor.diagnostics.store import RunNotFound, RunStore, control_requests
 
@@ -98,7 +99,7 @@ class RunTick:
 
     def config(self) -> dict:
         """The config the health bands are read for (as the status lines and the diagnoser read them)."""
-        return health_config(self.series)
+        return band_config(self.series)
 
     def names(self) -> list[str]:
         return self.series.names()

@@ -22,6 +22,14 @@ class MetricHealth:
     share_out: float | None      # share of the logged steps outside the range (NaN/inf count as out)
 
 
+def band_config(series) -> dict:
+    """The one config the health bands of a run are read for (``show``, the status lines, the charts): the run's
+    recorded config, under the framework defaults assumed for it, under values read off its metrics, under the
+    values it recorded itself."""
+    cfg = series.config
+    return {**(series.run.get("config") or {}), **cfg.assumed, **cfg.logged, **cfg.values}
+
+
 def unhealthy(band: HealthRange, values: np.ndarray) -> np.ndarray:
     """Which values are unhealthy: non-finite, or outside the band (below a ``target`` band is fine; outside a
     ``document`` band alone is not unhealthy)."""
@@ -30,7 +38,7 @@ def unhealthy(band: HealthRange, values: np.ndarray) -> np.ndarray:
 
 def health_summary(series) -> list[MetricHealth]:
     """One row per logged metric of the run, in name order."""
-    config = {**series.config.assumed, **series.config.logged, **series.config.values}
+    config = band_config(series)
     rows = []
     for name in series.names():
         steps, values = series.raw(name)

@@ -1,8 +1,15 @@
-"""One status line per metric group (reward, KL, lengths, advantages, clipping, gradients and entropy, loss, cost)
-that agrees with the findings: a group with a finding says so, with its severity; a metric outside the documents'
-range with no finding says why that is not a problem here (the range is a document reference only, an expected
-behaviour explains it, the run sits at its own starting level, the rules that read it did not fire). The Run page
-and ``grpo-doctor show`` print the same lines.
+"""One status line per metric group (reward, KL, lengths, advantages, clipping, gradients and entropy, loss, cost),
+derived from the same findings the Run page lists. Its state is one of:
+
+- ``critical`` / ``warning``: an open finding of that severity touches the group's metrics; the line names it;
+- ``watch``: a finding of lower severity touches it (a consequence, a note), or a metric is outside its health range
+  with no finding, and the line says why that is not yet a problem *in terms of the metric* (the range is the
+  documents' reference only, an expected behaviour explains it, it sits at the run's own start, it has held steady);
+- ``ok``: every metric inside its range, or with no range.
+
+"Outside its range" is the same test the charts colour their points by (``diagnostics.metrics.health.unhealthy``),
+with the same config (``band_config``), so a line and its chart cannot disagree. A rule that is listed as a finding
+is never said not to have fired. The Run page and ``grpo-doctor show`` print the same lines.
 
 Pure functions over a ``RunSeries`` and its findings: no Streamlit, no torch.
 """
@@ -13,6 +20,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from grpo_doctor.diagnostics.findings import Finding
 from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics.baseline import baseline
@@ -22,6 +31,7 @@ from grpo_doctor.diagnostics.metrics.catalogue import (
     HealthRange,
     health,
 )
+from grpo_doctor.diagnostics.metrics.health import band_config, unhealthy
 from grpo_doctor.diagnostics.rules import RULES
 from grpo_doctor.diagnostics.series import DERIVED_FROM, RunSeries
 
@@ -50,7 +60,7 @@ def group_of(name: str) -> str:
 @dataclass(frozen=True)
 class GroupStatus:
     group: str
-    state: str      # critical | warning | info | ok
+    state: str      # critical | warning | watch | ok
     text: str
 
     def line(self) -> str:
@@ -68,11 +78,9 @@ class Outside:
     now: bool       # the latest value is outside
 
 
-def health_config(series: RunSeries) -> dict:
-    """The config the health bands are read for: recorded values over those read off the metrics over assumed
-    framework defaults (what ``diagnostics.metrics.health`` uses)."""
-    cfg = series.config
-    return {**(series.run.get("config") or {}), **cfg.assumed, **cfg.logged, **cfg.values}
+def finding_groups(finding: Finding) -> list[str]:
+    """Every group a finding's evidence touches, its first evidence metric's group first."""
+    return list(dict.fromkeys([finding_group(finding), *(group_of(e.metric) for e in finding.evidence)]))
 
 
 def finding_group(finding: Finding) -> str:
@@ -86,10 +94,12 @@ def finding_group(finding: Finding) -> str:
 
 
 def _outside(series: RunSeries, name: str, band: HealthRange) -> Outside | None:
+    """The metric outside its band by the charts' own test (``unhealthy``): at its latest value, or at a good share
+    of its steps. A ``document`` band is the documents' reference only: a metric outside it is reported as such."""
     values = series.raw(name)[1]
     if not len(values) or band.low is None and band.high is None and math.isfinite(values[-1]):
         return None
-    bad = band.outside(values)
+    bad = band.outside(values) if band.kind == "document" else unhealthy(band, values)
     share = float(bad.mean())
     if bad[-1] or share >= OUTSIDE_SHARE:
         return Outside(name, float(values[-1]), band, share, bool(bad[-1]))
@@ -114,37 +124,59 @@ def _explains(note: Finding, out: Outside) -> bool:
     return any(e.metric == out.metric and bool(out.band.outside([e.value])[0]) for e in note.evidence)
 
 
+STEADY = 0.1  # a median that moved by less than this share over the last 3 windows has held steady
+
+
 def reasons(series: RunSeries, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],
             resolved: Sequence[Finding] = ()) -> list[str]:
-    """Why a metric outside its band is not a problem here, most telling first (empty: nothing says so): the band is
-    the documents' reference only, an expected-behaviour note explains it, the rules that judge it did not fire (or
-    fired and resolved), it sits within the run's own early baseline."""
+    """Why a metric outside its band is not yet a problem, in terms of the metric, most telling first (empty:
+    nothing says so): the band is the documents' reference only, an expected-behaviour note explains it, a finding
+    about it fired and resolved, it sits within the run's own early baseline, it has held steady."""
     found = []
     if out.band.kind == "document":
         found.append(f"the range is the documents' reference only, never a verdict alone ({out.band.source})")
     found += [f"expected: {f.title} [{f.rule}]" for f in notes if _explains(f, out)]
-    readers = _readers(out.metric)
-    earlier = {f.rule: f for f in resolved}
-    found += [f"{r.id} fired and resolved at step {earlier[r.id].resolved_step}" for r in readers if r.id in earlier]
-    ran = [r.id for r in readers if r.id not in not_checked and r.id not in earlier]
-    if ran:
-        found.append(f"the rules that judge it ({', '.join(ran)}) did not fire")
+    readers = {r.id for r in _readers(out.metric)}
+    found += [f"{f.rule} named it and resolved at step {f.resolved_step}" for f in resolved if f.rule in readers]
     base = baseline(*series.raw(out.metric), out.metric)
     if base is not None and base.holds(out.value):
         found.append(f"it is within the run's own start ({number(base.low, 3)} – {number(base.high, 3)}, steps "
                      f"{base.first_step}–{base.last_step})")
+    held = _steady(series, out.metric)
+    if held is not None:
+        found.append(held)
     return found
 
 
+def _steady(series: RunSeries, name: str) -> str | None:
+    """"steady at 0.31 over the last N steps" when its rolling median moved by less than STEADY over 3 windows."""
+    steps, values = series.finite(name)
+    n = max(3, series.rows(30, name))
+    if len(values) < 2 * n:
+        return None
+    now, before = float(np.median(values[-n:])), float(np.median(values[-2 * n:-n]))
+    scale = max(abs(now), abs(before), 1e-12)
+    if abs(now - before) > STEADY * scale:
+        return None
+    return f"steady at {number(now, 3)} over the last {int(steps[-1] - steps[-2 * n])} steps"
+
+
 def _why_not(series: RunSeries, out: Outside, notes: Sequence[Finding], not_checked: Mapping[str, str],
-             resolved: Sequence[Finding]) -> str:
+             resolved: Sequence[Finding], named: Mapping[str, Finding] | None = None) -> str:
     found = reasons(series, out, notes, not_checked, resolved)
     if found:
-        return "not a problem here because " + "; ".join(found[:2])
-    idle = [f"{r.id} {not_checked[r.id]}" for r in _readers(out.metric) if r.id in not_checked]
+        return "not yet a problem: " + "; ".join(found[:2])
+    named = named or {}
+    judging = [f"{r.id} ({named[r.id].severity}, from step {named[r.id].onset_step})" for r in _readers(out.metric)
+               if r.id in named]
+    if judging:
+        return "see " + ", ".join(judging)
+    idle = [f"{r.id} {not_checked[r.id]}" for r in _readers(out.metric) if r.id in not_checked and r.id not in named]
     if idle:
         return "not judged here: " + "; ".join(idle)
-    return f"not judged: no rule reads it, and a documented range alone is no evidence of a problem ({out.band.source})"
+    if not _readers(out.metric):
+        return f"no rule reads it, and a documented range alone is no evidence of a problem ({out.band.source})"
+    return "moving, and no rule has named a problem with it yet: watch it"
 
 
 def _outside_text(out: Outside) -> str:
@@ -172,10 +204,11 @@ def group_statuses(series: RunSeries, findings: Iterable[Finding],
     ``findings``: the diagnoser's findings for the run; ``not_checked``: rule id → why it did not run (the
     diagnoser's ``skipped`` and ``not_applicable``)."""
     findings, not_checked = list(findings), not_checked or {}
-    config = health_config(series)
+    config = band_config(series)
     by_group: dict[str, list[Finding]] = {}
     for f in findings:
-        by_group.setdefault(finding_group(f), []).append(f)
+        for group in finding_groups(f):
+            by_group.setdefault(group, []).append(f)
     metrics: dict[str, list[str]] = {}
     for name in series.names():
         metrics.setdefault(group_of(name), []).append(name)
@@ -183,12 +216,15 @@ def group_statuses(series: RunSeries, findings: Iterable[Finding],
     for group in GROUPS:
         if group not in metrics and group not in by_group:
             continue
-        out.append(_group_status(series, group, metrics.get(group, []), by_group.get(group, []), config, not_checked))
+        out.append(_group_status(series, group, metrics.get(group, []), by_group.get(group, []), config, not_checked,
+                                 findings))
     return out
 
 
 def _group_status(series: RunSeries, group: str, names: list[str], found: list[Finding], config: Mapping,
-                  not_checked: Mapping[str, str]) -> GroupStatus:
+                  not_checked: Mapping[str, str], everything: Sequence[Finding] = ()) -> GroupStatus:
+    banded = [(n, b) for n in names if (b := health(DERIVED_FROM.get(n, n), config)) is not None]
+    outside = [o for n, b in banded if (o := _outside(series, n, b)) is not None]
     open_ = [f for f in found if f.status == "open"]
     problems = sorted((f for f in open_ if f.severity in PROBLEMS), key=lambda f: -PROBLEMS.index(f.severity))
     if problems:
@@ -201,25 +237,26 @@ def _group_status(series: RunSeries, group: str, names: list[str], found: list[F
     infos = [f for f in open_ if f.severity == "info" and not f.caused_by]
     if consequences:
         f = consequences[0]
-        return GroupStatus(group, "info", f"a consequence of {f.caused_by}: {f.title}{_span(f)} [{f.rule}]")
+        return GroupStatus(group, "watch", f"watch — a consequence of {f.caused_by}: {f.title}{_span(f)} [{f.rule}]")
     if infos:
         f = infos[0]
-        return GroupStatus(group, "info", f"note: {f.title}{_span(f)} [{f.rule}]")
+        return GroupStatus(group, "watch", f"watch — {f.title}{_span(f)} [{f.rule}] (info)")
     notes = [f for f in found if f.severity == "expected"]
     resolved = [f for f in found if f.status == "resolved" and f.severity != "expected"]
-    banded = [(n, b) for n in names if (b := health(DERIVED_FROM.get(n, n), config)) is not None]
-    outside = [o for n, b in banded if (o := _outside(series, n, b)) is not None]
     parts = []
     if resolved:
         parts.append("; ".join(f"{f.title}{_span(f)} [{f.rule}]" for f in resolved))
+    named = {f.rule: f for f in everything if f.status == "open" and f.severity != "expected"}
     for o in outside:
-        parts.append(f"{_outside_text(o)}; {_why_not(series, o, notes, not_checked, resolved)}")
+        parts.append(f"{_outside_text(o)}; {_why_not(series, o, notes, not_checked, resolved, named)}")
+    if outside:
+        return GroupStatus(group, "watch", "watch — " + "; ".join(parts))
     if not parts:
         if banded:
             parts.append(f"no finding; {_count(len(banded), 'metric')} inside the documented range")
         else:
             parts.append("no finding (the documents give these metrics no range)")
-        parts += [f"expected: {f.title} [{f.rule}]" for f in notes]
+    parts += [f"expected: {f.title} [{f.rule}]" for f in notes]
     return GroupStatus(group, "ok", "ok — " + "; ".join(parts))
 
 

@@ -272,10 +272,10 @@ def test_run_page_opens_with_a_status_line_per_group_that_agrees_with_the_findin
     assert list(lines) == ["reward", "clipping", "gradients and entropy"]
     assert "No problems found" in texts(at)
     optim = lines["gradients and entropy"]
-    assert "ok — " in optim
+    assert "watch — " in optim  # outside its range with no finding: watched, never "ok"
     assert "grad\\_norm is outside the documented range 0.1 – 1" in optim
     assert "entropy is outside the documents' range 0.01 – 0.1" in optim
-    assert optim.count("not a problem here because") == 2 and "reference only" in optim
+    assert optim.count("not yet a problem: ") == 2 and "reference only" in optim and "steady at" in optim
     (folded,) = [e for e in at.expander if e.label.startswith("clip_ratio/region_mean: nothing to show here")]
     assert "num_iterations = 1" in folded.label and len(folded.get("plotly_chart")) == 1
     assert "grad_norm" in charts_of(at)  # the others are drawn as usual
@@ -751,15 +751,17 @@ def test_status_lines_agree_with_the_findings():
     assert list(statuses) == ["reward", "kl", "advantage", "optim", "cost"]
     assert (statuses["kl"].state, statuses["kl"].text) == (
         "critical", "CRITICAL: KL to the reference is blowing up (from step 12) [kl_blowup]")
-    assert statuses["reward"].state == "info" and statuses["reward"].text.startswith("a consequence of kl_blowup")
+    assert statuses["reward"].state == "watch"
+    assert statuses["reward"].text.startswith("watch — a consequence of kl_blowup")
     optim = statuses["optim"]
-    assert optim.state == "ok" and optim.text.startswith("ok — grad_norm is outside the documented range 0.1 – 1.0 "
-                                                         "(latest 4.0)")
-    assert "not a problem here because the rules that judge it (zero_grad, grad_spikes, grad_collapse) did not fire; it is " \
-           "within the run's own start (4.0 – 4.0, steps 1–10)" in optim.text
-    # outside, no rule ran that reads it, and not at its own start: said, and not called "not a problem"
-    assert "advantage/std is outside the documented range 0.3 – 1.5" in statuses["advantage"].text
-    assert "not judged here: uniform_groups needs x" in statuses["advantage"].text
+    assert optim.state == "watch" and optim.text.startswith("watch — grad_norm is outside the documented range 0.1 – "
+                                                            "1.0 (latest 4.0)")
+    assert "not yet a problem: it is within the run's own start (4.0 – 4.0, steps 1–10)" in optim.text
+    assert "did not fire" not in " ".join(s.text for s in statuses.values())
+    # outside, and a rule that reads it is a finding: the line points to it, never says it did not fire
+    advantage = statuses["advantage"]
+    assert advantage.state == "watch" and "advantage/std is outside the documented range 0.3 – 1.5" in advantage.text
+    assert "see uniform_groups (info, from step 20)" in advantage.text
     assert statuses["cost"].text == "ok — no finding (the documents give these metrics no range)"
     assert status_lines(view, [blowup, uniform])[1] == "KL: " + statuses["kl"].text
 

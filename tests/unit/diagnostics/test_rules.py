@@ -560,3 +560,39 @@ def test_a_symptom_that_comes_back_keeps_its_first_onset_everywhere():
     onsets = [e.step for e in f.evidence if e.note.startswith("onset")]
     assert f.onset_step < 40 and onsets == [f.onset_step]
     assert [m[0] for m in onset_marks([f])["frac_reward_zero_std"]] == [f.onset_step]
+
+
+def test_status_lines_never_contradict_the_findings_on_any_sample_run():
+    """``grpo-doctor show`` on every recorded sample run: no line says a rule that is a finding did not fire (no line
+    says 'did not fire' at all), no 'ok' line holds a metric outside its health range (by the charts' own test), and
+    each open warning or critical finding heads the line of every group its evidence touches."""
+    from grpo_doctor.app import SAMPLE_RUNS
+    from grpo_doctor.diagnostics.engine import Diagnoser
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.metrics.catalogue import health
+    from grpo_doctor.diagnostics.metrics.health import band_config
+    from grpo_doctor.diagnostics.report import status_lines as sl
+    from grpo_doctor.diagnostics.store import RunStore
+
+    checked = 0
+    with RunStore(":memory:") as store:
+        for path in sorted(SAMPLE_RUNS.glob("*.jsonl")):
+            [run] = import_runs(store, path, name=path.stem)
+            diagnoser = Diagnoser.for_run(store, run.run_id)
+            findings = diagnoser.findings()
+            statuses = {s.group: s for s in sl.group_statuses(diagnoser.series, findings,
+                                                              {**diagnoser.skipped, **diagnoser.not_applicable})}
+            config = band_config(diagnoser.series)
+            for status in statuses.values():
+                assert "did not fire" not in status.text, (path.name, status.line())
+                if status.state == "ok":
+                    for name in diagnoser.series.names():
+                        band = health(sl.DERIVED_FROM.get(name, name), config)
+                        if sl.group_of(name) == status.group and band is not None:
+                            assert sl._outside(diagnoser.series, name, band) is None, (path.name, name, status.line())
+            for f in findings:
+                if f.status == "open" and f.severity in ("warning", "critical"):
+                    for group in sl.finding_groups(f):
+                        assert statuses[group].state in ("warning", "critical"), (path.name, f.rule, group)
+                        checked += 1
+    assert checked
