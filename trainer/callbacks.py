@@ -162,8 +162,9 @@ class GRPODoctorCallback(TrainerCallback):
         framework = framework_of(args, raw)
         config = {**normalise_config(raw, framework), "framework_versions": versions()}
         self.store = RunStore(self.db if main else ":memory:")
-        name = self.run_name or self.store.unique_name(Path(args.output_dir).name or framework)
-        existing = _run_named(self.store, name) if self.run_name else None
+        chosen = self.run_name or configured_run_name(args)  # a name the user chose: resuming it goes on the same run
+        name = chosen or self.store.unique_name(Path(args.output_dir).name or framework)
+        existing = _run_named(self.store, name) if chosen else None
         if existing is not None and state.global_step > 0:  # resume_from_checkpoint: the same run goes on
             self.run_id = existing
             self.store.acquire_lease(existing)  # refused, naming it, while another process still writes the run
@@ -283,6 +284,17 @@ def agree(code: int, args) -> int:
     flag = torch.tensor([code], device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return int(flag.item())
+
+
+def configured_run_name(args) -> str | None:
+    """``run_name`` from the trainer's config (``GRPOConfig(run_name=...)``) when the user set it: transformers
+    defaults it to ``output_dir``, which is no name of the user's choosing (the run is then named after that
+    folder's last part)."""
+    name = getattr(args, "run_name", None)
+    output_dir = str(getattr(args, "output_dir", "") or "")
+    if not isinstance(name, str) or not name.strip() or name in (output_dir, Path(output_dir).name):
+        return None
+    return name.strip()
 
 
 def _run_named(store: RunStore, name: str) -> int | None:

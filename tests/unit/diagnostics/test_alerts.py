@@ -84,3 +84,21 @@ def test_a_webhook_that_is_not_a_url_is_refused(tmp_path, capsys):
     log.write_text(rows(3, nan_at=99))
     assert main(["--db", str(tmp_path / "runs.db"), "follow", str(log), "--alert-webhook", "hooks.slack.com"]) == 2
     assert "is not an http(s) URL" in capsys.readouterr().err
+
+
+def test_the_callback_takes_the_run_name_from_the_config(tmp_path):
+    """GRPOConfig(run_name=...) names the run; left to transformers' default (the output_dir) it does not, and the run
+    is named after the output folder, as before."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from grpo_doctor.diagnostics.store import RunStore
+    from grpo_doctor.trainer.callbacks import GRPODoctorCallback
+
+    for given, expected in (("qwen-gsm8k-lr1e-6", "qwen-gsm8k-lr1e-6"), (None, "out")):
+        db = tmp_path / f"{expected}.db"
+        args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], use_cpu=True, run_name=given)
+        callback = GRPODoctorCallback(db=db)
+        callback.on_train_begin(args, TrainerState(), TrainerControl())
+        callback.on_train_end(args, TrainerState(), TrainerControl())
+        with RunStore(db) as store:
+            assert list(store.list_runs()["name"]) == [expected]
