@@ -87,32 +87,50 @@ def log_row(logs: Mapping) -> dict[str, float]:
     return canonical_row(row)
 
 
-def first_group(prompts, completions, rewards: Mapping[str, list], advantages, G: int | None, weights=None) -> list[dict]:
+def first_group(prompts, completions, rewards: Mapping[str, list], advantages, G: int | None, weights=None,
+                tokenizer=None, cap: int | None = None) -> list[dict]:
     """The store's sample rows for the first ``SAMPLE_GROUPS`` prompt groups of a generation batch: each reward
-    function's score, their weighted sum and the advantage (a missing or non-finite value is None)."""
+    function's score, their weighted sum and the advantage (a missing or non-finite value is None); with the
+    trainer's ``tokenizer``, each completion's length in tokens, truncated when it reaches ``cap``
+    (``max_completion_length``), as the Run page counts them."""
     G = G or len(completions)
     weights = weights or [1.0] * len(rewards)
     out = []
     for i in range(min(SAMPLE_GROUPS * G, len(completions))):
         scores = {f"rewards/{name}": _number(values[i]) for name, values in rewards.items() if i < len(values)}
         parts = [(w, v) for w, v in zip(weights, scores.values()) if v is not None]
-        out.append({"group": i // G, "prompt": _text(prompts[i]) if i < len(prompts) else "",
-                    "completion": _text(completions[i]),
+        text = _text(completions[i])
+        length = token_count(tokenizer, text)
+        out.append({"group": i // G, "prompt": _text(prompts[i]) if i < len(prompts) else "", "completion": text,
                     "reward": sum(w * v for w, v in parts) if parts else None,
-                    "advantage": _number(advantages[i]) if i < len(advantages) else None, **scores})
+                    "advantage": _number(advantages[i]) if i < len(advantages) else None, **scores,
+                    **({} if length is None else {"length": length,
+                                                  "truncated": bool(cap) and length >= cap})})
     return out
 
 
-def trl_samples(trainer, num_generations: int | None) -> list[dict]:
+def token_count(tokenizer, text: str) -> int | None:
+    """A completion's length in tokens by the trainer's own tokenizer (or processor), None without one."""
+    tokenize = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor holds the tokenizer
+    if tokenize is None or not callable(tokenize):
+        return None
+    try:
+        return len(tokenize(text, add_special_tokens=False)["input_ids"])
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot take the text leaves the length unrecorded
+        return None
+
+
+def trl_samples(trainer, num_generations: int | None, cap: int | None = None) -> list[dict]:
     """The first prompt group of TRL's latest generation batch (``trainer._logs``: gathered on every rank, filled
-    whether or not ``log_completions`` is set)."""
+    whether or not ``log_completions`` is set), with lengths by the trainer's tokenizer."""
     logs = getattr(trainer, "_logs", None)
     if not isinstance(logs, Mapping) or not logs.get("completion"):
         return []
     rewards = {name: list(values) for name, values in (logs.get("rewards") or {}).items()}
     weights = getattr(getattr(trainer, "reward_weights", None), "tolist", lambda: None)()
+    tokenizer = getattr(trainer, "processing_class", None) or getattr(trainer, "tokenizer", None)
     return first_group(list(logs.get("prompt", [])), list(logs["completion"]), rewards,
-                       list(logs.get("advantages", [])), num_generations, weights)
+                       list(logs.get("advantages", [])), num_generations, weights, tokenizer, cap)
 
 
 def parquet_samples(path: Path, num_generations: int | None, weights=None) -> list[dict]:
@@ -186,7 +204,8 @@ class GRPODoctorCallback(TrainerCallback):
         if not row:
             return
         step, started = state.global_step, time.perf_counter()
-        samples = (trl_samples(self.trainer, getattr(args, "num_generations", None))
+        samples = (trl_samples(self.trainer, getattr(args, "num_generations", None),
+                               getattr(args, "max_completion_length", None))
                    if self.trainer is not None and state.is_world_process_zero else [])
         if self.trainer is None and state.is_world_process_zero:
             self._completion_files(args)

@@ -50,7 +50,7 @@ def step_table(rows: pd.DataFrame, n: int) -> str:
     for row in rows.itertuples(index=False):
         text = str(row.completion)
         share = text_repetition(text, n)
-        truncated = '<span class="t">yes</span>' if row.truncated else "no"
+        truncated = "–" if pd.isna(row.length) else '<span class="t">yes</span>' if row.truncated else "no"
         lines.append(
             f"<tr><td>{int(row.group)}</td><td class='c'>{html.escape(str(row.prompt))}</td>"
             f"<td class='c'>{highlight(text, repeated_spans(text, n)) or '<i>(empty)</i>'}</td>"
@@ -60,6 +60,14 @@ def step_table(rows: pd.DataFrame, n: int) -> str:
     return "".join(lines)
 
 
+def length_summary(rows: pd.DataFrame) -> str:
+    """"mean length 180 · 2 truncated" from the lengths recorded, or that none were (a log without token counts)."""
+    lengths = rows["length"].dropna()
+    if not len(lengths):
+        return "lengths not recorded"
+    return f"mean length {number(float(lengths.mean()), 3)} · {int(rows['truncated'].sum())} truncated"
+
+
 def show(samples: pd.DataFrame, n: int, page: int) -> None:
     """Newest steps first, ``STEPS_PER_PAGE`` steps per page."""
     steps = sorted(samples["step"].unique(), reverse=True)
@@ -67,8 +75,7 @@ def show(samples: pd.DataFrame, n: int, page: int) -> None:
         rows = samples.loc[samples["step"] == step]
         rewards = rows["reward"].dropna()
         summary = f"mean reward {number(float(rewards.mean()), 3)}" if len(rewards) else "no reward"
-        st.markdown(f"**Step {int(step)}** · {len(rows)} completions · {summary} · mean length "
-                    f"{number(float(rows['length'].mean()), 3)} · {int(rows['truncated'].sum())} truncated")
+        st.markdown(f"**Step {int(step)}** · {len(rows)} completions · {summary} · {length_summary(rows)}")
         st.markdown(step_table(rows, n), unsafe_allow_html=True)
 
 
