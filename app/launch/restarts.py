@@ -74,10 +74,10 @@ def trl_resume(fix: Fix, checkpoint: str | None) -> tuple[str, list[str]]:
     """A TRL run's restart with the fix: the changed GRPOConfig fields and the resume call, and, per changed
     field a resume cannot change, why."""
     changes = fix.framework_changes or fix.changes
+    train = (f"trainer.train(resume_from_checkpoint={checkpoint!r})" if checkpoint else
+             "trainer.train()  # no checkpoint recorded for this run: from the start")
     code = ("args = GRPOConfig(..., " + ", ".join(f"{k}={v!r}" for k, v in changes.items()) + ")\n"
-            "trainer = GRPOTrainer(..., args=args)\n"
-            f"trainer.train(resume_from_checkpoint={checkpoint!r})" if checkpoint else
-            "trainer.train()  # no checkpoint recorded for this run: from the start")
+            "trainer = GRPOTrainer(..., args=args)\n" + train)
     return code, [f"`{k}`: {why}" for k, why in RESUME_CANNOT.items() if k in changes]
 
 

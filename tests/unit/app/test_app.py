@@ -907,3 +907,7 @@ def test_a_trl_runs_fix_is_a_resume_command_that_says_what_a_resume_cannot_chang
                                   framework_changes={"learning_rate": 1e-7, "beta": 0.1}), "/out/checkpoint-40")
     assert "learning_rate=1e-07, beta=0.1" in code and "resume_from_checkpoint='/out/checkpoint-40'" in code
     assert len(cannot) == 1 and cannot[0].startswith("`learning_rate`: the optimizer and learning-rate scheduler")
+    # with no checkpoint recorded, the config change is still shown, then the start from scratch
+    code, _ = trl_resume(Fix("raise beta", {"beta": 0.08}, framework="trl", framework_changes={"beta": 0.08}), None)
+    assert code.splitlines() == ["args = GRPOConfig(..., beta=0.08)", "trainer = GRPOTrainer(..., args=args)",
+                                 "trainer.train()  # no checkpoint recorded for this run: from the start"]
