@@ -336,7 +336,7 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
     else:
         records = array_records(source, path) if _is_array(path) else (
             (f"line {n}", r) for n, r in json_records(source, path))
-    current_run = None
+    current_run, ended, rows = None, False, 0
     for where, record in records:
         record = flatten(record)
         named = run_columns(record)
@@ -346,8 +346,15 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
                 yield NEW_RUN, {}
                 order = 0
             current_run = run
-        if is_eval_row(record) or is_summary_row(record):
+        if is_summary_row(record):  # HF's end-of-training row: what follows is another run
+            ended = rows > 0
             continue
+        if is_eval_row(record):
+            continue
+        if ended:
+            yield NEW_RUN, {}
+            ended, order = False, 0
+        rows += 1
         key = step_key if step_key is not None else step_column(record)
         if by_order is None:
             by_order = key is None and step_key is None

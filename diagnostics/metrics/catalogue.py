@@ -186,7 +186,8 @@ CATALOGUE: tuple[Metric, ...] = (
            ranges=_fixed(0.01, 0.05, "docs/health-ranges.md#kl-to-the-reference", kind="target",
                          note="the adaptive-KL target band; KL keeps rising → raise beta"),
            aliases=("actor/kl_loss", "actor/reward_kl_penalty", "kl_penalty", "train/kl_loss",
-                    "kl_div", "kl_divergence", "mean_kl", "kl_mean", "avg_kl", "ref_kl"),
+                    "kl_div", "kl_divergence", "mean_kl", "kl_mean", "avg_kl", "ref_kl", "kl_ref", "kl_to_ref",
+                    "kl_reference", "sample_kl", "sampled_kl", "kl_sample", "kl_estimate", "policy_ref_kl"),
            note="0 at step 1 is expected; absent when beta = 0; k1 can dip below 0 "
                 "(docs/field-reports.md#false-alarms)",
            finite_required=True),

@@ -220,3 +220,23 @@ def test_a_wandb_run_folder_is_read_through_the_console_it_captured(store, tmp_p
     for path in (files.parent, files):
         [run] = import_runs(store, path)
         assert store.get_run(run.run_id)["source"] == "verl" and run.steps == 26
+
+
+def test_rows_after_an_end_of_training_summary_are_another_run(store):
+    """A bare list of TRL history entries holding two trainings (a curriculum's easy then hard stage): the first
+    ends with HF's end-of-training summary row, the second starts again at step 1 — two runs."""
+    path = CORPUS / "trl-state__aaravgupta0202__legaloom-env__qwen25-3b-easy-hard-curriculum" / "training_log.json"
+    first, second = import_runs(store, path)
+    assert (first.steps, second.steps) == (20, len(store.metrics(second.run_id)))
+    assert list(store.metrics(second.run_id).index)[0] == 1
+
+
+def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
+    """A hand-written REINFORCE loop's ``sample_kl`` (1.6 at its first update): read as kl, and named as a reference
+    that is not the starting policy."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "handwritten-jsonl__woshiluozhi__tinytoolrl__quickstart-rl" / "train_metrics.jsonl"
+    [run] = import_runs(store, path)
+    assert store.metrics(run.run_id).loc[1, "kl"] == pytest.approx(1.6030832147225738)
+    assert "kl_mismatch_at_start" in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}

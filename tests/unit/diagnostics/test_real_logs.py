@@ -70,9 +70,9 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
     assert not alarms, alarms
 
 
-# The train split's recall may not fall below this: 31 of 34 on batch 1 (91%), 32 of 39 since batches 2–4 joined the
-# train split with their first-contact misses (docs/real-logs.md lists the ones still missed, and why).
-TRAIN_RECALL = 0.82
+# The train split's recall may not fall below this: 31 of 34 on batch 1 (91%); 39 of 48 once batches 2-8 joined the
+# train split with what they missed on first contact (docs/real-logs.md lists what is still missed, and why).
+TRAIN_RECALL = 0.8
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):
