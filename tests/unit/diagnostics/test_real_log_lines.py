@@ -240,3 +240,26 @@ def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
     [run] = import_runs(store, path)
     assert store.metrics(run.run_id).loc[1, "kl"] == pytest.approx(1.6030832147225738)
     assert "kl_mismatch_at_start" in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
+
+
+def test_a_notebooks_progress_table_is_read(store, tmp_path):
+    """The table a notebook's trainer prints (``| Step | Training Loss | reward | ... |`` and its tab-separated copy),
+    filled with a real TRL run's first rows: a row per step, under the catalogue's names."""
+    import json
+
+    path = CORPUS / "trl-state__joshsalako__telelogs__grpo-ckpt70" / "trainer_state.json"
+    rows = json.loads(path.read_text())["log_history"][:4]
+    names = ["Step", "Training Loss", "reward", "reward_std", "completions / mean_length", "kl"]
+    keys = ["step", "loss", "reward", "reward_std", "completions/mean_length", "kl"]
+    piped = tmp_path / "notebook.md"
+    piped.write_text("Unsloth: will smartly offload gradients\n| " + " | ".join(names) + " |\n|" + "---|" * len(names)
+                     + "\n" + "".join("| " + " | ".join(str(r[k]) for k in keys) + " |\n" for r in rows))
+    tabbed = tmp_path / "cell_output.txt"
+    tabbed.write_text("\t".join(names) + "\n" + "".join("\t".join(str(r[k]) for k in keys) + "\n" for r in rows))
+    for log in (piped, tabbed):
+        [run] = import_runs(store, log)
+        frame = store.metrics(run.run_id)
+        assert list(frame.index) == [r["step"] for r in rows]
+        assert frame["reward"].tolist() == [r["reward"] for r in rows]
+        assert frame["completions/mean_length"].tolist() == [r["completions/mean_length"] for r in rows]
+        assert frame["loss"].tolist() == [r["loss"] for r in rows]
