@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from support import ROOT
 from support.browser import open_page
 from support.dashboards import Dashboard
@@ -23,6 +24,7 @@ from grpo_doctor.app.launch.children import CLI, TRAINER, python_module
 from grpo_doctor.diagnostics.store import RunStore, _pid_alive
 
 
+@pytest.mark.server_goes_away
 def test_three_trainers_two_dashboards_and_a_dashboard_restart(tmp_path, page):
     """Three trainers write one store while two dashboards read it; one dashboard's server is SIGKILLed and started
     again mid-training on the same store and port, and a browser page on it, reloaded, follows a run from a later step;

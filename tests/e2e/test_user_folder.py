@@ -42,6 +42,7 @@ def run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
     return done
 
 
+@pytest.mark.server_goes_away
 def test_the_readme_works_from_a_folder_with_app_trainer_and_diagnostics_modules(project, page):
     db = str(project / "runs.db")
     # the callback import the README shows (python -c puts this folder first on sys.path)

@@ -39,6 +39,19 @@ def problems_on(page) -> list[str]:
 _BASE_PROBES = ("/_stcore/health", "/_stcore/host-config")
 
 
+def _expected_failure(url: str, failure: str) -> bool:
+    """A request that fails for a reason outside the app: aborted because the page moved on before it came."""
+    return "ERR_ABORTED" in failure
+
+
+#: What Streamlit's client says while its server is gone (a test that stops or restarts a dashboard on purpose).
+SERVER_GONE = ("ERR_CONNECTION_REFUSED", "disconnected from server", "WebSocket connection to")
+
+
+def server_gone(problem: str) -> bool:
+    return any(sign in problem for sign in SERVER_GONE)
+
+
 def watch_console(page) -> list[str]:
     """A list that fills with what goes wrong in the browser while the page is used: console errors, uncaught
     script errors, requests that fail or are answered 4xx/5xx (Streamlit's base-path probes aside), and any request
@@ -49,8 +62,8 @@ def watch_console(page) -> list[str]:
             if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
     page.on("pageerror", lambda e: seen.append(f"script error: {str(e)[:200]}"))
     page.on("request", lambda r: None if r.url.startswith(local) else seen.append(f"request off this machine: {r.url}"))
-    page.on("requestfailed", lambda r: None if not r.url.startswith(local) or "ERR_ABORTED" in str(r.failure)
-            else seen.append(f"request failed: {r.url} ({r.failure})"))  # aborted: the page moved on before it came
+    page.on("requestfailed", lambda r: None if not r.url.startswith(local) or _expected_failure(r.url, str(r.failure))
+            else seen.append(f"request failed: {r.url} ({r.failure})"))
     page.on("response", lambda r: seen.append(f"{r.status} {r.url}")
             if r.status >= 400 and not r.url.endswith(_BASE_PROBES) else None)
     return seen
