@@ -573,7 +573,7 @@ def main(argv=None) -> int:
         print_peer_logs(peer)
         print_leads(results, peer)
         print_comparison(summaries, peer_summaries)
-        out["peer"] = {"tool": "rldoctor", "command": command, "summary": peer_summaries,
+        out["peer"] = {"tool": "rldoctor", "command": str(command), "summary": peer_summaries,
                        "logs": [r.__dict__ for r in peer]}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
