@@ -58,6 +58,17 @@ class Lesson:
         return found[0] if found else None
 
     @property
+    def drivers(self) -> list[Finding]:
+        """The recording's other problems that are worse than its own symptom (a KL blow-up driving uniform groups):
+        the page shows the symptom first and names these after it."""
+        own = self.finding
+        if own is None or self.run is None:
+            return []
+        rank = {"info": 0, "warning": 1, "critical": 2}
+        return [f for f in self.run.diagnosis.problems()
+                if f.rule != own.rule and rank.get(f.severity, 0) > rank.get(own.severity, 0)]
+
+    @property
     def metric(self) -> str:
         finding = self.finding
         return finding.evidence[0].metric if finding and finding.evidence else HEALTHY_METRIC

@@ -45,6 +45,10 @@ else:
     else:
         st.markdown(f"**Finding:** {finding.title} · `{finding.rule}` · {finding.severity} from step "
                     f"{finding.onset_step}")
+        if lesson.drivers:
+            st.info("In this recording the symptom is driven by a worse one: " + "; ".join(
+                f"{f.title} (`{f.rule}`, {f.severity} from step {f.onset_step})" for f in lesson.drivers)
+                + ". The row's own symptom is shown first; in a run of yours, fix the worse one first.")
         if finding.evidence:
             st.markdown(evidence_table(finding))
         if finding.causes:

@@ -89,3 +89,21 @@ def test_the_teach_page_walks_through_a_row(tmp_path, monkeypatch):
     assert len(at.get("plotly_chart")) == 1
     at.selectbox(key="teach.row").set_value(symptoms.index("OOM")).run()
     assert "Not reproduced here" in "\n".join(str(w.value) for w in at.warning)
+
+
+def test_a_row_driven_by_a_worse_symptom_shows_its_own_first_and_names_the_driver(recorded, tmp_path, monkeypatch):
+    """The uniform-groups recording also blows up its KL (critical): its lesson's finding is its own symptom, and the
+    worse finding is named after it as what drives it."""
+    lesson = next(ls for ls in recorded if ls.row.scenario == "uniform_groups")
+    assert lesson.finding.rule == "uniform_groups"
+    assert "kl_blowup" in [f.rule for f in lesson.drivers]
+    assert not next(ls for ls in recorded if ls.row.scenario == "kl_blowup").drivers
+    path = str(tmp_path / "t.db")
+    RunStore(path).close()
+    monkeypatch.setenv("GRPO_DOCTOR_DB", path)
+    at = AppTest.from_file(DASHBOARD, default_timeout=120).run()
+    at = at.switch_page("app_pages/teach.py").run()
+    symptoms = [ls.row.symptom for ls in lessons.lessons()]
+    at.selectbox(key="teach.row").set_value(symptoms.index(lesson.row.symptom)).run()
+    assert not at.exception
+    assert any("driven by a worse one" in i.value and "kl_blowup" in i.value for i in at.info)
