@@ -157,14 +157,8 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
     if chart is not None:  # a W&B chart export: one run per run-name prefix, the __MIN/__MAX band columns left out
         yield from _chart_rows(source, records, len(header), index, column, chart)
         return
-    width = len(header)
     order = 0
-    for lineno, fields in records:
-        if not any(f.strip() for f in fields):
-            continue
-        if len(fields) != width:
-            source.skip_line(f"line {lineno}", f"{len(fields)} fields, the header has {width}")
-            continue
+    for lineno, fields in _full_rows(source, records, len(header)):
         if run_index:
             run = tuple(fields[i].strip() for i in run_index)
             if current_run is not None and run != current_run:
@@ -210,18 +204,24 @@ def chart_columns(header: list[str]) -> dict[int, tuple[str, str]] | None:
     return found or None
 
 
-def _chart_rows(source: Source, records, width: int, index: int | None, column: str | None,
-                chart: dict[int, tuple[str, str]]) -> Iterator[tuple[int, dict[str, float]]]:
-    """The runs of a W&B chart export, one after another (each run's rows are gathered first: such exports are
-    small)."""
-    runs: dict[str, list[tuple[int, dict[str, float]]]] = {run: [] for run, _ in chart.values()}
-    order = 0
+def _full_rows(source: Source, records, width: int) -> Iterator[tuple[int, list[str]]]:
+    """The non-blank rows of ``width`` fields; a row of another width is skipped and counted."""
     for lineno, fields in records:
         if not any(f.strip() for f in fields):
             continue
         if len(fields) != width:
             source.skip_line(f"line {lineno}", f"{len(fields)} fields, the header has {width}")
             continue
+        yield lineno, fields
+
+
+def _chart_rows(source: Source, records, width: int, index: int | None, column: str | None,
+                chart: dict[int, tuple[str, str]]) -> Iterator[tuple[int, dict[str, float]]]:
+    """The runs of a W&B chart export, one after another (each run's rows are gathered first: such exports are
+    small)."""
+    runs: dict[str, list[tuple[int, dict[str, float]]]] = {run: [] for run, _ in chart.values()}
+    order = 0
+    for lineno, fields in _full_rows(source, records, width):
         order += 1
         step = order if index is None else to_step(fields[index].strip())
         if step is None:
