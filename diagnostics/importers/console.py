@@ -1,11 +1,14 @@
 """Console output of hand-written training loops: any line that carries three or more ``key=value`` (or
-``key: value``, or ``| key value |``) pairs is a row of metrics, and so is a line of numbers under a header line of
-names (a notebook's progress table, tab-, ``|``- or space-separated).
+``key: value``, ``key is value``, ``| key value |``, or words and numbers in turn) pairs is a row of metrics (two are
+enough when one is a metric the catalogue knows), and so is a line of numbers under a header line of names (a
+notebook's progress table, tab-, ``|``- or space-separated).
 
     Epoch 2 [340/5000] reward=0.41 kl=0.012 len=180
     step=12 reward=0.3 kl=0.01 loss=0.2
     it 12 | loss 0.1 | reward 0.3 | kl 0.02
     2025-01-02 10:00:00 INFO Step 5: Avg Reward: 0.41, KL: 0.012, Mean Length: 180
+    grpo_loss is -0.28 and kl is -0.21
+    INFO:root:step 10 reward 0.5 kl 0.01 loss 0.2
 
     | Step | Training Loss | reward | reward_std | kl |
     |    1 |      0.000000 | 0.1250 |   0.231455 | 0.0 |
@@ -80,7 +83,7 @@ def metric_pairs(line: str) -> dict[str, float]:
     """The numeric pairs of a line, without its step keys."""
     out = {}
     for key, text in pairs(line).items():
-        if key in STEP_NAMES or key.endswith(" step"):
+        if key in STEP_NAMES or key.endswith("_step"):
             continue
         value = to_float(text)
         if isinstance(value, float):
