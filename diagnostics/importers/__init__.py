@@ -107,7 +107,7 @@ def _import(store, path, name, fmt, step_key, config, mode: str) -> list[Importe
     base = name if name is not None else (parsed.name or "imported")
     made: list[Imported] = []
     linked, notes = _lineage(store, parsed)
-    with store.atomic():
+    with store.attempt():  # undone on any error, also within a caller's transaction (several PATHs, a retry)
         segments = _Segments(store, parsed, mode)
         while segments.next_run():
             if len(made) == MAX_RUNS and mode == "evidence":

@@ -90,6 +90,21 @@ class Connection:
         self.conn.execute("COMMIT")
 
     @contextlib.contextmanager
+    def attempt(self) -> Iterator[sqlite3.Connection]:
+        """Writes that are undone if they raise, inside a transaction or not (a savepoint): an importer's first try
+        that may be abandoned for a second, within a caller's larger transaction."""
+        with self.atomic():
+            self.conn.execute("SAVEPOINT attempt")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK TO attempt")
+                self.conn.execute("RELEASE attempt")
+                self._key_ids.clear()  # ids inserted since the savepoint are gone
+                raise
+            self.conn.execute("RELEASE attempt")
+
+    @contextlib.contextmanager
     def _snapshot(self) -> Iterator[None]:
         """One read transaction, so several SELECTs see the same state."""
         if self.conn.in_transaction:

@@ -319,3 +319,14 @@ def test_a_file_with_a_step_counter_named_like_one(store, tmp_path):
     runs = import_runs(store, path)
     assert [r.steps for r in runs] == [2, 2]
     assert store.metrics(runs[1].run_id)["loss"].tolist() == [0.3, 0.4]
+
+
+def test_a_file_of_more_than_three_runs_leaves_one_run_also_within_a_larger_import(store, tmp_path):
+    """The first try (run by run) is undone by a savepoint before the second (one run), also when the import is part
+    of a caller's transaction (the CLI imports several PATHs all together)."""
+    path = tmp_path / "sweep.log"
+    path.write_text("".join("GRPOConfig(learning_rate=1e-6)\n" + "\n".join(log_dict(s, reward=r / 10) for s in (1, 2))
+                            + "\n" for r in range(4)))
+    with store.atomic():
+        [run] = import_runs(store, path, name="sweep")
+    assert list(store.list_runs()["name"]) == ["sweep"] and run.steps == 2
