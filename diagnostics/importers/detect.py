@@ -218,7 +218,7 @@ def _has_log_dict(lines: list[str]) -> bool:
 
 def _scan_further(path: Path) -> str | None:
     """The console format of a log whose first metric lines come after a long preamble (pip output, a config dump,
-    dataset progress bars): read on, up to 32 MiB, a block of lines at a time."""
+    dataset progress bars): read on, up to 32 MiB, 2,000 lines at a time."""
     block: list[str] = []
     read = 0
     for _lineno, line in iter_lines(Source(str(path)), path):
@@ -226,20 +226,20 @@ def _scan_further(path: Path) -> str | None:
         block.append(line.rstrip("\r\n"))
         if len(block) < 2000 and read < DEEP_SCAN_BYTES:
             continue
-        if any(STEP_LINE.search(x) for x in block):
-            return "verl_console"
-        if _has_log_dict(block):
-            return "trl_console"
-        if looks_like_metrics(block):
-            return "console"
-        if read >= DEEP_SCAN_BYTES:
-            return None
+        found = _console_kind(block)
+        if found or read >= DEEP_SCAN_BYTES:
+            return found
         block = block[-1:]
-    if block and any(STEP_LINE.search(x) for x in block):
+    return _console_kind(block) if block else None
+
+
+def _console_kind(lines: list[str]) -> str | None:
+    """Which console format these lines are: verl's step lines, TRL's printed dicts, or a loop's own metric lines."""
+    if any(STEP_LINE.search(x) for x in lines):
         return "verl_console"
-    if block and _has_log_dict(block):
+    if _has_log_dict(lines):
         return "trl_console"
-    return "console" if block and looks_like_metrics(block) else None
+    return "console" if looks_like_metrics(lines) else None
 
 
 def _json_or_none(line: str):
