@@ -44,14 +44,6 @@ def _expected_failure(url: str, failure: str) -> bool:
     return "ERR_ABORTED" in failure
 
 
-#: What Streamlit's client says while its server is gone (a test that stops or restarts a dashboard on purpose).
-SERVER_GONE = ("ERR_CONNECTION_REFUSED", "disconnected from server", "WebSocket connection to")
-
-
-def server_gone(problem: str) -> bool:
-    return any(sign in problem for sign in SERVER_GONE)
-
-
 def watch_console(page) -> list[str]:
     """A list that fills with what goes wrong in the browser while the page is used: console errors, uncaught
     script errors, requests that fail or are answered 4xx/5xx (Streamlit's base-path probes aside), and any request
