@@ -20,3 +20,8 @@ def number(x, digits: int = 4) -> str:
     if text.lstrip("-").isdigit():
         text += ".0"
     return text
+
+
+def count(n: int, noun: str) -> str:
+    """"1 line", "3 lines"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

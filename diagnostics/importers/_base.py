@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_doctor.diagnostics.formatting import count
 from grpo_doctor.diagnostics.store.schema import MAX_STEP
 
 HEAD_BYTES = 64 * 1024  # detection never reads more than this from a file
@@ -157,8 +158,12 @@ class Source:
     path: str
     notes: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # field -> where it was first seen, and its value
-    unreadable: dict[str, list] = field(default_factory=lambda: {"lines": [], "fields": []})  # (where, why)
+    # per kind ("lines", "fields"): how many, and the first few (where, why) to quote; a file with a million bad
+    # lines keeps three of them, not a million
+    unreadable: dict[str, list] = field(default_factory=lambda: {"lines": [], "fields": []})
+    unreadable_counts: dict[str, int] = field(default_factory=lambda: {"lines": 0, "fields": 0, "field_lines": 0})
     shown: int = 3  # how many unreadable lines (fields) a note quotes
+    _last_field_line: str | None = field(default=None, repr=False)
 
     def error(self, problem: str) -> LogFormatError:
         return LogFormatError(self.path, problem)
@@ -169,11 +174,19 @@ class Source:
 
     def skip_line(self, where: str, why: str) -> None:
         """A line (entry, row) that cannot be read at all: left out and counted."""
-        self.unreadable["lines"].append((where, why))
+        self._skip("lines", where, why)
 
     def skip_field(self, where: str, why: str) -> None:
         """One field of a line that cannot be read (the rest of the line is kept): left out and counted."""
-        self.unreadable["fields"].append((where, why))
+        if self._last_field_line != where:  # a line's fields are skipped one after another
+            self.unreadable_counts["field_lines"] += 1
+            self._last_field_line = where
+        self._skip("fields", where, why)
+
+    def _skip(self, kind: str, where: str, why: str) -> None:
+        self.unreadable_counts[kind] += 1
+        if len(self.unreadable[kind]) < self.shown:
+            self.unreadable[kind].append((where, why))
 
     def first_problem(self) -> str:
         """The first unreadable line or field, for the message of a file in which nothing could be read."""
@@ -221,26 +234,22 @@ class Source:
         """The notes, then one line each for unreadable lines, unreadable fields, and fields that are not numbers."""
         lines = list(self.notes)
         for kind in ("lines", "fields"):
-            found = self.unreadable[kind]
-            if not found:
+            n = self.unreadable_counts[kind]
+            if not n:
                 continue
-            quoted = "; ".join(f"{where}: {one_line(why, 80)}" for where, why in found[: self.shown])
-            more = f"; and {len(found) - self.shown} more" if len(found) > self.shown else ""
+            quoted = "; ".join(f"{where}: {one_line(why, 80)}" for where, why in self.unreadable[kind])
+            more = f"; and {n - len(self.unreadable[kind])} more" if n > len(self.unreadable[kind]) else ""
             if kind == "lines":
-                lines.append(f"skipped {_count(len(found), 'line')} that could not be read ({quoted}{more})")
+                lines.append(f"skipped {count(n, 'line')} that could not be read ({quoted}{more})")
             else:
-                on = len({where for where, _ in found})
-                lines.append(f"skipped {_count(len(found), 'field')} on {_count(on, 'line')} that could not be read "
+                on = self.unreadable_counts["field_lines"]
+                lines.append(f"skipped {count(n, 'field')} on {count(on, 'line')} that could not be read "
                              f"({quoted}{more})")
         if self.skipped:
             shown = "; ".join(f"{k!r} ({v})" for k, v in list(self.skipped.items())[:8])
             more = f" and {len(self.skipped) - 8} more" if len(self.skipped) > 8 else ""
             lines.append(f"skipped fields that are not numbers: {shown}{more}")
         return lines
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 # A loop's flag for a group it skipped because all its completions scored alike.

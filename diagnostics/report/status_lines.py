@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_doctor.diagnostics.findings import Finding
-from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.formatting import count, number
 from grpo_doctor.diagnostics.metrics.baseline import baseline
 from grpo_doctor.diagnostics.metrics.catalogue import (
     BY_NAME,
@@ -253,15 +253,11 @@ def _group_status(series: RunSeries, group: str, names: list[str], found: list[F
         return GroupStatus(group, "watch", "watch — " + "; ".join(parts))
     if not parts:
         if banded:
-            parts.append(f"no finding; {_count(len(banded), 'metric')} inside the documented range")
+            parts.append(f"no finding; {count(len(banded), 'metric')} inside the documented range")
         else:
             parts.append("no finding (the documents give these metrics no range)")
     parts += [f"expected: {f.title} [{f.rule}]" for f in notes]
     return GroupStatus(group, "ok", "ok — " + "; ".join(parts))
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def status_lines(series: RunSeries, findings: Iterable[Finding],
