@@ -12,8 +12,10 @@ the broken run's:
   began at the first logged step);
 - ``limit``: at most (``lower``) or at least (``higher``) ``value`` itself ("no NaN", "never above (G−1)/√G").
 
-A run counts as **fixed** when every margin is met over the same steps AND no critical finding is left open in
-it. The scenarios of ``trainer/scenarios.py`` state their margins up front (``Scenario.fixed_when``); a user's own
+A run counts as **fixed** when every margin is met over the same steps, no critical finding is left open in it,
+AND the symptom's metric is back in its health band (the catalogue's, for the fixed run's config) at most of the
+judged steps. Margins met but the metric still mostly outside its band is **improved** ("improved (3.23 → 0.165),
+still outside the band ≤ 0.05"), never "fixed"; anything else is **not fixed**. The scenarios of ``trainer/scenarios.py`` state their margins up front (``Scenario.fixed_when``); a user's own
 run restarted from the dashboard gets ``generic_margins``: the finding's own metric back half way toward the
 parent's pre-onset baseline. Pure pandas/numpy: no torch, no trainer, no app.
 """
@@ -29,6 +31,8 @@ import pandas as pd
 from grpo_doctor.diagnostics.findings import Finding
 from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics.baseline import early
+from grpo_doctor.diagnostics.metrics.catalogue import HealthRange
+from grpo_doctor.diagnostics.metrics.health import unhealthy
 
 KINDS = ("ratio", "by", "recover", "limit")
 STATS = ("mean", "max", "rise", "nonfinite")
@@ -42,6 +46,8 @@ RULE_WORSE = {
     "entropy_collapse": "lower", "entropy_blowup": "higher", "clip_high": "higher", "advantage_explosion": "higher",
     "reward_collapse": "lower", "reward_hacking": "lower", "rollout_mismatch": "higher", "zero_grad": "lower",
 }
+#: The share of the judged steps the fixed run may spend outside the symptom metric's band and still be "back in it".
+OUT_OF_BAND = 0.5
 #: Rules whose symptom is a rise that never came (the metric stays at its baseline): judged by the rise.
 FLAT_RULES = ("reward_flat", "reward_component_constant")
 
@@ -98,10 +104,39 @@ class Check:
 
 
 @dataclass(frozen=True)
+class BandCheck:
+    """The fixed run's symptom metric against its health band over the judged steps."""
+
+    metric: str
+    band: HealthRange
+    share_out: float
+    steps: tuple[int, int]
+
+    @property
+    def inside(self) -> bool:
+        return self.share_out <= OUT_OF_BAND
+
+    def text(self) -> str:
+        where = f"at {self.share_out:.0%} of steps {self.steps[0]}–{self.steps[1]}"
+        if self.inside:
+            return f"`{self.metric}` back in its band ({self.band.bounds_text()}): outside it {where}"
+        return f"`{self.metric}` still outside its band ({self.band.bounds_text()}) {where}"
+
+
+@dataclass(frozen=True)
 class Judgement:
     fixed: bool
     checks: tuple[Check, ...]
     critical_left: tuple[str, ...]
+    band: BandCheck | None = None
+
+    @property
+    def state(self) -> str:
+        """``fixed``; ``improved`` (every margin met, the metric still mostly outside its band); ``not fixed``."""
+        if self.fixed:
+            return "fixed"
+        met = bool(self.checks) and all(c.met for c in self.checks) and not self.critical_left
+        return "improved" if met and self.band is not None and not self.band.inside else "not fixed"
 
     @property
     def steps(self) -> tuple[int, int] | None:
@@ -111,10 +146,19 @@ class Judgement:
     def lines(self) -> list[str]:
         left = (f"critical finding(s) left open: {', '.join(self.critical_left)}" if self.critical_left
                 else "no critical finding left open")
-        return [c.text() for c in self.checks] + [left]
+        band = [self.band.text()] if self.band is not None else []
+        return [c.text() for c in self.checks] + band + [left]
+
+    def headline(self) -> str:
+        """"Fixed", "Not fixed", or "Improved (3.231 → 0.165), still outside the band ≤ 0.05"."""
+        if self.state != "improved":
+            return self.state.capitalize()
+        first = next((c for c in self.checks if c.margin.metric == self.band.metric and c.run is not None), None)
+        moved = f" ({number(first.run)} → {number(first.fixed)})" if first is not None else ""
+        return f"Improved{moved}, still outside the band {self.band.band.bounds_text()}"
 
     def text(self) -> str:
-        return ("Fixed" if self.fixed else "Not fixed") + ": " + "; ".join(self.lines()) + "."
+        return self.headline() + ": " + "; ".join(self.lines()) + "."
 
 
 def statistic(values: np.ndarray, stat: str) -> float | None:
@@ -177,12 +221,29 @@ def check(margin: Margin, run: pd.Series | None, fixed: pd.Series | None, since:
     return Check(margin, bool(met), a, b, target, span, note)
 
 
+def band_check(metric: str, band: HealthRange | None, fixed: pd.Series | None,
+               steps: tuple[int, int] | None) -> BandCheck | None:
+    """The fixed run's ``metric`` over ``steps`` against ``band`` (None: no band, or nothing to judge)."""
+    if band is None or fixed is None or steps is None:
+        return None
+    values = fixed[(fixed.index >= steps[0]) & (fixed.index <= steps[1])].to_numpy(dtype="float64")
+    if not len(values):
+        return None
+    return BandCheck(metric, band, float(unhealthy(band, values).mean()), steps)
+
+
 def judge(margins: Sequence[Margin], run: Mapping[str, pd.Series], fixed: Mapping[str, pd.Series], since: int,
-          critical_left: Sequence[str] = (), baseline_before: int | None = None) -> Judgement:
-    """Fixed = every margin met over the same steps (≥ ``since``) and no critical finding left open."""
+          critical_left: Sequence[str] = (), baseline_before: int | None = None,
+          band: HealthRange | None = None) -> Judgement:
+    """Fixed = every margin met over the same steps (≥ ``since``), no critical finding left open, and the first
+    margin's metric (the symptom's) back in ``band`` at most of those steps (no band: the margins alone)."""
     checks = tuple(check(m, run.get(m.metric), fixed.get(m.metric), since, baseline_before) for m in margins)
-    ok = bool(checks) and all(c.met for c in checks) and not critical_left
-    return Judgement(ok, checks, tuple(critical_left))
+    inside = None
+    if checks:
+        metric = margins[0].metric
+        inside = band_check(metric, band, fixed.get(metric), checks[0].steps)
+    ok = bool(checks) and all(c.met for c in checks) and not critical_left and (inside is None or inside.inside)
+    return Judgement(ok, checks, tuple(critical_left), inside)
 
 
 def critical_open(findings: Sequence[Finding]) -> list[str]:

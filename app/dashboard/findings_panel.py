@@ -158,7 +158,7 @@ def _overlay(restart: Comparison, key: str) -> None:
 
 
 def _say(outcome, subject: str) -> None:
-    show = {"waiting": st.info, "cleared": st.success, "persists": st.warning}[outcome.state]
+    show = {"waiting": st.info, "cleared": st.success, "improved": st.info, "persists": st.warning}[outcome.state]
     show(f"{subject}: {outcome.text}")
 
 

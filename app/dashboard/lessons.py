@@ -114,7 +114,8 @@ def table(found: list[Lesson]) -> pd.DataFrame:
         if lesson.entry["rule"] is None:
             return "baseline"
         verdict = judgement(lesson)
-        fixed = "no twin" if verdict is None else ("the fix fixes it" if verdict.fixed else "the fix does not fix it")
+        fixed = "no twin" if verdict is None else {"fixed": "the fix fixes it", "improved": "the fix improves it",
+                                                   "not fixed": "the fix does not fix it"}[verdict.state]
         return f"found at step {lesson.entry['onset']}; {fixed}" if lesson.entry["found"] else "NOT found"
     return pd.DataFrame([{"symptom": ls.row.symptom, "signature": ls.row.signature, "causes": ls.row.causes,
                           "fixes": ls.row.fixes, "recorded run": shown(ls)} for ls in found])
@@ -154,24 +155,26 @@ def judgement(lesson: Lesson) -> Judgement | None:
     onset = lesson.entry.get("onset")
     if scenario is None or onset is None:
         return None
+    band = health(scenario.fixed_when[0].metric, lesson.run.config) if scenario.fixed_when else None
     return judge(scenario.fixed_when, lesson.run.series, lesson.twin.series, since=int(onset),
-                 critical_left=critical_open(lesson.twin.diagnosis.findings))
+                 critical_left=critical_open(lesson.twin.diagnosis.findings), band=band)
 
 
 def fix_summary(lesson: Lesson) -> tuple[str, str] | None:
-    """``(state, markdown)`` for the twin: state ``fixed`` or ``not fixed``; the text names the fix, each margin
-    measured, the critical findings left, and whether the scenario's rule still fires (information only)."""
+    """``(state, markdown)`` for the twin: state ``fixed``, ``improved`` or ``not fixed``; the text names the fix,
+    each margin measured, the band, the critical findings left, and whether the scenario's rule still fires
+    (information only)."""
     verdict = judgement(lesson)
     if verdict is None:
         return None
     entry = lesson.entry
-    state = "fixed" if verdict.fixed else "not fixed"
+    state = verdict.state
     fires = [f for f in lesson.twin.diagnosis.problems() if f.rule == entry["rule"]
              and f.severity in ("warning", "critical")]
     rule = (f"`{entry['rule']}` still fires on the twin (from step {fires[0].onset_step})" if fires
             else f"`{entry['rule']}` does not fire on the twin")
     lines = "\n".join(f"- {line}" for line in verdict.lines())
-    return state, (f"**Fix applied to the twin** (from step {entry['fork_step']}): {entry['fix']} — **{state}**, "
+    return state, (f"**Fix applied to the twin** (from step {entry['fork_step']}): {entry['fix']} — **{verdict.headline()}**, "
                    f"by the margins set before the twin ran:\n{lines}\n\n(For information: {rule}.)")
 
 

@@ -181,6 +181,25 @@ def runs_dir(db: str) -> Path:
     return Path(db).resolve().parent / "runs"
 
 
+def reserve_name(store, folder: Path, base: str) -> str:
+    """``base``, ``base-2``, ``base-3``, … the first name free in the store and in ``folder`` (no log, no checkpoint
+    folder of that name), reserved by creating its log file there: two launches made before either child has
+    written its run (two quick presses of "Restart with this fix") never get the same name, nor a name whose
+    files an earlier, deleted run left behind."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        name = base if n == 1 else f"{base}-{n}"
+        n += 1
+        if store.unique_name(name) != name or (folder / name).exists():
+            continue
+        try:
+            (folder / f"{name}.log").open("x").close()
+        except FileExistsError:
+            continue
+        return name
+
+
 def trainer_prefix() -> list[str]:
     return python_module(TRAINER)
 
@@ -191,12 +210,14 @@ def new_run(values: Mapping[str, object], db: str, store) -> Launch:
     Raises LaunchError with one message per problem; nothing is started here."""
     values = {k: v for k, v in values.items() if v is not None and v != ""}
     _check_keys(values)
-    name = str(values.pop("run_name", "") or "").strip() or store.unique_name(f"grpo-{time.strftime('%Y%m%d-%H%M%S')}")
-    if store.unique_name(name) != name:
-        raise LaunchError([f"run_name: a run named {name!r} already exists"])
-    argv = option_argv({**values, "run_name": name})
+    chosen = str(values.pop("run_name", "") or "").strip()
+    if chosen and store.unique_name(chosen) != chosen:
+        raise LaunchError([f"run_name: a run named {chosen!r} already exists"])
+    argv = option_argv({**values, "run_name": chosen or "grpo"})
     _validated(argv)
     folder = runs_dir(db)
+    name = chosen or reserve_name(store, folder, f"grpo-{time.strftime('%Y%m%d-%H%M%S')}")
+    argv = option_argv({**values, "run_name": name})
     command = [*trainer_prefix(), *argv, "--output_dir", str(folder), "--db", str(Path(db).resolve())]
     return Launch(name, command, folder / f"{name}.log")
 
@@ -218,13 +239,13 @@ def restart(parent: Mapping, checkpoint_step: int, changes: Mapping[str, object]
     """A child of ``parent`` from its checkpoint at ``checkpoint_step`` with ``changes`` applied, validated
     the way the trainer will read it: the parent's config, then the changes."""
     _check_keys(changes)
-    name = store.unique_name(f"{parent['name']}-fix")
-    folder = runs_dir(db)
-    pairs = set_pairs({**changes, "run_name": name})
     base = {**parent["config"], "run_name": None}
-    config = _validated(overrides_to_argv(pairs), base=base)
+    config = _validated(overrides_to_argv(set_pairs(dict(changes))), base=base)
     if config.max_steps <= checkpoint_step:
         raise LaunchError([f"max_steps ({config.max_steps}) must be above the checkpoint's step ({checkpoint_step})"])
+    folder = runs_dir(db)
+    name = reserve_name(store, folder, f"{parent['name']}-fix")
+    pairs = set_pairs({**changes, "run_name": name})
     command = [*trainer_prefix(), "--restart_from", f"{parent['name']}@{checkpoint_step}", "--set", *pairs,
                "--output_dir", str(folder), "--db", str(Path(db).resolve())]
     return Launch(name, command, folder / f"{name}.log", parent=parent["name"])

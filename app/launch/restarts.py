@@ -136,7 +136,7 @@ def restart_point(run: Mapping, saved: list[tuple[int, Path]], finding: Finding,
 # --------------------------------------------------------------------------------------------- verdicts
 @dataclass(frozen=True)
 class Verdict:
-    state: str      # waiting | cleared (fixed) | persists (not fixed)
+    state: str      # waiting | cleared (fixed) | improved (margins met, still outside the band) | persists (not fixed)
     text: str
     metric: str | None
     steps: tuple[int, int] | None  # the steps compared (first, last)
@@ -172,7 +172,7 @@ def verdict(finding: Finding, child_findings: Sequence[Finding], fork_step: int,
     since = max(onset, fork_step + 1)
     margins = generic_margins(finding, parent_series, onset) if metric else ()
     result = judge(margins, {metric: parent_series} if metric else {}, {metric: child_series} if metric else {},
-                   since, critical_left=critical_open(child_findings), baseline_before=onset)
+                   since, critical_left=critical_open(child_findings), baseline_before=onset, band=health)
     window = result.steps
     numbers = ""
     if window is not None:
@@ -187,6 +187,5 @@ def verdict(finding: Finding, child_findings: Sequence[Finding], fork_step: int,
     if not margins:
         return Verdict("persists", "Not judged: the finding names no metric to measure a fix by." + rule, metric, None)
     body = "; ".join(result.lines())
-    if result.fixed:
-        return Verdict("cleared", f"Fixed: {body}.{numbers}{rule}", metric, window)
-    return Verdict("persists", f"Not fixed: {body}.{numbers}{rule}", metric, window)
+    state = {"fixed": "cleared", "improved": "improved", "not fixed": "persists"}[result.state]
+    return Verdict(state, f"{result.headline()}: {body}.{numbers}{rule}", metric, window)

@@ -39,6 +39,7 @@ from grpo_doctor.app import HOME
 from grpo_doctor.app.launch import processes
 from grpo_doctor.diagnostics.findings import Fix
 from grpo_doctor.diagnostics.fix_verdict import Judgement, critical_open, judge
+from grpo_doctor.diagnostics.metrics.catalogue import health
 from grpo_doctor.trainer.lifeline import child_options
 from grpo_doctor.trainer.scenarios import BY_NAME, SCENARIOS, Scenario
 
@@ -113,8 +114,7 @@ def run_scenario(scenario: Scenario, db: str, store, *, max_steps: int | None = 
 
     start = time.perf_counter()
     folder = processes.runs_dir(db)
-    folder.mkdir(parents=True, exist_ok=True)
-    name = store.unique_name(name or scenario.name)
+    name = processes.reserve_name(store, folder, name or scenario.name)
     steps = ["--max_steps", str(max_steps)] if max_steps else []
     argv = [*processes.trainer_prefix(), *scenario.argv(), *steps, "--run_name", name, "--output_dir", str(folder),
             "--db", str(Path(db).resolve())]
@@ -162,13 +162,14 @@ def run_scenario(scenario: Scenario, db: str, store, *, max_steps: int | None = 
         rule_fires = any(f.rule == scenario.rule for f in _serious(twin))
         verdict = judged(scenario, store, name, restart.run_name, hit.onset_step, twin.findings)
         outcome.attempts.append({"fix": fix.description, "changes": dict(fix.changes), "twin": restart.run_name,
-                                 "twin_problems": problems, "fixed": verdict.fixed, "rule_fires": rule_fires,
+                                 "twin_problems": problems, "fixed": verdict.fixed, "state": verdict.state,
+                                 "rule_fires": rule_fires,
                                  "judgement": verdict.lines()})
         outcome.fix, outcome.changes, outcome.twin, outcome.fork_step = fix.description, dict(fix.changes), \
             restart.run_name, point[0]
         outcome.twin_problems, outcome.fixed, outcome.rule_fires = problems, verdict.fixed, rule_fires
         outcome.judgement = verdict.lines()
-        say(f"  twin: {'FIXED' if verdict.fixed else 'not fixed'} — {'; '.join(verdict.lines())} "
+        say(f"  twin: {verdict.headline()} — {'; '.join(verdict.lines())} "
             f"({scenario.rule} {'still fires' if rule_fires else 'no longer fires'})")
         if verdict.fixed:
             break
@@ -181,8 +182,10 @@ def judged(scenario: Scenario, store, run: str, twin: str, onset: int, twin_find
     def series(name: str) -> dict[str, pd.Series]:
         found = store.series(store.resolve_run(name), [m.metric for m in scenario.fixed_when])
         return {k: pd.Series(values, index=steps, name=k) for k, (steps, values) in found.items()}
+    config = store.get_run(store.resolve_run(run))["config"]
+    band = health(scenario.fixed_when[0].metric, config) if scenario.fixed_when else None
     return judge(scenario.fixed_when, series(run), series(twin), since=onset,
-                 critical_left=critical_open(twin_findings))
+                 critical_left=critical_open(twin_findings), band=band)
 
 
 def version() -> str:
@@ -205,7 +208,8 @@ def manifest_entry(outcome: Outcome) -> dict:
         "run": f"{outcome.run}.jsonl", "found": outcome.found, "onset": outcome.onset, "problems": outcome.problems,
         "fix": outcome.fix, "changes": outcome.changes, "fork_step": outcome.fork_step,
         "twin": f"{outcome.twin}.jsonl" if outcome.twin else None, "twin_problems": outcome.twin_problems,
-        "fixed_when": [m.text() for m in s.fixed_when], "fixed": outcome.fixed, "rule_fires": outcome.rule_fires,
+        "fixed_when": [m.text() for m in s.fixed_when], "fixed": outcome.fixed,
+        "state": outcome.attempts[-1]["state"] if outcome.attempts else None, "rule_fires": outcome.rule_fires,
         "judgement": outcome.judgement, "carried_out": outcome.carried_out, "note": outcome.note,
         "seconds": round(outcome.seconds, 1),
         "attempts": [{**a, "twin": f"{a['twin']}.jsonl"} for a in outcome.attempts],

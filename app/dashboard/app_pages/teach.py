@@ -56,7 +56,7 @@ else:
         summary = lessons.fix_summary(lesson) if entry["fix"] else None
         if summary is not None:
             state, text = summary
-            {"fixed": st.success, "not fixed": st.warning}[state](
+            {"fixed": st.success, "improved": st.info, "not fixed": st.warning}[state](
                 text + (f" Still raised on the twin: {', '.join(entry['twin_problems'])}." if entry["twin_problems"]
                         else ""))
             tried = entry["attempts"][:-1]

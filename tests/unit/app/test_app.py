@@ -394,7 +394,8 @@ def test_a_restarted_child_says_whether_the_symptom_cleared(family_path):
     assert not at.exception
     # fixed by the finding's own metric over the same steps (the parent's NaN at 6 is gone), no critical left
     assert ("ours-fix** (restarted from step 4): Fixed: `grad_norm` NaN/inf count over steps 6–8: 1 in the broken "
-            "run, 0 with the fix (needed ≤ 0) — met; no critical finding left open.") in texts(at)
+            "run, 0 with the fix (needed ≤ 0) — met; `grad_norm` back in its band (0.1 – 1.0): outside it at 0% of steps "
+            "6–8; no critical finding left open.") in texts(at)
     (overlay,) = overlays_of(at)
     assert [t["name"] for t in overlay["data"]] == ["ours (id 1)", "ours (id 1): NaN / inf", f"ours-fix (id {child})",
                                                   MARKS_NAME]
@@ -842,6 +843,9 @@ def test_verdict_judges_the_findings_metric_over_the_same_steps_not_the_rule_goi
     quiet = verdict(finding, [], 10, 25, parent, halfway, band)
     assert quiet.state == "persists" and quiet.text.startswith("Not fixed:") and "NOT met" in quiet.text
     assert "finds no open 'KL blow-up' in the child" in quiet.text  # reported, as information only
+    # past the margin (0.3 ≤ 0.51) but still six times the 0.05 target at every step: improved, not fixed
+    better = verdict(finding, [], 10, 25, parent, series({s: 0.3 for s in range(11, 26)}), band)
+    assert better.state == "improved" and better.text.startswith("Improved (1.0 → 0.3), still outside the band")
     # KL back, but the child is not healthy: another critical finding is open in it
     other = Finding("uniform_groups", "Groups score all alike", "critical", 15, 25)
     sick = verdict(finding, [other], 10, 25, parent, child, band)

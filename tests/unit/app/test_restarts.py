@@ -60,3 +60,20 @@ def test_a_symptom_from_the_first_steps_forks_at_the_start(tmp_path):
 def test_no_restart_for_an_imported_run_or_a_fix_that_is_advice(tmp_path):
     assert "imported from trl" in restart_point({"source": "trl", "name": "x"}, [], kl_blowup(70), FIX, ramp())
     assert restart_point(RUN, [], kl_blowup(70), Fix("check the reward"), ramp()) == "this fix is not a config change"
+
+
+def test_two_restarts_made_before_either_child_starts_never_share_a_name(tmp_path):
+    from grpo_doctor.app.launch import processes
+    from grpo_doctor.diagnostics.store import RunStore
+
+    db = str(tmp_path / "runs.db")
+    with RunStore(db) as store:
+        parent = store.get_run(store.create_run("kl_blowup", config={"max_steps": 60}, source="grpo-doctor",
+                                                status="finished"))
+        first = processes.restart(parent, 0, {"learning_rate": 1e-4}, db, store)
+        second = processes.restart(parent, 0, {"learning_rate": 1e-4}, db, store)  # the first child has no run yet
+        assert (first.run_name, second.run_name) == ("kl_blowup-fix", "kl_blowup-fix-2")
+        assert first.log_path != second.log_path and first.log_path.exists()
+        # a name whose checkpoints a deleted run left in the runs folder is not reused either
+        (processes.runs_dir(db) / "kl_blowup-fix-3").mkdir()
+        assert processes.restart(parent, 0, {"learning_rate": 1e-4}, db, store).run_name == "kl_blowup-fix-4"

@@ -20,6 +20,7 @@ from grpo_doctor.diagnostics.fix_verdict import (
     symptom_metric,
 )
 from grpo_doctor.diagnostics.metrics.baseline import departure, early
+from grpo_doctor.diagnostics.metrics.catalogue import health
 
 STEPS = range(1, 61)
 
@@ -44,6 +45,22 @@ def test_a_ratio_margin_compares_means_over_the_same_steps():
     # a twin that stopped early is compared on the steps both logged, not on its whole run against the parent's
     short = judge([margin], run, {"kl": series({s: 0.5 for s in range(1, 21)})}, since=10)
     assert short.steps == (10, 20) and short.fixed
+
+
+def test_fixed_needs_the_symptoms_metric_back_in_its_band_else_it_is_only_improved():
+    run = {"kl": series({s: 3.0 for s in STEPS})}
+    margin, band = Margin("kl", "lower", "ratio", 1 / 3), health("kl", {})
+    # a third of the KL, yet 0.165 nats is still above the 0.05 target at every step: improved, never "fixed"
+    better = judge([margin], run, {"kl": series({s: 0.165 for s in STEPS})}, since=10, band=band)
+    assert better.checks[0].met and not better.fixed and better.state == "improved"
+    assert better.headline() == "Improved (3.0 → 0.165), still outside the band 0.01 – 0.05"
+    assert "still outside its band (0.01 – 0.05) at 100% of steps 10–60" in better.text()
+    # back under the target at most of the judged steps: fixed
+    back = judge([margin], run, {"kl": series({s: (0.3 if s < 20 else 0.03) for s in STEPS})}, since=10, band=band)
+    assert back.fixed and back.state == "fixed" and "back in its band" in back.text()
+    # a margin missed is "not fixed" whatever the band says; no band: the margins alone
+    assert judge([margin], run, {"kl": series({s: 1.5 for s in STEPS})}, since=10, band=band).state == "not fixed"
+    assert judge([margin], run, {"kl": series({s: 0.165 for s in STEPS})}, since=10).state == "fixed"
 
 
 def test_recover_measures_the_way_back_to_the_runs_own_early_baseline():

@@ -21,6 +21,7 @@ from grpo_doctor.app.launch.scenarios import MANIFEST, NOT_REPRODUCED
 from grpo_doctor.diagnostics.engine import diagnose
 from grpo_doctor.diagnostics.fix_verdict import Judgement, critical_open, judge
 from grpo_doctor.diagnostics.importers import import_path
+from grpo_doctor.diagnostics.metrics.catalogue import health
 from grpo_doctor.diagnostics.store import RunStore
 from grpo_doctor.trainer.scenarios import BY_NAME, SCENARIOS
 
@@ -47,10 +48,12 @@ def recorded(file: str) -> lessons.Recorded:
 
 
 def judged(name: str, twin: str) -> Judgement:
-    """A twin judged from the files, as the scenario runner judged it: its margins from the run's onset on."""
+    """A twin judged from the files, as the scenario runner judged it: its margins from the run's onset on, and the
+    symptom's metric against its band for the run's config."""
     entry, run, fixed = ENTRIES[name], recorded(ENTRIES[name]["run"]), recorded(twin)
-    return judge(BY_NAME[name].fixed_when, run.series, fixed.series, since=entry["onset"],
-                 critical_left=critical_open(fixed.diagnosis.findings))
+    margins = BY_NAME[name].fixed_when
+    return judge(margins, run.series, fixed.series, since=entry["onset"],
+                 critical_left=critical_open(fixed.diagnosis.findings), band=health(margins[0].metric, run.config))
 
 
 def test_list_prints_one_name_a_line(capsys):
@@ -109,6 +112,7 @@ def test_a_recorded_scenario_raises_its_rule_and_its_twin_is_judged_by_its_margi
     for attempt in entry["attempts"]:  # the manifest says what the margins say on each twin's file
         verdict = judged(name, attempt["twin"])
         assert attempt["changes"] and attempt["fixed"] == verdict.fixed and attempt["judgement"] == verdict.lines()
+        assert attempt["state"] == verdict.state
         assert attempt["rule_fires"] == (scenario.rule in serious(attempt["twin"]))  # information only
     verdict = lessons.judgement(next(ls for ls in lessons_in(SAMPLES) if ls.entry and ls.entry["scenario"] == name))
     assert verdict is not None and verdict.fixed == entry["fixed"] and verdict.steps[0] > entry["fork_step"]
@@ -121,7 +125,7 @@ def test_recall_on_sample_runs_and_warnings_on_the_healthy_run(capsys):
     quiet = [s.name for s in rows if ENTRIES[s.name]["twin"] and s.rule not in serious(ENTRIES[s.name]["twin"])]
     warnings = serious(ENTRIES["healthy"]["run"])
     with capsys.disabled():
-        print(f"\nsample_runs: recall {len(hits)}/{len(rows)}, twins fixed (margins met, no critical left) "
+        print(f"\nsample_runs: recall {len(hits)}/{len(rows)}, twins fixed (margins met, back in band, no critical left) "
               f"{len(fixed)}/{len(rows)} ({', '.join(fixed)}); not fixed: "
               f"{', '.join(s.name for s in rows if s.name not in fixed) or 'none'}; the rule quiet on "
               f"{len(quiet)}/{len(rows)} twins; warnings on the healthy run: {len(warnings)} {sorted(warnings) or ''}")
