@@ -33,10 +33,15 @@ def problems(findings: Sequence[Finding]) -> list[Finding]:
     return sorted(open_, key=most_severe_first)
 
 
-def worst(findings: Sequence[Finding]) -> str:
-    """``warning: title`` for the most severe open problem; empty when there is none."""
+def worst(findings: Sequence[Finding], own: str | None = None) -> str:
+    """``warning: title`` for the most severe open problem; empty when there is none. A recording that teaches a
+    symptom (``own``: its rule) opens with that symptom when it is found, and names a worse one after it."""
     found = problems(findings)
-    return f"{found[0].severity}: {found[0].title}" if found else ""
+    if not found:
+        return ""
+    mine = next((f for f in found if f.rule == own), found[0])
+    head = f"{mine.severity}: {mine.title}"
+    return head if mine is found[0] else f"{head} (and {found[0].severity}: {found[0].title})"
 
 
 def onset_marks(findings: Sequence[Finding]) -> dict[str, list[tuple[int, str, str]]]:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
+from grpo_doctor.app import SAMPLE_RUNS
 from grpo_doctor.app.dashboard import diagnosis
 from grpo_doctor.app.dashboard.access import require_control
 from grpo_doctor.app.dashboard.run_tick import worst
 from grpo_doctor.app.launch import processes
+from grpo_doctor.app.launch.scenarios import MANIFEST, load_manifest
 from grpo_doctor.diagnostics.report.metric_text import time_text
 
 REFRESH_SECONDS = 2
@@ -68,6 +72,17 @@ def table(runs: pd.DataFrame, worst: dict[int, str], key: str) -> list[int]:
 
 
 
+def teaching_rules(folder: Path = SAMPLE_RUNS) -> dict[str, str]:
+    """``{recorded file: the rule its row teaches}`` for the Teach page's recordings (``sample_runs/``)."""
+    if not (folder / MANIFEST).exists():
+        return {}
+    return {str((folder / e["run"]).resolve()): e["rule"] for e in load_manifest(folder)["scenarios"] if e["rule"]}
+
+
 def worst_findings(store, runs: pd.DataFrame) -> dict[int, str]:
-    """Each run's most severe open problem (``warning: title``); running runs are diagnosed as they log."""
-    return {int(run["id"]): worst(diagnosis.stored(store, run)) for run in runs.to_dict("records")}
+    """Each run's most severe open problem (``warning: title``), a teaching recording's own symptom first;
+    running runs are diagnosed as they log."""
+    own = teaching_rules()
+    return {int(run["id"]): worst(diagnosis.stored(store, run), own.get(str(Path(run["source_path"]).resolve()))
+                                  if run.get("source_path") else None)
+            for run in runs.to_dict("records")}

@@ -64,7 +64,7 @@ _SELECT = ("SELECT " + ", ".join("p.name" if f == "parent" else f"r.{f}" for f i
 
 #: The columns of ``runs_frame`` (the runs table), in order.
 FRAME_COLUMNS = ("id", "name", "status", "source", "created", "last_step", "parent_id", "parent", "parent_step",
-                 "restart_reason", "pid", "heartbeat", "ended")
+                 "restart_reason", "pid", "heartbeat", "ended", "source_path")
 
 
 #: The columns that are never absent, with their dtype; the others keep Python values (object dtype), so an

@@ -19,7 +19,8 @@ st.title("Teach: the troubleshooting table")
 st.caption("Every row was reproduced by a real run of the embedded trainer on a CPU, then the diagnoser's own "
            "suggestion was tried in a twin restarted with it from the start (step 0), so it lives the same steps "
            "with the fix. A twin counts as fixed only when the symptom's metrics moved by the margin the scenario "
-           "set before it ran, and no critical finding is left in it.")
+           "set before it ran, the symptom's metric is back inside its health band, and no critical finding is left "
+           "in it; moved by the margin but still outside the band, it is only improved.")
 found = recorded_lessons()
 st.markdown(lessons.markdown_table(lessons.table(found)))
 
