@@ -32,6 +32,10 @@ from grpo_doctor.app.launch.children import STREAMLIT, TRAINER, python_module
 def add_dashboard(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=port, default=8501, help="port (default 8501)")
+    p.add_argument("--allow-host", dest="allow_host", action="append", default=[], metavar="NAME",
+                   help="also answer to requests for this host name (a reverse proxy's, say); by default only IP "
+                        "addresses, localhost and --host are served, so no other web page can reach the dashboard "
+                        "(DNS rebinding)")
     p.add_argument("--control-token", dest="control_token", metavar="TOKEN",
                    help="off loopback, allow starting, stopping and controlling runs from a browser that opens the "
                         "dashboard with ?token=TOKEN (without it, controls work on loopback only)")
@@ -67,7 +71,10 @@ def run_dashboard(args: argparse.Namespace) -> int:
     from grpo_doctor.app.launch import processes
 
     command, db = _dashboard_command(args)
-    env = {**os.environ, "GRPO_DOCTOR_DB": db}
+    from grpo_doctor.app.dashboard.serve import ALLOWED_ENV, allowed_names
+
+    names = allowed_names(args.host, getattr(args, "allow_host", []))
+    env = {**os.environ, "GRPO_DOCTOR_DB": db, ALLOWED_ENV: ",".join(sorted(names))}
     if args.control_token:
         env[TOKEN_ENV] = args.control_token
     return processes.wait_child(command, env)

@@ -1,4 +1,5 @@
-"""How GRPO Doctor starts Python children (the trainer, the CLI, Streamlit): ``python -P -m <full module name>``.
+"""How GRPO Doctor starts Python children (the trainer, the CLI, the dashboard's Streamlit server):
+``python -P -m <full module name>``.
 
 ``-P`` keeps the current folder off ``sys.path``, so a user's ``trainer.py`` or ``app.py`` can never stand in for a
 module of ours or of a library (the trainer puts it back, last, only to import a user's own reward functions).
@@ -11,7 +12,7 @@ import sys
 
 TRAINER = "grpo_doctor.trainer"
 CLI = "grpo_doctor.app.cli.main"
-STREAMLIT = "streamlit"
+STREAMLIT = "grpo_doctor.app.dashboard.serve"  # Streamlit behind the Host/Origin guard (DNS rebinding)
 
 
 def python_module(module: str) -> list[str]:

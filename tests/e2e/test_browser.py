@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from support import ROOT
-from support.browser import open_page, shot, visible_chart
+from support.browser import REBIND_NAME, open_page, shot, visible_chart
 from support.dashboards import serving
 from support.journeys import seed_store
 from support.waiting import run_named, tail, wait_for
@@ -90,6 +90,35 @@ def first_step(db: str, name: str, log: Path, timeout: float = 180):
     return wait_for(lambda: (r := run_named(db, name)) and r["last_step"] and r, timeout, f"{name}'s first step",
                     lambda: f"the run: {run_named(db, name)}\n{tail(log)}")
 
+
+
+def test_a_page_on_another_host_name_that_resolves_here_cannot_reach_the_dashboard(served, browser):
+    """DNS rebinding: a page at the attacker's name, resolved to 127.0.0.1, is same-origin with the dashboard to the
+    browser. The dashboard refuses its requests (Host), and the websocket a page elsewhere opens (Origin)."""
+    page = browser.new_page()  # not the page fixture: the refused requests are failures on purpose
+    try:
+        response = page.goto(f"http://{REBIND_NAME}:{served.port}/", wait_until="domcontentloaded")
+        assert response.status == 403 and "DNS rebinding" in page.inner_text("body")
+        assert not page.locator("[data-testid='stApp']").count()  # no app, so no form to start a run from
+        opened = page.evaluate("""url => new Promise(done => {
+            const ws = new WebSocket(url);
+            ws.onopen = () => { ws.close(); done('opened'); };
+            ws.onerror = () => done('refused');
+        })""", f"ws://127.0.0.1:{served.port}/_stcore/stream")
+        assert opened == "refused"  # the attacker's page reaching for the loopback address directly
+        assert run_named(str(served.db), "rebound") is None and len(RunStore(str(served.db)).runs()) > 0
+    finally:
+        page.close()
+    ok = browser.new_page()  # the dashboard's own address still works, websocket and all
+    try:
+        assert ok.goto(f"{served.url}/_stcore/health").status == 200
+        assert ok.evaluate("""url => new Promise(done => {
+            const ws = new WebSocket(url);
+            ws.onopen = () => { ws.close(); done('opened'); };
+            ws.onerror = () => done('refused');
+        })""", f"ws://127.0.0.1:{served.port}/_stcore/stream") == "opened"
+    finally:
+        ok.close()
 
 
 def test_start_a_run_from_the_form_watch_it_live_and_stop_it(served, page):

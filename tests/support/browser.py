@@ -8,8 +8,11 @@ import shutil
 from support import ROOT
 
 SHOTS = ROOT / "artifacts" / "screenshots"  # git-ignored: for a person to look at
+#: ``rebind.attacker.test`` resolves to this machine, as a DNS-rebinding attacker's name would (tests/e2e/test_browser.py).
+REBIND_NAME = "rebind.attacker.test"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+                 f"--host-resolver-rules=MAP {REBIND_NAME} 127.0.0.1"]
 #: The app's root says whether its script is running (Streamlit's own test attribute); every page has a title.
 SETTLED = "[data-testid='stApp'][data-test-script-state='notRunning'] h1"
 

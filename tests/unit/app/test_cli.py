@@ -254,13 +254,17 @@ def test_dashboard_command_line(capsys, db, monkeypatch, run_cli):
     assert code == 0 and err == ""
     assert "http://127.0.0.1:8555" in out
     (command, env, _), = FakeChild.launched
-    assert command[:6] == [sys.executable, "-P", "-m", "streamlit", "run", str(SCRIPT)]
+    assert command[:6] == [sys.executable, "-P", "-m", "grpo_doctor.app.dashboard.serve", "run", str(SCRIPT)]
     flags = dict(zip(command[6::2], command[7::2]))
     assert flags == {"--server.headless": "true", "--server.address": "127.0.0.1", "--server.port": "8555",
                      "--browser.gatherUsageStats": "false", "--server.fileWatcherType": "none",
                      "--client.toolbarMode": "minimal"}
     assert env["GRPO_DOCTOR_DB"] == os.path.abspath(db)
+    assert env["GRPO_DOCTOR_ALLOWED_HOSTS"] == "127.0.0.1,localhost"  # the Host names served (DNS rebinding)
 
+    FakeChild.launched = []
+    code, out, err = run_cli("--db", db, "dashboard", "--allow-host", "Doctor.Lab")
+    assert FakeChild.launched[0][1]["GRPO_DOCTOR_ALLOWED_HOSTS"] == "127.0.0.1,doctor.lab,localhost"
     code, out, err = run_cli("--db", db, "dashboard", "--host", "0.0.0.0")
     assert code == 0 and "warning" in err and "0.0.0.0" in err and "Traceback" not in err
 
