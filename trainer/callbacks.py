@@ -47,6 +47,7 @@ from grpo_doctor.diagnostics.store import (
     RunStore,
     control_requests,
     default_db_path,
+    safe_run_name,
 )
 
 STOP_ON = (None, "warning", "critical")
@@ -181,6 +182,8 @@ class GRPODoctorCallback(TrainerCallback):
         config = {**normalise_config(raw, framework), "framework_versions": versions()}
         self.store = RunStore(self.db if main else ":memory:")
         chosen = self.run_name or configured_run_name(args)  # a name the user chose: resuming it goes on the same run
+        chosen = safe_run_name(chosen, framework) if chosen else None  # W&B-style "project/exp" names hold a '/'
+
         name = chosen or self.store.unique_name(Path(args.output_dir).name or framework)
         existing = _run_named(self.store, name) if chosen else None
         if existing is not None and state.global_step > 0:  # resume_from_checkpoint: the same run goes on

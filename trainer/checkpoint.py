@@ -70,9 +70,21 @@ def restore_rng(rng: dict) -> None:
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
+def run_folder(output_dir: str | Path, run_name: str) -> Path:
+    """``OUTPUT_DIR/RUN_NAME``, the run's checkpoint folder, checked to resolve inside ``output_dir`` (a name that
+    is a path, or a link planted in its place, would write or prune checkpoints elsewhere)."""
+    root = Path(output_dir).resolve()
+    folder = root / run_name
+    if folder.resolve().parent != root:
+        raise CheckpointError(f"run {run_name!r}: its checkpoint folder {folder} resolves to {folder.resolve()}, "
+                              f"outside output_dir {root}")
+    return folder
+
+
 def prune(run_dir: Path, keep: int) -> None:
-    """Delete all but the newest ``keep`` checkpoints of a run folder."""
-    folders = sorted((p for p in run_dir.glob("checkpoint-*") if p.name.split("-", 1)[1].isdigit()),
-                     key=lambda p: int(p.name.split("-", 1)[1]))
+    """Delete all but the newest ``keep`` checkpoints of a run folder (only folders that resolve inside it)."""
+    inside = run_dir.resolve()
+    folders = sorted((p for p in run_dir.glob("checkpoint-*") if p.name.split("-", 1)[1].isdigit()
+                      and p.resolve().parent == inside), key=lambda p: int(p.name.split("-", 1)[1]))
     for old in folders[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)

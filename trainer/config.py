@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_doctor.diagnostics.store.runs import run_name_problem
 from grpo_doctor.trainer.variant_names import (
     ADVANTAGES,
     GROUP_BY,
@@ -239,7 +240,8 @@ CONFLICTS = (
                f"while group_by={c.group_by} takes the baseline from other groups"),
     (lambda c: c.lora_r == 0 and (c.lora_alpha is not None or c.lora_target_modules),
      lambda c: "lora_alpha and lora_target_modules need lora_r > 0"),
-    (lambda c: c.run_name is not None and not c.run_name.strip(), lambda c: "run_name: must not be empty"),
+    (lambda c: c.run_name is not None and run_name_problem(c.run_name) is not None,
+     lambda c: f"run_name {c.run_name!r}: {run_name_problem(c.run_name)}"),
 )
 
 

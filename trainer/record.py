@@ -67,7 +67,7 @@ class Recorder:
     def __init__(self, run: Run, session: Session):
         self.run, self.run_name = run, session.run_name
         self.store, self.run_id = (session.store, session.run_id) if run.dist.is_main else (None, None)
-        self.run_dir = Path(run.config.output_dir) / session.run_name
+        self.run_dir = checkpoint.run_folder(run.config.output_dir, session.run_name)
         self.stop_flag, self.beats = StopFlag(), threading.Event()
         if self.store is not None and self.store.path != ":memory:":
             heartbeat_thread(self.store.path, self.run_id, self.beats)

@@ -31,7 +31,7 @@ from grpo_doctor.diagnostics.store import (
     default_db_path,
 )
 from grpo_doctor.diagnostics.store.filesystem import UNSAFE_ENV
-from grpo_doctor.trainer.checkpoint import CheckpointError, load_state
+from grpo_doctor.trainer.checkpoint import CheckpointError, load_state, run_folder
 from grpo_doctor.trainer.config import (
     FIELDS,
     ConfigError,
@@ -122,6 +122,7 @@ def prepare(argv: list[str]):
             raise LeaseHeld(writer)
         ckpt_step, path = checkpoint_at(store, run["id"], step)
         config = parse_config(rest, base={**run["config"], "run_name": run["name"]})
+        run_folder(config.output_dir, run["name"])  # checked before anything is written
         lease = store.acquire_lease(run["id"])  # refused while another process writes the run: nothing written
         if lease.took_over:
             print(f"grpo-doctor train: taking over run {run['name']!r} from {lease.took_over}", file=sys.stderr)
@@ -139,6 +140,7 @@ def prepare(argv: list[str]):
             raise ConfigError([f"max_steps ({config.max_steps}) must be above the checkpoint's step "
                                f"({ckpt_step}); add --set max_steps=N"])
         config.run_name = config.run_name or store.unique_name(f"{parent['name']}-restart")
+        run_folder(config.output_dir, config.run_name)
         reason = describe_changes(parent["config"], config.to_dict())
         run_id = store.create_run(config.run_name, config=config.to_dict(), parent=parent["id"],
                                   parent_step=ckpt_step, restart_reason=reason, pid=os.getpid())
@@ -148,6 +150,7 @@ def prepare(argv: list[str]):
         return config, Session(store, run_id, config.run_name, init_checkpoint=path)
     config = parse_config(rest)
     config.run_name = config.run_name or store.unique_name(f"grpo-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_folder(config.output_dir, config.run_name)
     run_id = store.create_run(config.run_name, config=config.to_dict(), pid=os.getpid())
     return config, Session(store, run_id, config.run_name)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from grpo_doctor.diagnostics.importers import Imported, LogFormatError, import_runs
+from grpo_doctor.diagnostics.store import safe_run_name
 
 #: Largest upload accepted, in MB (Streamlit's own limit is checked first, in the browser).
 MAX_UPLOAD_MB = 200
@@ -62,7 +63,7 @@ def import_upload(store, filename: str, data: BinaryIO, size: int, *, name: str 
                 if written > limit_mb * 1024 * 1024:
                     raise UploadError(f"{shown}: over the {limit_mb} MB upload limit")
                 out.write(chunk)
-        run_name = name or store.unique_name(Path(safe).stem or "upload")
+        run_name = name or store.unique_name(safe_run_name(Path(safe).stem, "upload"))
         try:
             return import_runs(store, path, name=run_name, fmt=fmt, split_runs=split_runs)
         except LogFormatError as e:

@@ -22,6 +22,7 @@ from grpo_doctor.diagnostics.importers.detect import detect_format, resolve
 from grpo_doctor.diagnostics.importers.export import export_csv, export_jsonl
 from grpo_doctor.diagnostics.importers.formats import FORMATS
 from grpo_doctor.diagnostics.metrics.catalogue import canonical_name, canonical_row, claim_rank, mapped
+from grpo_doctor.diagnostics.store import safe_run_name
 
 __all__ = [
     "FORMATS", "Imported", "LogFormatError", "ParsedLog", "detect_format", "parse", "import_path", "import_runs",
@@ -104,7 +105,7 @@ def _import(store, path, name, fmt, step_key, config, mode: str) -> list[Importe
     parsed = parse(path, fmt, step_key=step_key)
     if config:
         parsed.config = {**parsed.config, **config}
-    base = name if name is not None else (parsed.name or "imported")
+    base = name if name is not None else safe_run_name(parsed.name or "imported")
     made: list[Imported] = []
     linked, notes = _lineage(store, parsed)
     with store.attempt():  # undone on any error, also within a caller's transaction (several PATHs, a retry)

@@ -35,7 +35,7 @@ from grpo_doctor.diagnostics.store.leases import (
     _pid_alive,
 )
 from grpo_doctor.diagnostics.store.reads import MetricReads
-from grpo_doctor.diagnostics.store.runs import STATUSES, Run, Runs, runs_frame
+from grpo_doctor.diagnostics.store.runs import STATUSES, Run, Runs, run_name_problem, runs_frame, safe_run_name
 from grpo_doctor.diagnostics.store.timeline import Timeline
 from grpo_doctor.diagnostics.store.writes import MetricWrites
 
@@ -46,5 +46,5 @@ class RunStore(Runs, Leases, MetricWrites, MetricReads, Timeline, StoredFindings
 
 __all__ = [
     "DEFAULT_DB", "LEASE_TIMEOUT", "STATUSES", "Lease", "LeaseHeld", "LeaseLost", "Run", "RunNotFound", "RunStore",
-    "StoreError", "_pid_alive", "default_db_path", "runs_frame",
+    "StoreError", "_pid_alive", "default_db_path", "run_name_problem", "runs_frame", "safe_run_name",
 ]

@@ -72,6 +72,36 @@ FRAME_COLUMNS = ("id", "name", "status", "source", "created", "last_step", "pare
 _DTYPES = {"id": "int64", "name": "str", "status": "str", "source": "str", "created": "float64"}
 
 
+#: The longest run name: it names a log file and a checkpoint folder (255 bytes is a file name's limit).
+MAX_NAME = 200
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a run (None: it can). A run name is one safe path segment: the trainer's
+    checkpoint folder and log are ``OUTPUT_DIR/NAME/`` and ``NAME.log``, so it never holds a path."""
+    if not isinstance(name, str) or not name.strip():
+        return "must not be empty"
+    if name != name.strip():
+        return "must not start or end with a space"
+    if "/" in name or "\\" in name:
+        return "must not contain '/' or '\\' (a run name is a name, not a path)"
+    if name in (".", ".."):
+        return f"cannot be {name!r}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "must not contain control characters"
+    if len(name.encode()) > MAX_NAME:
+        return f"is longer than {MAX_NAME} bytes"
+    return None
+
+
+def safe_run_name(name: str, fallback: str = "imported") -> str:
+    """A name read from a log's own content, made a safe run name: separators and control characters become
+    ``-`` (``exp/lr-1e-6`` → ``exp-lr-1e-6``), an empty or dot name becomes ``fallback``."""
+    cleaned = "".join("-" if c in "/\\" or ord(c) < 32 or ord(c) == 127 else c for c in str(name)).strip()
+    cleaned = cleaned.encode()[:MAX_NAME].decode(errors="ignore").strip()
+    return fallback if cleaned in ("", ".", "..") else cleaned
+
+
 def runs_frame(runs: Sequence[Run]) -> pd.DataFrame:
     """The runs as a table (columns ``FRAME_COLUMNS``), one row each in the given order."""
     return pd.DataFrame({column: pd.Series([getattr(run, column) for run in runs], dtype=_DTYPES.get(column, object))
@@ -105,6 +135,8 @@ class Runs(Connection):
             parent_id = self.resolve_run(parent) if parent is not None else None
             if name is None:
                 name = self.unique_name(f"{source}-{time.strftime('%Y%m%d-%H%M%S')}")
+            elif (problem := run_name_problem(name)) is not None:
+                raise StoreError(f"run name {name!r}: {problem}")
             elif self._run_id_by_name(name) is not None:
                 raise StoreError(f"a run named {name!r} already exists in {self.path}")
             now, host = time.time(), socket.gethostname()

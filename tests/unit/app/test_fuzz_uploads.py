@@ -26,7 +26,7 @@ from support.logs import build
 
 from grpo_doctor.app.dashboard import SCRIPT, uploads
 from grpo_doctor.diagnostics.importers import FORMATS, LogFormatError
-from grpo_doctor.diagnostics.store import RunStore, StoreError
+from grpo_doctor.diagnostics.store import RunStore, StoreError, run_name_problem
 
 DASHBOARD = str(SCRIPT)
 SUBMIT = "FormSubmitter:import.form-Import and diagnose"
@@ -101,7 +101,8 @@ class Workspace:
             assert "\n" not in message and "\r" not in message, f"a message of several lines: {message!r}"
             assert "grpo-doctor-upload" not in message and str(self.tmp) not in message, message
             if isinstance(e, StoreError):
-                assert name in set(runs_before["name"]), f"a StoreError for a name not taken: {message}"
+                assert name in set(runs_before["name"]) or run_name_problem(name) is not None, \
+                    f"a StoreError for a good name not taken: {message}"
             else:
                 assert message.startswith(uploads.shown_name(filename) + ": "), message
             runs_after = store.list_runs()

@@ -77,3 +77,18 @@ def test_two_restarts_made_before_either_child_starts_never_share_a_name(tmp_pat
         # a name whose checkpoints a deleted run left in the runs folder is not reused either
         (processes.runs_dir(db) / "kl_blowup-fix-3").mkdir()
         assert processes.restart(parent, 0, {"learning_rate": 1e-4}, db, store).run_name == "kl_blowup-fix-4"
+
+
+def test_a_dashboard_launch_named_like_a_path_is_refused_before_any_file_is_written(tmp_path):
+    import pytest
+
+    from grpo_doctor.app.launch import processes
+    from grpo_doctor.diagnostics.store import RunStore
+
+    db = str(tmp_path / "runs.db")
+    with RunStore(db) as store:
+        for name in (str(tmp_path / "somewhere"), "../escape"):
+            with pytest.raises(processes.LaunchError, match="not a path"):
+                processes.new_run({"run_name": name, "max_steps": 2}, db, store)
+        assert not (tmp_path / "somewhere.log").exists() and not (tmp_path / "escape.log").exists()
+        assert not processes.runs_dir(db).exists() or not any(processes.runs_dir(db).iterdir())
