@@ -123,7 +123,7 @@ def table_row(line: str, header: list[str]) -> dict[str, float] | None:
 def enough(values) -> bool:
     """Whether a line's pairs make a row of metrics: three or more, or two of which one is a metric the catalogue
     knows (``loss is 0.2 and kl is 0.01``)."""
-    return len(values) >= MIN_PAIRS or (len(values) == 2 and any(_known(k) for k in values))
+    return len(values) >= MIN_PAIRS or (len(values) == 2 and any(_known(k) for k in values if k != "epoch"))
 
 
 def looks_like_metrics(lines: list[str]) -> bool:
@@ -172,37 +172,68 @@ def parse_console(display: str, path: Path) -> ParsedLog:
 
 
 def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:
-    """``(kind, step, total)`` from a step word or key, else an (i/N) counter; None if the line has neither (or not
-    the ``kind`` the file uses)."""
+    """``(kind, step, total)`` from a step word or key, else an (i/N) counter, else an epoch number (a loop that
+    prints one line per epoch); None if the line has none (or not the ``kind`` the file uses)."""
     if kind in (None, "word"):
         m = _STEP_WORD.search(line)
         if m:
             return "word", int(m[2]), int(m[3]) if m[3] else None
         if kind == "word":
             return None
-    m = _COUNTER.search(line)
-    if m:
-        i, n = (m[1], m[2]) if m[1] is not None else (m[3], m[4])
-        return "counter", int(i), int(n)
-    return None
+    if kind in (None, "counter"):
+        m = _COUNTER.search(line)
+        if m:
+            i, n = (m[1], m[2]) if m[1] is not None else (m[3], m[4])
+            return "counter", int(i), int(n)
+        if kind == "counter":
+            return None
+    m = _EPOCH.search(line)
+    return ("epoch", int(m[1]), None) if m else None
 
 
 KIND_ROWS = 200  # the rows of metrics whose steps decide the file's kind of step
 
 
 def _step_kind(source: Source, path: Path) -> str:
-    """"word", "counter" or "order": the kind of step most of the file's first rows of metrics carry."""
-    votes: dict[str, int] = {}
+    """"word", "counter", "epoch" or "order": the kind of step the file's first rows of metrics carry. The kind
+    most of the rows that carry a step have, unless fewer than two carry one, or the rows without a step are what the
+    steps count (``[step 25] avg_loss=…`` after 25 lines of ``loss is … and kl is …``): then the line order. Rows
+    without a step between rows that have one are otherwise what a loop prints between its steps (a rollout's
+    trace, an evaluation)."""
+    kinds: list[tuple[str, int | None]] = []
     for _lineno, raw in iter_lines(source, path):
         line = _clean(raw)
         if not enough(metric_pairs(line)):
             continue
         found = _step_of(line, None)
-        kind = found[0] if found else "order"
-        votes[kind] = votes.get(kind, 0) + 1
-        if sum(votes.values()) >= KIND_ROWS:
+        kinds.append((found[0], found[1]) if found else ("order", None))
+        if len(kinds) >= KIND_ROWS:
             break
-    return max(votes, key=votes.get) if votes else "order"
+    votes: dict[str, int] = {}
+    for kind, _ in kinds:
+        if kind != "order":
+            votes[kind] = votes.get(kind, 0) + 1
+    if not votes or max(votes.values()) < 2:
+        return "order"
+    kind = max(votes, key=votes.get)
+    return "order" if _steps_count_the_rest(kinds, kind) else kind
+
+
+def _steps_count_the_rest(kinds: list[tuple[str, int | None]], kind: str) -> bool:
+    """Whether, between consecutive rows of ``kind``, the rows without a step number about as many as the step
+    went up by (in most such gaps): those rows are then the steps themselves."""
+    gaps, counted, between, last = 0, 0, 0, None
+    for k, step in kinds:
+        if k == "order":
+            between += 1
+            continue
+        if k != kind:
+            continue
+        if last is not None and step > last and between:
+            gaps += 1
+            counted += abs(between - (step - last)) <= max(1, 0.1 * (step - last))
+        last, between = step, 0
+    return gaps > 0 and counted >= gaps / 2
 
 
 def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
@@ -210,6 +241,7 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
     step: int | None = None
     order = 0
     offset, last_counter, last_epoch = 0, None, None
+    at_step: set[str] = set()  # the keys the current step has (a line without a step adds only new ones)
     header: list[str] | None = None
     for lineno, raw in iter_lines(source, path):
         line = _clean(raw)
@@ -223,7 +255,7 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
         if row is not None:
             yield from _table_step(source, row, lineno, order := order + 1)
             continue
-        if "=" not in line and ":" not in line and "|" not in line and " is " not in line:
+        if not any(c.isdigit() for c in line):  # no number, no metric (a cheap test before the patterns)
             continue
         values = metric_pairs(line)
         if not enough(values):
@@ -240,6 +272,7 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
             step = order
         elif found is not None:
             here = found[1]
+            at_step = set(values)
             if found[0] == "counter":
                 epoch = _EPOCH.search(line)
                 epoch_n = int(epoch[1]) if epoch else None
@@ -251,6 +284,11 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
         elif step is None:
             source.skip_line(f"line {lineno}", "metrics before the first step")
             continue
+        else:  # a line without a step joins the step before it, with the keys that step does not have yet
+            values = {k: v for k, v in values.items() if k not in at_step}
+            if not values:
+                continue
+            at_step |= set(values)
         yield step, as_eval(values) if _EVAL_LINE.match(line) else values
 
 

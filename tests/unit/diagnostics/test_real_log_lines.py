@@ -263,3 +263,41 @@ def test_a_notebooks_progress_table_is_read(store, tmp_path):
         assert frame["reward"].tolist() == [r["reward"] for r in rows]
         assert frame["completions/mean_length"].tolist() == [r["completions/mean_length"] for r in rows]
         assert frame["loss"].tolist() == [r["loss"] for r in rows]
+
+
+PA2_GRPO = (CORPUS / "handwritten-console__talhashoyo10__pa2-28100131__task3-grpo-standard"
+            / "task3_train_standard__acct1__20261008T190453Z.log")
+SQLI = CORPUS / "handwritten-console__alivnavc__grpo-rl-slm-sqli__grpo-training" / "grpo_training.log"
+GEMMA = CORPUS / "handwritten-console__junyij__posttraining-llm-small__grpo-gemma2-1" / "train_grpo_gemma2_1.log"
+
+
+def test_words_and_numbers_with_no_separator_are_read_on_every_line(store, tmp_path):
+    """``[standard] update 3/20 reward +2.387 std 0.444 kl -0.00014 loss -0.0006 gnorm 2.219 len 14 …``: no ``=``,
+    ``:`` or ``|`` on the line, signed numbers, the step an ``update i/N`` counter, after TensorFlow's start-up."""
+    log = tmp_path / "train.log"
+    log.write_text("".join(lines_of(PA2_GRPO, *range(1, 29))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(1, 21))
+    assert frame.loc[3, "reward"] == pytest.approx(2.387) and frame.loc[16, "kl"] == pytest.approx(-0.00397)
+
+
+def test_a_loop_that_prints_a_line_per_epoch_between_rollout_traces_is_stepped_by_its_epochs(store, tmp_path):
+    """``Epoch 1 | loss=0.0144 | reward= 6.06 [-2.1 … 16.3]`` once per epoch, with an agent's trace between
+    (``REWARD  : +3.40  |  findings so far: 0`` per environment step) and a prose line naming "epoch 0": the epochs
+    are the steps, a trace line adds nothing its epoch already has, the prose line is no row."""
+    [run] = import_runs(store, SQLI)
+    frame = store.metrics(run.run_id)
+    steps = frame[[c for c in frame.columns if not c.startswith("eval/")]].dropna(how="all").index
+    assert (steps[0], steps[-1]) == (1, 10)
+    assert frame.loc[1, "reward"] == pytest.approx(6.06) and frame.loc[9, "reward"] == pytest.approx(7.86)
+    assert frame.loc[5, "loss"] == pytest.approx(-0.0312)
+
+
+def test_step_lines_that_count_the_lines_between_them_leave_those_lines_the_steps(store, tmp_path):
+    """``grpo_loss is -0.28 and kl is -0.21`` per sample, then ``[step 25] avg_loss=-0.0784 acc=0.0600`` after 25 of
+    them: the step line counts the sample lines, so each sample line is a step (1, 2, …), not the 25th."""
+    [run] = import_runs(store, GEMMA)
+    frame = store.metrics(run.run_id)
+    assert frame.index[0] == 1 and frame.loc[1, "kl"] == pytest.approx(-0.21336770057678223)
+    assert frame.index[-1] == 150
