@@ -83,6 +83,13 @@ def worst_findings(store, runs: pd.DataFrame) -> dict[int, str]:
     """Each run's most severe open problem (``warning: title``), a teaching recording's own symptom first;
     running runs are diagnosed as they log."""
     own = teaching_rules()
-    return {int(run["id"]): worst(diagnosis.stored(store, run), own.get(str(Path(run["source_path"]).resolve()))
-                                  if run.get("source_path") else None)
-            for run in runs.to_dict("records")}
+    out = {}
+    for run in runs.to_dict("records"):
+        try:
+            findings = diagnosis.stored(store, run)
+        except Exception as e:  # noqa: BLE001 - one run's error is that run's cell, never the whole table
+            out[int(run["id"])] = f"could not diagnose: {type(e).__name__}: {e}"[:200]
+            continue
+        taught = own.get(str(Path(run["source_path"]).resolve())) if run.get("source_path") else None
+        out[int(run["id"])] = worst(findings, taught)
+    return out

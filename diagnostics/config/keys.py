@@ -120,6 +120,28 @@ def _dotted(mapping: Mapping, prefix: str = "") -> dict:
     return out
 
 
+#: The config keys that hold numbers (the rules compare them as numbers).
+NUMERIC_KEYS = frozenset({
+    "num_generations", "beta", "num_iterations", "epsilon", "epsilon_high", "temperature", "top_p",
+    "max_completion_length", "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "steps_per_generation", "max_grad_norm", "logging_steps", "max_steps", "kl_target", "length_penalty",
+    "max_prompt_length", "warmup_steps", "num_train_epochs", "lora_r", "lora_alpha", "seed",
+})
+
+
+def checked(config: Mapping) -> tuple[dict, dict[str, str]]:
+    """The config with its values coerced (``"0.04"`` → 0.04), and the values a number key cannot hold left out:
+    ``{key: why}`` for each (``beta: 'abc' is not a number``), so one bad value never breaks a diagnosis."""
+    out, dropped = {}, {}
+    for key, raw in config.items():
+        value = coerce(raw)
+        if key in NUMERIC_KEYS and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            dropped[key] = f"{raw!r} is not a number"
+            continue
+        out[key] = value
+    return out, dropped
+
+
 def coerce(value):
     """Config values as Python values: ``"1e-6"`` → 1e-6, ``"true"`` → True, ``"None"`` → None."""
     if isinstance(value, str):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from grpo_doctor.diagnostics.config.frameworks import OURS, TRL_OLD_DEFAULTS, framework
+from grpo_doctor.diagnostics.config.keys import checked
 
 # TRL's metric keys by the version that added them (TRL's release notes and its trainer's logging code).
 _TRL_FIRST_SEEN = (
@@ -66,6 +67,7 @@ class RunConfig:
     inferred: dict = field(default_factory=dict)
     logged: dict = field(default_factory=dict)       # key -> value read off the metrics
     logged_how: dict = field(default_factory=dict)   # key -> how it was read
+    ignored: dict = field(default_factory=dict)      # key -> why its recorded value was left out ("'abc' is not a number")
 
     def get(self, key: str, default=None):
         for source in (self.values, self.logged, self.assumed):
@@ -88,6 +90,9 @@ class RunConfig:
             return f"{key} = {self.values[key]}"
         if key in self.logged:
             return f"{key} = {self.logged[key]:g} ({self.logged_how[key]})"
+        if key in self.ignored:
+            known = f"; {key} {self.inferred[key]}" if key in self.inferred else ""
+            return f"{key} not usable: the recorded {self.ignored[key]}{known}"
         if key in self.inferred:
             return f"{key} {self.inferred[key]}"
         if key in self.assumed:
@@ -112,11 +117,10 @@ class RunConfig:
 def run_config(source: str, config: Mapping | None, metric_names: Iterable[str],
                facts: LoggedFacts | None = None) -> RunConfig:
     """A run's config as the rules read it: recorded values, what the metrics show, then the framework's defaults."""
-    config = dict(config or {})
     names = set(metric_names)
-    values = {k: v for k, v in config.items() if k != "raw"}
+    values, ignored = checked({k: v for k, v in (config or {}).items() if k != "raw"})
     if source == OURS:
-        return RunConfig(values, OURS)
+        return RunConfig(values, OURS, ignored=ignored)
     fw = framework(source if source in ("csv", "jsonl") else values.pop("framework", None) or source)
     values.pop("framework", None)
     version_text = None
@@ -125,7 +129,7 @@ def run_config(source: str, config: Mapping | None, metric_names: Iterable[str],
         version_text, old = trl_version(names)
         assumed = dict(TRL_OLD_DEFAULTS) if old else assumed
     assumed = {k: v for k, v in assumed.items() if values.get(k) is None}
-    cfg = RunConfig(values, fw.name, assumed, version_text)
+    cfg = RunConfig(values, fw.name, assumed, version_text, ignored=ignored)
     if values.get("beta") is None and "kl" in names:
         assumed.pop("beta", None)  # kl is only logged when β ≠ 0 (docs/field-reports.md#kl-missing)
         cfg.inferred["beta"] = "> 0 (kl is logged; value not recorded)"
