@@ -14,6 +14,7 @@ from grpo_doctor.app.dashboard.session import (
     RUN_PAGE,
     RUNS_PAGE,
     SAMPLES_PAGE,
+    store_errors_in_one_line,
 )
 
 st.set_page_config(page_title="GRPO Doctor", page_icon="🩺", layout="wide")
@@ -26,4 +27,5 @@ page = st.navigation([
     st.Page(PAGES_DIR / "teach.py", title="Teach", icon=":material/school:", url_path="teach"),
     st.Page(DOCS_PAGE, title="Docs", icon=":material/menu_book:", url_path="docs"),
 ])
-page.run()
+with store_errors_in_one_line():  # a damaged store: one line on every page (fragments: session.fragment)
+    page.run()

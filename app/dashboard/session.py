@@ -9,13 +9,15 @@ time.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from grpo_doctor.diagnostics.store import RunStore, default_db_path
+from grpo_doctor.diagnostics.store import RunStore, StoreError, default_db_path
 
 #: session-state key of the selected run's id, shared by every page (not a widget key: it survives
 #: a page switch, which clears the state of widgets that are no longer drawn).
@@ -34,6 +36,29 @@ DOCS_PAGE = PAGES_DIR / "docs.py"
 
 def store_path() -> str:
     return default_db_path()
+
+
+@contextlib.contextmanager
+def store_errors_in_one_line() -> Iterator[None]:
+    """A damaged or unreadable store, said in one line where the page draws, never a traceback."""
+    try:
+        yield
+    except StoreError as e:
+        st.error(str(e))
+    except sqlite3.DatabaseError as e:
+        st.error(f"not a usable store: {store_path()}: {e}; check it with `sqlite3 {store_path()} "
+                 "'PRAGMA integrity_check'` and restore it from a copy")
+
+
+def fragment(run_every: float | None = None) -> Callable:
+    """``st.fragment`` with ``store_errors_in_one_line``: a fragment's exception never reaches the page's handler."""
+    def wrap(body: Callable) -> Callable:
+        @functools.wraps(body)
+        def guarded(*args, **kwargs):
+            with store_errors_in_one_line():
+                return body(*args, **kwargs)
+        return st.fragment(guarded, run_every=run_every)
+    return wrap
 
 
 @contextlib.contextmanager

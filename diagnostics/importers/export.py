@@ -21,15 +21,33 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from grpo_doctor.diagnostics.store.errors import StoreError
+
 
 def _steps(store, run_id: int, window: int = 4096) -> Iterator[tuple[int, dict[str, float]]]:
-    """(step, {name: value}) in step order, read a window of steps at a time (bounded memory)."""
+    """(step, {name: value}) in step order, read a window of steps at a time (bounded memory). Ends with a
+    ``StoreError`` when the steps read do not reach the run's recorded last step (a damaged store: the export
+    fails, and its temporary file is removed, rather than say "wrote 731 steps" of a 3000-step run); a step that
+    holds only sampled completions or events is not one the metrics miss."""
+    last = store.get_run(run_id).get("last_step")  # before reading: a live run only moves it on
     steps = store.steps(run_id)
+    written = None
     for start in range(0, len(steps), window):
         chunk = steps[start:start + window]
         long = store.metrics(run_id, since_step=int(chunk[0]) - 1, until_step=int(chunk[-1]), wide=False)
         for step, group in long.groupby("step", sort=True):
-            yield int(step), {name: float(v) for name, v in zip(group["name"], group["value"])}
+            written = int(step)
+            yield written, {name: float(v) for name, v in zip(group["name"], group["value"])}
+    if last is not None and (written is None or written < int(last)) and not _other_rows_after(store, run_id, written):
+        raise StoreError(f"not a usable store: {store.path}: run {run_id}'s steps end at {written}, its record says "
+                         f"{last}; check it with `sqlite3 {store.path} 'PRAGMA integrity_check'`")
+
+
+def _other_rows_after(store, run_id: int, step: int | None) -> bool:
+    """Whether the run has sampled completions or events after ``step`` (steps without metrics)."""
+    after = -1 if step is None else step
+    return any(store.conn.execute(f"SELECT 1 FROM {table} WHERE run_id = ? AND step > ? LIMIT 1",
+                                  (run_id, after)).fetchone() for table in ("samples", "events"))
 
 
 @contextlib.contextmanager

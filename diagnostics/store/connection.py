@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from grpo_doctor.diagnostics.store import filesystem
+from grpo_doctor.diagnostics.store import filesystem, packing
 from grpo_doctor.diagnostics.store.errors import StoreError
 from grpo_doctor.diagnostics.store.schema import migrate
 
@@ -67,6 +67,15 @@ class Connection:
 
     def close(self) -> None:
         self.conn.close()
+
+    def decode(self, steps_blob: bytes, values_blob: bytes | None, first: int | None = None,
+               last: int | None = None):
+        """``packing.decode``, a damaged block said in one line that names this store (never a wrong series)."""
+        try:
+            return packing.decode(steps_blob, values_blob, first, last)
+        except packing.Damaged as e:
+            raise StoreError(f"not a usable store: {self.path}: {e}; check it with `sqlite3 {self.path} "
+                             f"'PRAGMA integrity_check'` and restore it from a copy") from None
 
     def __enter__(self):
         return self

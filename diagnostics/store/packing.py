@@ -18,8 +18,24 @@ def encode(steps: np.ndarray, values: np.ndarray) -> tuple[bytes, bytes]:
     return steps.astype("<i8").tobytes(), values.astype("<f8").tobytes()
 
 
-def decode(steps_blob: bytes, values_blob: bytes) -> tuple[np.ndarray, np.ndarray]:
-    return np.frombuffer(steps_blob, dtype="<i8"), np.frombuffer(values_blob, dtype="<f8")
+class Damaged(ValueError):
+    """A packed block that cannot be what ``encode`` wrote: the store file was damaged."""
+
+
+def decode(steps_blob: bytes, values_blob: bytes | None, first: int | None = None,
+           last: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A block's (steps, values), checked: whole 8-byte numbers, one value per step (``values_blob`` None: steps
+    only), steps strictly increasing from ``first`` to ``last`` (as the block's row says, when given). A block that
+    fails is damage (bytes changed on disk), never data: raises ``Damaged``."""
+    if len(steps_blob) % 8 or (values_blob is not None and len(values_blob) != len(steps_blob)):
+        raise Damaged(f"a packed block holds {len(steps_blob)} bytes of steps and "
+                      f"{len(values_blob or b'')} of values")
+    steps = np.frombuffer(steps_blob, dtype="<i8")
+    if len(steps) and ((first is not None and steps[0] != first) or (last is not None and steps[-1] != last)
+                       or (len(steps) > 1 and not (np.diff(steps) > 0).all())):
+        raise Damaged(f"a packed block's steps are out of order or not the {first}–{last} its row says")
+    values = np.frombuffer(values_blob, dtype="<f8") if values_blob is not None else np.empty(0, dtype="<f8")
+    return steps, values
 
 
 def rows_to_arrays(rows: list[tuple]) -> tuple[np.ndarray, np.ndarray]:

@@ -38,14 +38,14 @@ class MetricReads(Connection):
             # No ORDER BY (the rows are sorted below): with one, SQLite walks the primary key through every
             # block of the run, blobs and all, instead of searching metric_blocks_by_last for the new ones.
             block_rows = sorted(self.conn.execute(
-                "SELECT key_id, first_step, steps, vals FROM metric_blocks WHERE run_id = ? AND last_step > ?"
+                "SELECT key_id, first_step, steps, vals, last_step FROM metric_blocks WHERE run_id = ? AND last_step > ?"
                 " AND first_step <= ?" + key_filter, params).fetchall(), key=lambda r: (r[0], r[1]))
             value_rows = self.conn.execute(
                 "SELECT key_id, step, value FROM metrics WHERE run_id = ? AND step > ? AND step <= ?"
                 + key_filter + " ORDER BY key_id, step", params).fetchall()
         parts: dict[int, list] = {}
-        for key_id, _, steps_blob, vals_blob in block_rows:
-            steps, values = packing.decode(steps_blob, vals_blob)
+        for key_id, first, steps_blob, vals_blob, last in block_rows:
+            steps, values = self.decode(steps_blob, vals_blob, first, last)
             keep = (steps > since) & (steps <= until)
             parts.setdefault(key_id, []).append((steps[keep], values[keep]))
         tails: dict[int, list] = {}
@@ -60,8 +60,8 @@ class MetricReads(Connection):
     def steps(self, run_id: int) -> np.ndarray:
         """Every step that has at least one metric, sorted."""
         with self._snapshot():
-            parts = [packing.decode(b, b"")[0] for (b,) in self.conn.execute(
-                "SELECT steps FROM metric_blocks WHERE run_id = ?", (run_id,))]
+            parts = [self.decode(b, None, first, last)[0] for (b, first, last) in self.conn.execute(
+                "SELECT steps, first_step, last_step FROM metric_blocks WHERE run_id = ?", (run_id,))]
             parts.append(np.array([r[0] for r in self.conn.execute(
                 "SELECT DISTINCT step FROM metrics WHERE run_id = ?", (run_id,))], dtype=np.int64))
         return np.unique(np.concatenate(parts))
@@ -107,12 +107,12 @@ class MetricReads(Connection):
         last: dict[str, tuple[int, float]] = {}
         names_of = self._key_names()
         with self._snapshot():
-            for key_id, steps_blob, vals_blob in self.conn.execute(
-                "SELECT key_id, steps, vals FROM metric_blocks b WHERE run_id = ? AND last_step ="
+            for key_id, steps_blob, vals_blob, first, last_step in self.conn.execute(
+                "SELECT key_id, steps, vals, first_step, last_step FROM metric_blocks b WHERE run_id = ? AND last_step ="
                 " (SELECT MAX(last_step) FROM metric_blocks WHERE run_id = b.run_id AND key_id = b.key_id)",
                 (run_id,),
             ):
-                steps, values = packing.decode(steps_blob, vals_blob)
+                steps, values = self.decode(steps_blob, vals_blob, first, last_step)
                 last[names_of[key_id]] = (int(steps[-1]), float(values[-1]))
             for key_id, step, value in self.conn.execute(
                 "SELECT m.key_id, m.step, m.value FROM metrics m JOIN (SELECT key_id, MAX(step) AS step"
@@ -138,11 +138,11 @@ class MetricReads(Connection):
                 return out
         names_of = self._key_names()
         found: dict[int, float] = {}
-        for key_id, steps_blob, vals_blob in self.conn.execute(
-            "SELECT key_id, steps, vals FROM metric_blocks WHERE run_id = ? AND last_step >= ? AND first_step <= ?",
-            (run_id, step, step),
+        for key_id, steps_blob, vals_blob, first, last in self.conn.execute(
+            "SELECT key_id, steps, vals, first_step, last_step FROM metric_blocks WHERE run_id = ? AND last_step >= ?"
+            " AND first_step <= ?", (run_id, step, step),
         ):
-            steps, values = packing.decode(steps_blob, vals_blob)
+            steps, values = self.decode(steps_blob, vals_blob, first, last)
             i = int(np.searchsorted(steps, step))
             if i < len(steps) and steps[i] == step:
                 found[key_id] = float(values[i])

@@ -106,10 +106,11 @@ class MetricWrites(Connection):
                 row_steps, row_values = packing.rows_to_arrays(rows)
                 first, last = int(row_steps[0]), int(row_steps[-1])
                 old = self.conn.execute(
-                    "SELECT first_step, steps, vals FROM metric_blocks WHERE run_id = ? AND key_id = ?"
+                    "SELECT first_step, steps, vals, last_step FROM metric_blocks WHERE run_id = ? AND key_id = ?"
                     " AND last_step >= ? AND first_step <= ? ORDER BY first_step",
                     (run_id, key_id, first, last)).fetchall()
-                steps, values = packing.merge([packing.decode(b[1], b[2]) for b in old], row_steps, row_values)
+                steps, values = packing.merge([self.decode(b[1], b[2], b[0], b[3]) for b in old], row_steps,
+                                              row_values)
                 self.conn.executemany(
                     "DELETE FROM metric_blocks WHERE run_id = ? AND key_id = ? AND first_step = ?",
                     [(run_id, key_id, b[0]) for b in old])
@@ -129,12 +130,12 @@ class MetricWrites(Connection):
             self._fence(run_id)
             self.conn.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", (run_id, step))
             straddling = self.conn.execute(
-                "SELECT key_id, first_step, steps, vals FROM metric_blocks WHERE run_id = ? AND last_step > ?",
+                "SELECT key_id, first_step, steps, vals, last_step FROM metric_blocks WHERE run_id = ? AND last_step > ?",
                 (run_id, step)).fetchall()
-            for key_id, first_step, steps_blob, vals_blob in straddling:
+            for key_id, first_step, steps_blob, vals_blob, last_step in straddling:
                 self.conn.execute("DELETE FROM metric_blocks WHERE run_id = ? AND key_id = ? AND first_step = ?",
                                   (run_id, key_id, first_step))
-                steps, values = packing.decode(steps_blob, vals_blob)
+                steps, values = self.decode(steps_blob, vals_blob, first_step, last_step)
                 keep = steps <= step
                 if keep.any():
                     insert_blocks(self.conn, run_id, key_id, steps[keep], values[keep])

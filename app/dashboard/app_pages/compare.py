@@ -3,7 +3,7 @@ against each other); refreshed every 2 s while one of them runs. ``/compare?run=
 
 import streamlit as st
 
-from grpo_doctor.app.dashboard import compare_page
+from grpo_doctor.app.dashboard import compare_page, session
 from grpo_doctor.app.dashboard.run_page import smoothing_control
 from grpo_doctor.app.dashboard.session import (
     RUN_KEY,
@@ -38,7 +38,7 @@ if len(chosen) > 1:
     st.caption(f"Health bands are those of {names[chosen[0]]}'s config.")
 
 
-@st.fragment(run_every=2 if live else None)
+@session.fragment(run_every=2 if live else None)
 def overlay() -> None:
     with open_store() as store:
         compare_page.charts(store, runs, chosen, metrics, smoothing)

@@ -4,7 +4,7 @@ from it) is running, the findings and the health charts refresh every second and
 
 import streamlit as st
 
-from grpo_doctor.app.dashboard import run_page, run_tick
+from grpo_doctor.app.dashboard import run_page, run_tick, session
 from grpo_doctor.app.dashboard.session import all_runs, open_store, pick_run
 
 st.title("Run")
@@ -18,12 +18,12 @@ with right:
 live = run_tick.is_live(runs, run_id)
 
 
-@st.fragment(run_every=run_page.REFRESH_SECONDS if live else None)
+@session.fragment(run_every=run_page.REFRESH_SECONDS if live else None)
 def follow() -> None:
     run_page.follow(run_id, smoothing, live)
 
 
-@st.fragment(run_every=run_page.SLOW_REFRESH_SECONDS if live else None)
+@session.fragment(run_every=run_page.SLOW_REFRESH_SECONDS if live else None)
 def others() -> None:
     if not st.toggle("Show the other metrics", key="run.others", help="those the docs give no health range for"):
         return

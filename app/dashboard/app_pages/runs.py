@@ -3,7 +3,7 @@ embedded run; stop a running one. Refreshes every 2 s while a run is running or 
 
 import streamlit as st
 
-from grpo_doctor.app.dashboard import runs_page
+from grpo_doctor.app.dashboard import runs_page, session
 from grpo_doctor.app.dashboard.access import require_control
 from grpo_doctor.app.dashboard.run_form import new_run_form
 from grpo_doctor.app.dashboard.session import (
@@ -35,7 +35,7 @@ with st.expander("Start a new run", expanded=runs.empty):
         st.error("Not started: " + "; ".join(e.messages))  # one line, whatever refused it
 
 
-@st.fragment(run_every=runs_page.REFRESH_SECONDS if live else None)
+@session.fragment(run_every=runs_page.REFRESH_SECONDS if live else None)
 def table() -> None:
     with open_store() as store:
         processes.reap(store)
