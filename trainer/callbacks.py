@@ -277,6 +277,8 @@ class GRPODoctorCallback(TrainerCallback):
             self._completion_files(args)  # the last log's file
         self.ended = True
         self.store.set_status(self.run_id, "stopped" if self.stopped_by else "finished")
+        if self.alerter is not None:
+            self.alerter.flush()  # the last alerts go out (a bounded wait; training is over)
 
     def _at_exit(self):
         """The process ends without ``on_train_end``: an exception or a signal ended training."""

@@ -262,6 +262,8 @@ def run_follow(args: argparse.Namespace) -> int:
 
         status = follower.follow(every=args.every, idle_exit=args.idle_exit, on_poll=report,
                                  interrupt_on=(signal.SIGTERM,))
+        if live:
+            live["alerter"].flush()  # the last alerts go out before the command ends (a bounded wait)
     if follower.run_id is None:
         raise CliError(f"{args.path}: no training steps appeared")
     print(f"{follower.last_step or 0} steps; run marked {status}")

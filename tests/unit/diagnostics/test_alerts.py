@@ -65,6 +65,7 @@ def test_the_callback_posts_alerts(tmp_path, webhook):
     for step in range(1, 31):
         state.global_step = step
         callback.on_log(args, state, control, logs={"loss": math.nan if step >= 20 else 0.01, "reward": 0.5})
+    callback.on_train_end(args, state, control)  # posts go out from a worker thread: the end waits for them
     assert len(received) == 1 and "run 'r'" in received[0]["text"] and "since step 20" in received[0]["text"]
     assert not control.should_training_stop  # alerts alone never stop training
 
@@ -102,3 +103,68 @@ def test_the_callback_takes_the_run_name_from_the_config(tmp_path):
         callback.on_train_end(args, TrainerState(), TrainerControl())
         with RunStore(db) as store:
             assert list(store.list_runs()["name"]) == [expected]
+
+
+@pytest.fixture
+def slow_webhook():
+    """A webhook that answers one header line every 3 seconds: each read stays under any socket timeout, so only
+    an overall deadline ends the post."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    stop = threading.Event()
+
+    def serve():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.wait(3):
+                try:
+                    conn.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    break
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}/hook"
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+def test_a_slow_webhook_never_holds_up_a_training_step(tmp_path, slow_webhook, monkeypatch, capsys):
+    """The TRL callback's on_log posts nothing itself: a webhook that trickles its answer costs a step under 50 ms,
+    and the post is given up at its deadline (here 2 s) and reported once."""
+    import time
+
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from grpo_doctor.diagnostics.report import alerts
+    from grpo_doctor.trainer.callbacks import GRPODoctorCallback
+
+    monkeypatch.setattr(alerts, "DEADLINE", 2.0)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], use_cpu=True)
+    callback = GRPODoctorCallback(db=tmp_path / "runs.db", run_name="r", alert_webhook=slow_webhook)
+    state, control = TrainerState(), TrainerControl()
+    callback.on_train_begin(args, state, control)
+    slowest = 0.0
+    for step in range(1, 31):
+        state.global_step = step
+        logs = {"loss": math.nan if step >= 20 else 0.01, "reward": 0.5}
+        started = time.perf_counter()
+        callback.on_log(args, state, control, logs=logs)
+        if step >= 20:  # the alert is raised at step 20: the slow post starts there
+            slowest = max(slowest, time.perf_counter() - started)
+    assert callback.alerter.sent and slowest < 0.05, slowest
+    started = time.perf_counter()
+    callback.on_train_end(args, state, control)  # waits for the post: until its deadline, not for the server
+    assert time.perf_counter() - started < 4
+    assert "no answer within 2 s" in capsys.readouterr().err
