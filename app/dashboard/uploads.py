@@ -55,7 +55,10 @@ def import_upload(store, filename: str, data: BinaryIO, size: int, *, name: str 
                           "import it by path instead")
     safe = safe_name(filename)
     with tempfile.TemporaryDirectory(prefix="grpo-doctor-upload-") as folder:
-        path = Path(folder) / safe
+        # One level down: the importers look beside the log and one folder up (a checkpoint's training_args.bin,
+        # ms-swift's args.json), and both must be this upload's own folders, never the shared temp folder.
+        path = Path(folder) / "upload" / safe
+        path.parent.mkdir()
         written = 0
         with open(path, "wb") as out:
             while chunk := data.read(_CHUNK):

@@ -13,6 +13,7 @@ the store's runs as they were. Two AppTest checks then upload broken files throu
 
 from __future__ import annotations
 
+import json
 import signal
 from collections import Counter
 from pathlib import Path
@@ -120,9 +121,11 @@ class Workspace:
             signal.signal(signal.SIGALRM, previous)
             store.close()
         for path in self.written:  # written only directly inside a fresh folder of the temporary directory
-            assert path.parent.parent == self.tmp and path.parent.name.startswith("grpo-doctor-upload-"), path
+            assert path.parent.parent.parent == self.tmp and path.parent.name == "upload", path
+            assert path.parent.parent.name.startswith("grpo-doctor-upload-"), path
             assert path.resolve().parent == path.parent.resolve() and len(path.name.encode()) <= 255, path
-        assert list(self.tmp.iterdir()) == [], "an upload's temporary folder was left behind"
+        left = [p for p in self.tmp.iterdir() if p.name.startswith("grpo-doctor-upload-")]
+        assert left == [], "an upload's temporary folder was left behind"
         stray = tree(self.root) - before_tree - {"store/uploads.db-wal", "store/uploads.db-shm"}
         assert not stray, f"the upload of {filename!r} left files behind: {sorted(stray)}"
 
@@ -236,3 +239,18 @@ def test_the_import_page_shows_a_taken_run_name_as_an_error(seeds, page_store):
     assert error.startswith("Not imported: a run named 'taken' already exists")
     with RunStore(page_store) as store:
         assert list(store.list_runs()["name"]) == ["taken"]
+
+
+def test_an_upload_never_reads_the_shared_temp_folder(seeds, tmp_path, monkeypatch):
+    """A trainer_state.json looks for training_args.bin beside it and one folder up, ms-swift's args.json beside it:
+    files another local user planted in the shared temp folder are never read as an upload's config."""
+    import pickle
+
+    space = Workspace(tmp_path, monkeypatch)
+    (space.tmp / "training_args.bin").write_bytes(pickle.dumps({"num_generations": 99, "beta": 0.5}))
+    (space.tmp / "args.json").write_text(json.dumps({"num_generations": 77, "beta": 0.7}))
+    real_name, data = seeds["trainer_state"]
+    space.upload(real_name, data, name="mine")
+    with RunStore(space.db) as store:
+        config = store.get_run("mine")["config"]
+    assert config.get("num_generations") not in (99, 77) and config.get("beta") not in (0.5, 0.7), config
