@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -45,7 +46,8 @@ def shown_name(filename: str) -> str:
 
 
 def import_upload(store, filename: str, data: BinaryIO, size: int, *, name: str | None = None,
-                  fmt: str | None = None, split_runs: bool = False, limit_mb: int = MAX_UPLOAD_MB) -> list[Imported]:
+                  fmt: str | None = None, split_runs: bool = False, limit_mb: int = MAX_UPLOAD_MB,
+                  run: Callable[..., list[Imported]] | None = None) -> list[Imported]:
     """Import an uploaded log as runs (one per run the file holds). The file is written to a fresh temporary
     folder (removed afterwards, whatever happens); a problem is a ``LogFormatError`` naming the upload, not the
     folder."""
@@ -68,12 +70,13 @@ def import_upload(store, filename: str, data: BinaryIO, size: int, *, name: str 
                 out.write(chunk)
         run_name = name or store.unique_name(safe_run_name(Path(safe).stem, "upload"))
         try:
-            return import_runs(store, path, name=run_name, fmt=fmt, split_runs=split_runs)
+            return (run or import_runs)(store, path, name=run_name, fmt=fmt, split_runs=split_runs)
         except LogFormatError as e:
             raise LogFormatError(shown, e.problem.replace(str(path), shown)) from None
 
 
 def import_local(store, path: str, *, name: str | None = None, fmt: str | None = None,
-                 split_runs: bool = False) -> list[Imported]:
-    """Import a log file or folder on this machine (``grpo-doctor import PATH``)."""
-    return import_runs(store, Path(path).expanduser(), name=name, fmt=fmt, split_runs=split_runs)
+                 split_runs: bool = False, run: Callable[..., list[Imported]] | None = None) -> list[Imported]:
+    """Import a log file or folder on this machine (``grpo-doctor import PATH``). ``run``: how (``import_runs`` in
+    this process by default; the Import page passes ``isolated_import.importer``, a limited child process)."""
+    return (run or import_runs)(store, Path(path).expanduser(), name=name, fmt=fmt, split_runs=split_runs)

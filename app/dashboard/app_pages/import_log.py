@@ -3,8 +3,8 @@ go straight to its triage on the Run page."""
 
 import streamlit as st
 
-from grpo_doctor.app.dashboard import uploads
-from grpo_doctor.app.dashboard.session import RUN_KEY, RUN_PAGE, RUN_PARAM, open_store
+from grpo_doctor.app.dashboard import isolated_import, uploads
+from grpo_doctor.app.dashboard.session import RUN_KEY, RUN_PAGE, RUN_PARAM, open_store, store_path
 from grpo_doctor.diagnostics.importers import FORMATS, LogFormatError
 from grpo_doctor.diagnostics.store import StoreError
 
@@ -35,7 +35,8 @@ with st.form("import.form"):
     submitted = st.form_submit_button("Import and diagnose", type="primary")
 
 if submitted:
-    options = {"name": name.strip() or None, "fmt": None if fmt == AUTO else fmt, "split_runs": split_runs}
+    options = {"name": name.strip() or None, "fmt": None if fmt == AUTO else fmt, "split_runs": split_runs,
+               "run": isolated_import.importer(store_path())}  # a limited child: a hostile file costs one import
     try:
         with open_store() as store:
             if upload is not None:

@@ -254,3 +254,22 @@ def test_an_upload_never_reads_the_shared_temp_folder(seeds, tmp_path, monkeypat
     with RunStore(space.db) as store:
         config = store.get_run("mine")["config"]
     assert config.get("num_generations") not in (99, 77) and config.get("beta") not in (0.5, 0.7), config
+
+
+def test_the_import_page_imports_in_a_limited_child_that_can_fail_alone(seeds, tmp_path):
+    """Through ``isolated_import.importer`` an upload is imported by a child process into the same store; a child
+    that runs out of its address space is one refused import, and the store keeps nothing of it."""
+    import io
+
+    from grpo_doctor.app.dashboard import isolated_import
+
+    db = str(tmp_path / "iso.db")
+    real_name, data = seeds["trainer_state"]
+    with RunStore(db) as store:
+        made = uploads.import_upload(store, real_name, io.BytesIO(data), len(data), name="child",
+                                     run=isolated_import.importer(db))
+        assert [r.name for r in made] == ["child"] and store.get_run("child")["last_step"] is not None
+        starved = isolated_import.importer(db, memory=64 * 2**20)  # too little to even start Python's numpy
+        with pytest.raises(LogFormatError, match="ran out of the 64 MiB of memory .* not imported"):
+            uploads.import_upload(store, real_name, io.BytesIO(data), len(data), name="starved", run=starved)
+        assert list(store.list_runs()["name"]) == ["child"]
