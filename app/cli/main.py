@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--unsafe-fs", dest="unsafe_fs", action="store_true", help=UNSAFE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
-        p = sub.add_parser(command.name, help=command.help, description=command.help,
+        # No abbreviated options: `--control-token SECRET` must not pass for `--control-token-file` (and echo it).
+        p = sub.add_parser(command.name, help=command.help, description=command.help, allow_abbrev=False,
                            add_help=command.name != "train")  # train passes --help on to the trainer
         # --db after the subcommand too; SUPPRESS keeps a value given before it.
         p.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=db_help)

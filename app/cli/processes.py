@@ -36,9 +36,11 @@ def add_dashboard(p: argparse.ArgumentParser) -> None:
                    help="also answer to requests for this host name (a reverse proxy's, say); by default only IP "
                         "addresses, localhost and --host are served, so no other web page can reach the dashboard "
                         "(DNS rebinding)")
-    p.add_argument("--control-token", dest="control_token", metavar="TOKEN",
-                   help="off loopback, allow starting, stopping and controlling runs from a browser that opens the "
-                        "dashboard with ?token=TOKEN (without it, controls work on loopback only)")
+    p.add_argument("--control-token-file", dest="control_token_file", metavar="FILE",
+                   help="off loopback, allow starting, stopping, controlling runs and importing from a browser that "
+                        "opens the dashboard with ?token=TOKEN, TOKEN being this file's first line (or set "
+                        f"${TOKEN_ENV}; never on the command line, where ps shows it). Without it, controls work on "
+                        "loopback only")
 
 
 def _dashboard_command(args: argparse.Namespace) -> tuple[list[str], str]:
@@ -62,9 +64,31 @@ def _dashboard_command(args: argparse.Namespace) -> tuple[list[str], str]:
         print(f"{PROG}: warning: serving on {args.host}, not loopback: anyone who can reach this machine "
               "can read the runs (the dashboard has no login)", file=sys.stderr)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    query = f"/?token={args.control_token}" if getattr(args, "control_token", None) else ""
-    print(f"GRPO Doctor dashboard: http://{host}:{args.port}{query}  (store {db}; Ctrl-C stops it)", flush=True)
+    token = control_token(args)
+    hint = f"; controls: open it once with ?token={token[:4]}… (the whole token: your file or ${TOKEN_ENV})" \
+        if token else ""
+    print(f"GRPO Doctor dashboard: http://{host}:{args.port}  (store {db}; Ctrl-C stops it{hint})", flush=True)
     return command, db
+
+
+def control_token(args: argparse.Namespace) -> str | None:
+    """The control token: ``--control-token-file``'s first line, else ``$GRPO_DOCTOR_CONTROL_TOKEN``; a short or
+    unreadable one is refused in one line."""
+    path = getattr(args, "control_token_file", None)
+    if path:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise CliError(f"--control-token-file {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+        token = lines[0].strip() if lines else ""
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip()
+        if not token:
+            return None
+    if len(token) < 16:
+        raise CliError(f"the control token ({path or '$' + TOKEN_ENV}) is {len(token)} characters long: use 16 or "
+                       "more, e.g. `python -c 'import secrets; print(secrets.token_urlsafe())' > FILE`")
+    return token
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
@@ -75,8 +99,9 @@ def run_dashboard(args: argparse.Namespace) -> int:
 
     names = allowed_names(args.host, getattr(args, "allow_host", []))
     env = {**os.environ, "GRPO_DOCTOR_DB": db, ALLOWED_ENV: ",".join(sorted(names))}
-    if args.control_token:
-        env[TOKEN_ENV] = args.control_token
+    token = control_token(args)
+    if token:
+        env[TOKEN_ENV] = token
     return processes.wait_child(command, env)
 
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from grpo_doctor.app.launch.children import python_module
+from grpo_doctor.app.launch.children import child_environment, python_module
 from grpo_doctor.diagnostics.importers import Imported, LogFormatError
 from grpo_doctor.diagnostics.store import StoreError
 
@@ -64,7 +64,7 @@ def _limits(memory: int, cpu: int) -> Callable[[], None]:
 
 def _env() -> dict:
     """The child's environment: few threads (each reserves address space), nothing of the dashboard's token."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_DOCTOR_CONTROL")}
+    env = child_environment(dict(os.environ))
     return {**env, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 

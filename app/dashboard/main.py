@@ -6,6 +6,7 @@ through ``diagnostics`` and draws with the ``app`` modules.
 
 import streamlit as st
 
+from grpo_doctor.app.dashboard.access import given_token
 from grpo_doctor.app.dashboard.session import (
     COMPARE_PAGE,
     DOCS_PAGE,
@@ -27,5 +28,6 @@ page = st.navigation([
     st.Page(PAGES_DIR / "teach.py", title="Teach", icon=":material/school:", url_path="teach"),
     st.Page(DOCS_PAGE, title="Docs", icon=":material/menu_book:", url_path="docs"),
 ])
+given_token()  # ?token=… taken out of the URL into the session (it survives navigation, stays out of history)
 with store_errors_in_one_line():  # a damaged store: one line on every page (fragments: session.fragment)
     page.run()

@@ -15,6 +15,15 @@ CLI = "grpo_doctor.app.cli.main"
 STREAMLIT = "grpo_doctor.app.dashboard.serve"  # Streamlit behind the Host/Origin guard (DNS rebinding)
 
 
+#: Where the dashboard's server finds its control token (``grpo-doctor dashboard`` puts it there).
+TOKEN_ENV = "GRPO_DOCTOR_CONTROL_TOKEN"
+
+
+def child_environment(env: dict) -> dict:
+    """An environment for a process the dashboard starts (a trainer, an import): without the control token."""
+    return {k: v for k, v in env.items() if k != TOKEN_ENV}
+
+
 def python_module(module: str) -> list[str]:
     """The argument list that runs ``module`` as ``__main__`` in this interpreter, the current folder unseen."""
     return [sys.executable, "-P", "-m", module]

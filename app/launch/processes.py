@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_doctor.app.launch.children import TRAINER, is_trainer_argv, python_module
+from grpo_doctor.app.launch.children import TRAINER, child_environment, is_trainer_argv, python_module
 from grpo_doctor.app.launch.extras import trainer_missing
 from grpo_doctor.trainer.config import (
     FIELDS,
@@ -255,7 +255,7 @@ def restart(parent: Mapping, checkpoint_step: int, changes: Mapping[str, object]
 def start(launch: Launch) -> Launch:
     """Start the trainer (no shell, its own session, output to ``launch.log_path``)."""
     launch.log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}  # progress is on the dashboard
+    env = {**child_environment(dict(os.environ)), "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"}  # no token
     with open(launch.log_path, "ab") as log:  # tied to this server: it ends when the server does (trainer.lifeline)
         launch.process = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True, cwd=launch.log_path.parent, **child_options(env))

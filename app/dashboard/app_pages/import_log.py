@@ -4,6 +4,7 @@ go straight to its triage on the Run page."""
 import streamlit as st
 
 from grpo_doctor.app.dashboard import isolated_import, uploads
+from grpo_doctor.app.dashboard.access import control_refusal
 from grpo_doctor.app.dashboard.session import RUN_KEY, RUN_PAGE, RUN_PARAM, open_store, store_path
 from grpo_doctor.diagnostics.importers import FORMATS, LogFormatError
 from grpo_doctor.diagnostics.store import StoreError
@@ -34,7 +35,10 @@ with st.form("import.form"):
                                   "and into at most 3 runs.")
     submitted = st.form_submit_button("Import and diagnose", type="primary")
 
-if submitted:
+refused = control_refusal() if submitted else None  # importing writes runs (and reads this machine's paths)
+if refused:
+    st.error(f"Not imported: {refused}")
+elif submitted:
     options = {"name": name.strip() or None, "fmt": None if fmt == AUTO else fmt, "split_runs": split_runs,
                "run": isolated_import.importer(store_path())}  # a limited child: a hostile file costs one import
     try:

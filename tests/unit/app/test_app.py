@@ -896,12 +896,34 @@ def test_controls_are_refused_off_loopback_without_the_token(store_path, monkeyp
     config.set_option("server.address", "0.0.0.0")
     at = app().run()
     at.button(key="runs.stop.2").click().run()
-    assert "controls are off unless it is started with --control-token" in texts(at)
-    monkeypatch.setenv(TOKEN_ENV, "s3cret")
+    assert "controls are off unless it is started with --control-token-file" in texts(at)
+    monkeypatch.setenv(TOKEN_ENV, "s3cret-s3cret-s3cret")
+    for wrong in ("wrong", "ünïcode-ß", "s3cret-s3cret-s3cre"):  # any input compares, none raises
+        at = app()
+        at.query_params["token"] = wrong
+        at.run().button(key="runs.stop.2").click().run()
+        assert "controls need the token" in texts(at) and not at.exception, wrong
+    # the right token, given once in the URL: taken out of it, kept for the session, so it survives navigation
     at = app()
-    at.query_params["token"] = "wrong"
-    at.run().button(key="runs.stop.2").click().run()
-    assert "controls need the token" in texts(at)
+    at.query_params["token"] = "s3cret-s3cret-s3cret"
+    at.run()
+    assert "token" not in at.query_params
+    at.switch_page("app_pages/import_log.py").run()
+    at.switch_page("app_pages/runs.py").run()
+    at.button(key="runs.stop.2").click().run()
+    assert "controls need the token" not in texts(at) and not at.exception
+
+
+def test_importing_off_loopback_needs_the_token(store_path, monkeypatch):
+    from streamlit import config
+
+    config.set_option("server.address", "0.0.0.0")
+    at = open_page("import_log")
+    at.segmented_control(key="import.source").set_value("A path on this machine").run()
+    at.text_input(key="import.path").set_value("/etc/passwd")
+    at.button(key="FormSubmitter:import.form-Import and diagnose").click().run()
+    assert "Not imported: the dashboard serves on 0.0.0.0, not loopback: controls are off" in texts(at)
+    assert "/etc/passwd" not in texts(at)  # nothing about the path: not whether it exists
 
 
 def test_a_trl_runs_fix_is_a_resume_command_that_says_what_a_resume_cannot_change():

@@ -269,6 +269,27 @@ def test_dashboard_command_line(capsys, db, monkeypatch, run_cli):
     assert code == 0 and "warning" in err and "0.0.0.0" in err and "Traceback" not in err
 
 
+def test_the_control_token_comes_from_a_file_or_the_environment_and_is_never_printed_whole(db, monkeypatch, run_cli,
+                                                                                         tmp_path):
+    monkeypatch.setattr(subprocess, "Popen", FakeChild)
+    token = "k" * 12 + "-tail-of-the-token"
+    (tmp_path / "token").write_text(token + "\n")
+    FakeChild.launched = []
+    code, out, err = run_cli("dashboard", "--db", db, "--control-token-file", tmp_path / "token")
+    (command, env, _), = FakeChild.launched
+    assert code == 0 and env["GRPO_DOCTOR_CONTROL_TOKEN"] == token
+    assert token not in out + err + " ".join(command) and "?token=kkkk…" in out  # not in ps, not in the log
+    (tmp_path / "short").write_text("abc\n")
+    code, _, err = run_cli("dashboard", "--db", db, "--control-token-file", tmp_path / "short")
+    assert_one_line_error(code, err, "3 characters long")
+    code, _, err = run_cli("dashboard", "--db", db, "--control-token", token)  # a value on the command line: gone
+    assert code == 2 and "unrecognized arguments" in err
+    # a trainer the dashboard starts never gets the token
+    from grpo_doctor.app.launch.children import TOKEN_ENV, child_environment
+
+    assert TOKEN_ENV not in child_environment({TOKEN_ENV: token, "PATH": "/bin"})
+
+
 def test_dashboard_bad_port(capsys, db, run_cli):
     code, _, err = run_cli("--db", db, "dashboard", "--port", "70000")
     assert_one_line_error(code, err, "--port")

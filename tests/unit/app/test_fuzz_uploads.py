@@ -22,12 +22,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
+from support import apptest
 from support.fuzzing import OPS, Hang, alarm, mutate
 from support.logs import build
 
 from grpo_doctor.app.dashboard import SCRIPT, uploads
 from grpo_doctor.diagnostics.importers import FORMATS, LogFormatError
 from grpo_doctor.diagnostics.store import RunStore, StoreError, run_name_problem
+
+loopback = pytest.fixture(autouse=True)(apptest.loopback)  # the Import page acts as a loopback dashboard
 
 DASHBOARD = str(SCRIPT)
 SUBMIT = "FormSubmitter:import.form-Import and diagnose"

@@ -65,3 +65,14 @@ def test_the_checkpoint_folder_must_resolve_inside_output_dir_and_pruning_stays_
     prune(run_dir, keep=1)
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint-1", "checkpoint-4"]
     assert (elsewhere / "checkpoint-1").is_dir()  # never deleted through the link
+
+
+def test_a_set_value_of_the_wrong_type_is_one_line_and_exit_2(tmp_path, capsys):
+    db = str(tmp_path / "x.db")
+    with RunStore(db) as store:
+        store.create_run("parent", config={"max_steps": 5}, source="grpo-doctor", status="finished")
+    code = main(["--db", db, "--restart_from", "parent@0", "--set", "beta=abc"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "beta" in err and "'abc'" in err and "Traceback" not in err
+    with RunStore(db) as store:
+        assert [r.name for r in store.runs()] == ["parent"]
