@@ -130,12 +130,16 @@ NUMERIC_KEYS = frozenset({
 
 
 def checked(config: Mapping) -> tuple[dict, dict[str, str]]:
-    """The config with its values coerced (``"0.04"`` → 0.04), and the values a number key cannot hold left out:
-    ``{key: why}`` for each (``beta: 'abc' is not a number``), so one bad value never breaks a diagnosis."""
+    """The config with the values of number keys coerced (``"0.04"`` → 0.04; other keys as given: ``"none"`` is a
+    ``scale_rewards``), and the values a number key cannot hold left out: ``{key: why}`` for each (``beta: 'abc' is
+    not a number``), so one bad value never breaks a diagnosis."""
     out, dropped = {}, {}
     for key, raw in config.items():
+        if key not in NUMERIC_KEYS:
+            out[key] = raw
+            continue
         value = coerce(raw)
-        if key in NUMERIC_KEYS and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             dropped[key] = f"{raw!r} is not a number"
             continue
         out[key] = value

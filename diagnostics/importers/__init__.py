@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_doctor.diagnostics.config.keys import checked
 from grpo_doctor.diagnostics.importers._base import NEW_RUN, LogFormatError, ParsedLog
 from grpo_doctor.diagnostics.importers.detect import detect_format, resolve
 from grpo_doctor.diagnostics.importers.export import export_csv, export_jsonl
@@ -105,6 +106,9 @@ def _import(store, path, name, fmt, step_key, config, mode: str) -> list[Importe
     parsed = parse(path, fmt, step_key=step_key)
     if config:
         parsed.config = {**parsed.config, **config}
+    parsed.config, dropped = checked(parsed.config)  # "0.04" → 0.04; a number key holding no number is left out
+    for key, why in dropped.items():
+        parsed.reader.note(f"config {key}: {why}, left out")
     base = name if name is not None else safe_run_name(parsed.name or "imported")
     made: list[Imported] = []
     linked, notes = _lineage(store, parsed)

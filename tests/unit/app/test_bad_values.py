@@ -50,3 +50,16 @@ def test_one_run_whose_diagnosis_fails_is_one_cell_of_the_runs_table(tmp_path, m
     assert cells[broken] == "could not diagnose: ValueError: a damaged row"
     assert not cells[good].startswith("could not")
     assert json.dumps(cells)  # plain text cells
+
+
+def test_an_imported_config_value_of_the_wrong_type_is_coerced_or_left_out_in_one_note(tmp_path):
+    from grpo_doctor.diagnostics.importers import import_runs
+
+    log = tmp_path / "run.jsonl"
+    log.write_text(json.dumps({"run": {"name": "r", "source": "grpo-doctor",
+                                       "config": {"beta": "abc", "learning_rate": "1e-6"}}}) + "\n"
+                   + "".join(json.dumps({"step": s, "metrics": {"reward": 0.5}}) + "\n" for s in range(1, 4)))
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        assert store.get_run(run.run_id)["config"] == {"learning_rate": 1e-6}
+    assert "config beta: 'abc' is not a number, left out" in run.notes
