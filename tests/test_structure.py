@@ -119,7 +119,7 @@ def test_one_number_formatter():
 
 
 def test_one_meaning_per_name():
-    assert _definitions(r"\s*HEADLINE\b") == ["app/dashboard/compare_page.py"]  # the Compare page's first charts
+    assert _definitions(r"\s*PARTING_METRICS\b") == ["diagnostics/report/parting.py"]  # the Compare page's first charts
     assert _definitions(r"\s*class LaunchError\b") == ["app/launch/processes.py"]  # a refused launch
     assert _definitions(r"\s*class WorldSizeError\b") == ["trainer/distributed.py"]  # processes ≠ WORLD_SIZE
     assert _definitions(r"\s*class (View|RunTick)\b") == ["app/dashboard/run_tick.py"]  # one refresh of the Run page

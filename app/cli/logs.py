@@ -9,6 +9,7 @@ diagnoser are imported inside the subcommands that need them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -163,6 +164,26 @@ def run_export(args: argparse.Namespace) -> int:
         steps = export(store, run_id, target)  # a path: written to a temporary file, then renamed
         name = store.get_run(run_id)["name"]
     print(f"wrote {steps} steps of run {name!r} as {args.fmt} to {target}", file=sys.stderr)
+    return 0
+
+
+def add_compare(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", metavar="A", help="a run's name or id (the reference: a restart's parent)")
+    p.add_argument("b", metavar="B", help="another run's name or id")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Where two runs parted: config that differs, the first step each vital metric of B left A's band, and the
+    findings one has and the other does not (``diagnostics.report.parting``)."""
+    from grpo_doctor.diagnostics.report.parting import from_store
+
+    with open_store(args) as store:
+        found = from_store(store, args.a, args.b)
+    if args.json:
+        print(json.dumps(found.as_dict(), default=str, indent=1))
+    else:
+        print(found.paragraph())
     return 0
 
 

@@ -56,6 +56,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("export", "write a run's metrics as CSV or JSONL", logs.add_export, logs.run_export),
     Command("diagnose", "find what is wrong with a run (or a log file): symptom, evidence, cause, fix",
             logs.add_diagnose, logs.run_diagnose),
+    Command("compare", "where two runs parted: config that differs, the first step each vital metric left the other's "
+            "band, the findings only one has", logs.add_compare, logs.run_compare),
     Command("follow", "follow a growing training log (verl, ms-swift, TRL, TensorBoard, CSV/JSONL) as a live run",
             logs.add_follow, logs.run_follow),
     Command("dashboard", "serve the Streamlit dashboard on the run store",

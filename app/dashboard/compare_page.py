@@ -11,10 +11,10 @@ from grpo_doctor.app.dashboard.figures import overlay_figure
 from grpo_doctor.app.dashboard.session import run_label
 from grpo_doctor.diagnostics.metrics.catalogue import health
 from grpo_doctor.diagnostics.report.metric_text import ordered
+from grpo_doctor.diagnostics.report.parting import PARTING_METRICS, from_store
 
-#: Charted first when the runs have them: the metrics that tell most about a GRPO run's health.
-HEADLINE = ("reward", "kl", "completions/mean_length", "entropy", "grad_norm", "advantage/std",
-            "frac_reward_zero_std", "completions/clipped_ratio")
+#: How many of the other chosen runs the page explains against the first.
+PARTINGS = 3
 
 
 def family(runs: pd.DataFrame, run_id: int) -> list[int]:
@@ -33,7 +33,7 @@ def start_run(names: dict[int, str], wanted: str | None, selected: int | None) -
 
 
 def default_metrics(available: list[str]) -> list[str]:
-    chosen = [m for m in HEADLINE if m in available]
+    chosen = [m for m in PARTING_METRICS if m in available]  # charted first: the metrics that tell most about a run's health
     return chosen or ordered(available)[:4]
 
 
@@ -44,6 +44,14 @@ def fork_marks(runs: pd.DataFrame, run_ids: list[int]) -> list[tuple[int, str]]:
         if not pd.isna(run.parent_id) and int(run.parent_id) in run_ids and not pd.isna(run.parent_step):
             marks.append((int(run.parent_step), f"{run.name} forks"))
     return marks
+
+
+def partings(store, run_ids: list[int]) -> list[str]:
+    """A paragraph for each of the other chosen runs (up to ``PARTINGS``) against the first: where it parted."""
+    from grpo_doctor.app.dashboard import diagnosis
+
+    return [from_store(store, run_ids[0], other, lambda run: diagnosis.stored(store, run)).paragraph()
+            for other in run_ids[1:1 + PARTINGS]]
 
 
 def charts(store, runs: pd.DataFrame, run_ids: list[int], metrics: list[str], smoothing: float) -> None:

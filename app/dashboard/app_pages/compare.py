@@ -41,6 +41,8 @@ if len(chosen) > 1:
 @session.fragment(run_every=2 if live else None)
 def overlay() -> None:
     with open_store() as store:
+        for text in compare_page.partings(store, chosen):  # where the runs parted, in words, before the charts
+            st.markdown(text)
         compare_page.charts(store, runs, chosen, metrics, smoothing)
 
 

@@ -466,6 +466,8 @@ def test_compare_page_overlays_a_restart_on_its_parent(store_path):
     assert names == ["finished-run (id 1)", f"child-run (id {child})"]
     (fork,) = [s for s in charts["reward"]["layout"]["shapes"] if s["xref"] == "x"]
     assert fork["x0"] == 3 and "child-run forks" in fork["label"]["text"]
+    # before the charts, where the two parted, in words (diagnostics/report/parting.py)
+    assert "child-run was restarted from finished-run at step 3." in texts(at)
 
 
 def test_compare_page_honours_the_run_in_its_url(store_path):
