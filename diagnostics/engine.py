@@ -18,6 +18,7 @@ import numpy as np
 from grpo_doctor.diagnostics.findings import RANK, Finding, Fix, most_severe_first
 from grpo_doctor.diagnostics.metrics import rolling
 from grpo_doctor.diagnostics.metrics.health import MetricHealth, health_summary
+from grpo_doctor.diagnostics.report.burned import burned
 from grpo_doctor.diagnostics.rules import RULES, Rule
 from grpo_doctor.diagnostics.rules.base import Episode
 from grpo_doctor.diagnostics.series import RunSeries
@@ -169,7 +170,14 @@ class Diagnoser:
             found.append(track.finding)
         found = link_consequences(found, {rule.id: rule for rule in self.rules})
         found = sorted(found, key=most_severe_first)
-        return reconcile_fixes(found)
+        return [self._with_burned(f) for f in reconcile_fixes(found)]
+
+    def _with_burned(self, f: Finding) -> Finding:
+        """An open problem with what it has cost since its onset (``report.burned``)."""
+        if f.status != "open" or f.severity not in ("warning", "critical"):
+            return f
+        cost = burned(self.series, f.onset_step)
+        return replace(f, burned=cost.to_dict()) if cost is not None else f
 
     def _finding(self, rule: Rule, track: Track) -> Finding:
         explained = rule.explain(self.series, Episode(track.onset, track.start, track.last))

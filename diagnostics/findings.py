@@ -53,6 +53,7 @@ class Finding:
     status: str = "open"            # open | resolved
     resolved_step: int | None = None
     caused_by: str | None = None    # the finding this one is a consequence of (listed under it)
+    burned: dict | None = None      # an open problem's cost since its onset (report/burned.py: steps, seconds, …)
 
     def to_dict(self) -> dict:
         return asdict(self)

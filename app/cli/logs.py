@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -191,6 +192,10 @@ def add_diagnose(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="RUN_OR_FILE",
                    help="a run's name or id, or a log file the importers read (a path that exists is read as a file)")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    p.add_argument("--num-gpus", dest="num_gpus", type=int, metavar="N",
+                   help="GPUs the run used, for the GPU-hours each problem has burned (default: the config's count)")
+    p.add_argument("--gpu-hour-cost", dest="gpu_hour_cost", type=float, metavar="USD",
+                   help="price of a GPU-hour, for what each problem has cost since its onset")
     p.add_argument("--fail-on", dest="fail_on", choices=("warning", "critical"),
                    help="exit 1 when a finding at or above this severity was found (expected notes never count)")
     add_config_options(p)
@@ -201,6 +206,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
     from grpo_doctor.diagnostics.engine import diagnose
     from grpo_doctor.diagnostics.importers import LogFormatError, import_runs
+    from grpo_doctor.diagnostics.report.burned import with_prices
     from grpo_doctor.diagnostics.report.render import at_or_above, to_json, to_text
     from grpo_doctor.diagnostics.store import RunStore
 
@@ -222,6 +228,11 @@ def run_diagnose(args: argparse.Namespace) -> int:
         with open_store(args) as store:
             # its findings are written to the store, unless the config was overridden for this diagnosis only
             results = [diagnose(store, args.target, save=not config, config=config)]
+    if args.num_gpus is not None and args.num_gpus < 1:
+        raise CliError(f"--num-gpus: must be 1 or more (got {args.num_gpus})")
+    if args.gpu_hour_cost is not None and not (args.gpu_hour_cost >= 0 and math.isfinite(args.gpu_hour_cost)):
+        raise CliError(f"--gpu-hour-cost: must be a price of 0 or more (got {args.gpu_hour_cost})")
+    results = [with_prices(r, args.num_gpus, args.gpu_hour_cost) for r in results]
     if args.json:
         shown = [to_json(r) for r in results]
         print(json.dumps(shown[0] if len(shown) == 1 else shown, indent=2))

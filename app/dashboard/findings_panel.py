@@ -20,6 +20,7 @@ from grpo_doctor.app.launch.restarts import RestartPoint, changes_text, framewor
 from grpo_doctor.diagnostics.findings import Finding
 from grpo_doctor.diagnostics.fix_verdict import symptom_metric
 from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.report.render import burned_text
 from grpo_doctor.diagnostics.store import control_requests
 
 ICONS = {"critical": ":material/error:", "warning": ":material/warning:", "info": ":material/info:",
@@ -72,6 +73,8 @@ def _finding_body(run: dict, finding: Finding, family: Family, key: str) -> None
                 + (f" · {references_markdown(finding.references)}" if finding.references else ""))
     if finding.evidence:
         st.markdown(evidence_table(finding))
+    if finding.burned:
+        st.caption(f"Burned: {burned_text(finding.burned)}.")
     if finding.causes:
         st.markdown("**Likely causes**\n" + "\n".join(f"{n}. {c}" for n, c in enumerate(finding.causes, 1)))
     primary = primary_fix(finding, family)

@@ -20,6 +20,7 @@ from grpo_doctor.diagnostics.findings import Finding, most_severe_first
 from grpo_doctor.diagnostics.fix_verdict import symptom_metric
 from grpo_doctor.diagnostics.metrics.catalogue import HealthRange, health
 from grpo_doctor.diagnostics.metrics.health import band_config
+from grpo_doctor.diagnostics.report.burned import duration
 from grpo_doctor.diagnostics.report.status_lines import GroupStatus, group_statuses
 from grpo_doctor.diagnostics.series import RunSeries
 from grpo_doctor.diagnostics.store import RunNotFound, RunStore, control_requests
@@ -41,7 +42,17 @@ def worst(findings: Sequence[Finding], own: str | None = None) -> str:
         return ""
     mine = next((f for f in found if f.rule == own), found[0])
     head = f"{mine.severity}: {mine.title}"
-    return head if mine is found[0] else f"{head} (and {found[0].severity}: {found[0].title})"
+    head = head if mine is found[0] else f"{head} (and {found[0].severity}: {found[0].title})"
+    return head + _burning(found[0])
+
+
+def _burning(finding: Finding) -> str:
+    """`` · burning for 3.2 h`` (or ``for 240 steps`` when the log has no timing) since the worst finding's onset."""
+    cost = finding.burned
+    if not cost or not cost.get("steps"):
+        return ""
+    spent = duration(cost["seconds"]) if cost.get("seconds") is not None else f"{cost['steps']} steps"
+    return f" · burning for {spent}"
 
 
 def onset_marks(findings: Sequence[Finding]) -> dict[str, list[tuple[int, str, str]]]:

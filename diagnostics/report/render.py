@@ -11,6 +11,7 @@ from grpo_doctor.diagnostics.findings import Finding, Fix
 from grpo_doctor.diagnostics.fixes import text as value_text
 from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics.health import NO_RANGE, OUT, counts
+from grpo_doctor.diagnostics.report.burned import Burned
 
 
 def _count(n: int, noun: str) -> str:
@@ -48,11 +49,19 @@ def finding_text(f: Finding, ours: bool) -> list[str]:
 
     block("evidence", [[f"step {e.step}: {e.metric} = {number(e.value)}" + (f"  ({e.note})" if e.note else "")]
                        for e in f.evidence])
+    if f.burned:
+        block("burned", [[burned_text(f.burned)]])
     block("cause", [[c] for c in f.causes])
     block("fix", [fix_lines(x, ours) for x in f.fixes])
     if f.references:
         lines.append(f"  {'see':<9} " + references_text(f.references))
     return lines
+
+
+def burned_text(burned: dict) -> str:
+    """``240 steps since the onset, 3.2 h (6.4 GPU-hours, $12.80), from the logged step_time``."""
+    cost = Burned(**burned)
+    return cost.text().replace(" steps", " steps since the onset", 1) + (f", from {cost.how}" if cost.how else "")
 
 
 def references_text(references: list[str]) -> str:

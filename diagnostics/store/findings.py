@@ -13,7 +13,8 @@ from grpo_doctor.diagnostics.store.connection import Connection
 
 def _detail(f: Finding) -> str:
     return json.dumps({"evidence": [asdict(e) for e in f.evidence], "causes": f.causes,
-                       "fixes": [asdict(x) for x in f.fixes], "references": f.references}, default=str)
+                       "fixes": [asdict(x) for x in f.fixes], "references": f.references, "burned": f.burned},
+                      default=str)
 
 
 class StoredFindings(Connection):
