@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from grpo_doctor.diagnostics.findings import RANK, Finding, Fix, most_severe_first
+from grpo_doctor.diagnostics.forecast import forecasts
 from grpo_doctor.diagnostics.metrics import rolling
 from grpo_doctor.diagnostics.metrics.health import MetricHealth, health_summary
 from grpo_doctor.diagnostics.report.burned import burned
@@ -79,6 +80,7 @@ class Diagnosis:
     inferred: dict = field(default_factory=dict)                # read off the metrics: {"beta": "> 0 (...)"}
     logged: dict = field(default_factory=dict)                  # config values read off the metrics, described
     version: str | None = None
+    forecasts: list = field(default_factory=list)               # metrics trending toward a limit (forecast.py)
 
     def problems(self) -> list[Finding]:
         return [f for f in self.findings if f.severity != "expected"]
@@ -200,7 +202,8 @@ class Diagnoser:
         return Diagnosis(run=self.series.run, findings=self.findings(), skipped=dict(self.skipped),
                          not_applicable=dict(self.not_applicable), health=health_summary(self.series),
                          assumed=dict(cfg.assumed), inferred=dict(cfg.inferred), version=cfg.version,
-                         logged={k: cfg.describe(k) for k in cfg.logged if not cfg.recorded(k)})
+                         logged={k: cfg.describe(k) for k in cfg.logged if not cfg.recorded(k)},
+                         forecasts=forecasts(self.series))
 
 
 def link_consequences(found: list[Finding], rules: dict[str, Rule]) -> list[Finding]:

@@ -105,6 +105,7 @@ def add_show(p: argparse.ArgumentParser) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     from grpo_doctor.diagnostics.engine import Diagnoser
+    from grpo_doctor.diagnostics.forecast import forecasts
     from grpo_doctor.diagnostics.formatting import number
     from grpo_doctor.diagnostics.metrics.catalogue import health
     from grpo_doctor.diagnostics.report.metric_text import (
@@ -130,6 +131,8 @@ def run_show(args: argparse.Namespace) -> int:
     print()  # one line per metric group, as the Run page opens (they agree with `grpo-doctor diagnose`)
     for line in status_lines(diagnoser.series, diagnoser.findings(), {**diagnoser.skipped, **diagnoser.not_applicable}):
         print(line)
+    for found in forecasts(diagnoser.series):  # a significant trend toward a limit, not crossed yet
+        print(f"watch: {found.text()}")
     by_name = {r.name: r for r in latest.itertuples(index=False)}
     rows = []
     for name in ordered(by_name):

@@ -22,6 +22,8 @@ from grpo_doctor.diagnostics.report.metric_text import range_text
 BAND_COLOR = "rgba(46, 160, 67, 0.15)"
 BAND_LINE = "rgba(46, 160, 67, 0.8)"
 NONFINITE_COLOR = "#d62728"
+FORECAST_NAME = "forecast"  # a forecast's projection, dashed (diagnostics/forecast.py)
+FORECAST_COLOR = "#9467bd"
 NONFINITE_NAME = "NaN / inf"
 OUT_OF_RANGE_COLOR = "#e8590c"
 OUT_OF_RANGE_NAME = "out of range"
@@ -207,7 +209,7 @@ def _span(steps: np.ndarray) -> tuple[float, float] | None:
 
 
 def metric_spec(series: pd.Series, health: HealthRange | None, title: str, *, height: int = 300,
-                smoothing: float = 0.0, marks: Sequence[tuple] = (),
+                smoothing: float = 0.0, marks: Sequence[tuple] = (), projection: tuple | None = None,
                 max_points: int = MAX_POINTS) -> tuple[list[dict], dict]:
     """``(traces, layout)`` of ``metric_figure``, as plain dicts."""
     steps, values = _as_arrays(series)
@@ -227,6 +229,11 @@ def metric_spec(series: pd.Series, health: HealthRange | None, title: str, *, he
         data.append(marks_trace)
     if mark_trace:
         data.append(mark_trace)
+    if projection is not None:  # a forecast: the fitted trend, dashed, from now to where it crosses the limit
+        now_step, now, eta, limit = projection
+        data.append(dict(type="scatter", x=[now_step, eta], y=[now, limit], mode="lines+markers", name=FORECAST_NAME,
+                         line=dict(dash="dash", color=FORECAST_COLOR), marker=dict(size=[0, 8]),
+                         hovertemplate=f"forecast: {number(limit)} near step {eta}<extra></extra>"))
     return data, _layout(title, height, shapes, marks_trace is not None or mark_trace is not None)
 
 

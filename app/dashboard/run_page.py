@@ -199,13 +199,15 @@ def charts(tick: RunTick, names: list[str], smoothing: float, marks: dict[str, l
     config = tick.config()
     marks = marks or {}
     figures = st.session_state.setdefault(_FIGURES_KEY, LiveFigures())  # reused from tick to tick
+    projections = tick.projections()
     for group, members in grouped(names):
         st.subheader(group)
         columns = st.columns(min(2, len(members)))  # a chart alone in its group takes the whole width
         for i, name in enumerate(members):
             with columns[i % 2]:
                 series, band = tick.metric(name), health(name, config)
-                spec = metric_spec(series, band, name, smoothing=smoothing, marks=marks.get(name, ()))
+                spec = metric_spec(series, band, name, smoothing=smoothing, marks=marks.get(name, ()),
+                                   projection=projections.get(name))
                 figure = figures.figure(f"{key}.{name}", *spec)
                 reason = blank_reason(name, series, band, config)
                 if reason is None:

@@ -18,6 +18,7 @@ from grpo_doctor.app.launch import processes
 from grpo_doctor.app.launch.restarts import RestartPoint, Verdict, restart_point, verdict
 from grpo_doctor.diagnostics.findings import Finding, most_severe_first
 from grpo_doctor.diagnostics.fix_verdict import symptom_metric
+from grpo_doctor.diagnostics.forecast import forecasts
 from grpo_doctor.diagnostics.metrics.catalogue import HealthRange, health
 from grpo_doctor.diagnostics.metrics.health import band_config
 from grpo_doctor.diagnostics.report.burned import duration
@@ -122,6 +123,10 @@ class RunTick:
 
     def steps(self) -> int:
         return max((len(self.series.raw(n)[0]) for n in self.names()), default=0)
+
+    def projections(self) -> dict[str, tuple[int, float, int, float]]:
+        """``{metric: (now step, fitted value, eta step, limit)}`` of each forecast (a dashed line on its chart)."""
+        return {f.metric: (f.now_step, f.now, f.eta_step, f.limit) for f in forecasts(self.series)}
 
     def metric(self, name: str | None) -> pd.Series:
         if name is None:

@@ -102,6 +102,9 @@ def to_text(diagnosis: Diagnosis) -> str:
             out.extend(finding_text(f, ours))
     else:
         out.append("no problems found")
+    if diagnosis.forecasts:
+        out += ["", "watch (forecasts: a significant trend toward a limit, not crossed yet):"]
+        out += [f"  {f.text()}" for f in diagnosis.forecasts]
     if notes:
         out += ["", "expected behaviour (not problems):"]
         out += [f"  {f.rule} (step {f.onset_step}): {f.causes[0]}" for f in notes]
@@ -142,6 +145,7 @@ def to_json(diagnosis: Diagnosis) -> dict:
         "worst": diagnosis.worst(),
         "findings": [f.to_dict() for f in diagnosis.problems()],
         "expected": [f.to_dict() for f in diagnosis.notes()],
+        "forecasts": [{"forecast": f.to_dict()} for f in diagnosis.forecasts],
         "skipped": diagnosis.skipped,
         "not_applicable": diagnosis.not_applicable,
         "health": [{**{k: v for k, v in asdict(h).items() if k != "band"},

@@ -1,0 +1,169 @@
+"""Grades the forecasts (diagnostics/forecast.py) on the real-log corpus, replaying each log step by step.
+
+    .venv/bin/python benchmarks/eval_forecast.py [--verbose]
+
+For each log imported as its reading has it, the forecasts are computed on the log cut at every logged step (what a
+live run would have shown then). Then:
+
+- **trend pathologies**: the readings' pathologies whose rule is a trend toward a limit (an entropy collapse, a KL
+  blow-up, outputs shrinking or exploding, truncation, uniform groups). For each: the first step at which a forecast
+  for its metric, in its direction, was shown, and its lead over the reading's onset (onset minus that step, and as a
+  share of the steps logged before the onset). "Forecastable" ones have at least ``MIN_ROWS`` rows before the onset:
+  a symptom present from the first rows cannot be forecast.
+- **healthy logs**: a forecast whose limit the metric's 5-row median never reached by the end of the log never came
+  true; the figure is the healthy logs with at least one.
+
+Targets (issue 25): a forecast before the onset on ≥ 60% of trend pathologies, a median lead ≥ 15% of the steps
+before the onset, at most 1 healthy log in 10 with a forecast that never came true. Forecasts were never tuned on
+this corpus split by split: every figure here is first contact for the forecaster when it is first printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from eval_real_logs import CORPUS, load_readings  # noqa: E402
+
+from grpo_doctor.diagnostics.forecast import MIN_ROWS, TARGETS, forecast_one  # noqa: E402
+from grpo_doctor.diagnostics.importers import LogFormatError, import_runs  # noqa: E402
+from grpo_doctor.diagnostics.series import RunSeries  # noqa: E402
+from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
+
+#: Which forecast (metric, direction) foretells which rule.
+FORETOLD = {"entropy_collapse": ("entropy", -1), "kl_blowup": ("kl", +1),
+            "length_shrink": ("completions/mean_length", -1), "length_explode": ("completions/mean_length", +1),
+            "truncation": ("completions/clipped_ratio", +1), "uniform_groups": ("frac_reward_zero_std", +1)}
+
+
+class Prefix:
+    """A run's series as they stood at ``upto`` (what the forecaster reads: ``has``, ``finite``, ``config``)."""
+
+    def __init__(self, series: RunSeries, upto: int):
+        self.series, self.upto, self.config, self.run = series, upto, series.config, series.run
+
+    def finite(self, name):
+        steps, values = self.series.finite(name)
+        n = int(np.searchsorted(steps, self.upto, side="right"))
+        return steps[:n], values[:n]
+
+    def has(self, name):
+        return len(self.finite(name)[0]) > 0
+
+
+@dataclass
+class Shown:
+    step: int          # when the forecast was shown
+    metric: str
+    direction: int
+    limit: float
+    eta: int
+
+
+def replay(series: RunSeries) -> list[Shown]:
+    """Every forecast shown at every logged step of the run."""
+    steps = sorted({int(s) for t in TARGETS if series.has(t.metric) for s in series.finite(t.metric)[0]})
+    shown = []
+    for step in steps:
+        prefix = Prefix(series, step)
+        for target in TARGETS:
+            found = forecast_one(prefix, target)
+            if found is not None:
+                shown.append(Shown(step, target.metric, target.direction, found.limit, found.eta_step))
+    return shown
+
+
+def came_true(series: RunSeries, f: Shown) -> bool:
+    """Whether the metric's 5-row median reached the forecast's limit after it was shown."""
+    steps, values = series.finite(f.metric)
+    later = values[steps > f.step]
+    if len(later) == 0:
+        return True  # the log ends: nothing shows it wrong
+    med = np.array([np.median(later[max(0, i - 4):i + 1]) for i in range(len(later))])
+    return bool(((med - f.limit) * f.direction >= 0).any())
+
+
+def series_of(entry: dict) -> RunSeries | None:
+    with RunStore(":memory:") as store:
+        try:
+            made = import_runs(store, CORPUS / entry["file"])
+        except LogFormatError:
+            return None
+        if len(made) != int(entry.get("runs_in_file", 1)):
+            return None
+        run = made[int(entry.get("run", 1)) - 1]
+        series = RunSeries(store.get_run(run.run_id))
+        series.extend(store)
+        return series
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    trends, healthy = [], []
+    for entry in load_readings():
+        series = series_of(entry)
+        if series is None:
+            continue
+        shown = replay(series)
+        first = min((int(s[0]) for t in TARGETS if series.has(t.metric) for s in [series.finite(t.metric)[0]]),
+                    default=None)
+        if entry.get("healthy"):
+            wrong = [f for f in shown if not came_true(series, f)]
+            healthy.append((entry, wrong))
+            if args.verbose and wrong:
+                print(f"healthy {entry['file']}: {len(wrong)} forecasts never came true, first {wrong[0]}")
+            continue
+        for path in entry.get("pathologies") or []:
+            rule = next((r for r in [path["rule"], *(path.get("alternatives") or [])] if r in FORETOLD), None)
+            if rule is None or path.get("onset") is None:
+                continue
+            metric, direction = FORETOLD[rule]
+            if not series.has(metric):
+                continue
+            onset = int(path["onset"])
+            steps = series.finite(metric)[0]
+            before = int((steps < onset).sum())
+            hits = [f.step for f in shown if f.metric == metric and f.direction == direction and f.step < onset]
+            lead = onset - min(hits) if hits else None
+            span = onset - (first if first is not None else onset)
+            trends.append({"file": entry["file"], "split": entry.get("split"), "rule": rule, "onset": onset,
+                           "rows_before": before, "lead": lead, "share": lead / span if lead and span else None})
+    for t in trends:
+        print(f"{t['rule']:<17} onset {t['onset']:>5}  rows before {t['rows_before']:>4}  "
+              + (f"forecast {t['lead']} steps ahead ({t['share']:.0%} of the way)" if t["lead"] else "no forecast before")
+              + f"  {t['file']}")
+    print()
+
+    def before(group):
+        return sum(1 for t in group if t["lead"])
+
+    for split in ("train", "test", None):
+        group = [t for t in trends if split is None or t["split"] == split]
+        able = [t for t in group if t["rows_before"] >= MIN_ROWS]
+        leads = [t["share"] for t in able if t["share"] is not None]
+        quiet = [(e, w) for e, w in healthy if split is None or e.get("split") == split]
+        wrong = [e for e, w in quiet if w]
+        print(f"{split or 'all'}: forecast before the onset {before(group)}/{len(group)} trend pathologies, "
+              f"{before(able)}/{len(able)} with {MIN_ROWS}+ rows before it"
+              + (f" (median lead {statistics.median(leads):.0%} of the steps before the onset)" if leads else "")
+              + f"; healthy logs with a forecast that never came true {len(wrong)}/{len(quiet)}")
+    for e, w in healthy:
+        if w:
+            print(f"  never came true ({e.get('split')}): {e['file']}: {w[0].metric} toward {w[0].limit:g} "
+                  f"(shown at step {w[0].step}, crossing near {w[0].eta})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Forecasts: a metric trending toward a documented limit gets a ``watch`` item before it crosses it.
+
+For each metric below, the limit is the one its rule acts on (and for KL and a shrinking length, the trend counts
+only once the metric is past its healthy level: a KL above its 0.05 target, a length 30% below its start): entropy toward a fifth of its start (an entropy
+collapse), KL toward 1 nat per token (a critical blow-up), the mean completion length toward the cap or toward 30%
+of its start (an explosion, a collapse), the truncated share toward a majority, ``frac_reward_zero_std`` toward 0.9.
+
+The fit is robust: over the metric's latest ``WINDOW`` logged rows (and at least ``MIN_ROWS``), Mann–Kendall's
+trend test must be significant in the limit's direction (one-sided, z > ``Z``), and the Theil–Sen line (the median
+of pairwise slopes; on the logarithm for entropy and KL, which move log-linearly) gives the step at which the limit
+is crossed. Nothing is said when the trend is not significant, when the metric is already past the limit (its rule
+speaks then), or when the crossing is further ahead than ``HORIZON`` times the rows fitted. Pure numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from grpo_doctor.diagnostics.formatting import number
+
+WINDOW = 40      # rows fitted: the latest ones
+MIN_ROWS = 12    # fewer: no forecast
+Z = 3.0          # Mann–Kendall z beyond which the trend counts (one-sided, p < 0.002)
+HORIZON = 1.0    # the crossing may lie at most this many fitted spans ahead
+PERSIST = 3      # the trend must be significant at this many consecutive rows
+
+
+@dataclass(frozen=True)
+class Target:
+    metric: str
+    direction: int                       # +1: rising toward the limit; −1: falling toward it
+    log: bool                            # fit the logarithm (log-linear metrics)
+    limit: Callable[[object], float | None]  # from the run's series (start level, cap)
+    what: str                            # what crossing it means
+    # The level the metric must already have passed, in the limit's direction, before a forecast is made: a KL
+    # warming up from 0 rises log-linearly in every healthy run, so only a KL past its 0.05 target is forecast.
+    watch: Callable[[object], float | None] = lambda series: None
+
+
+def _entropy_floor(series) -> float | None:
+    start = _start(series, "entropy")
+    return 0.2 * start if start and start > 0 else None
+
+
+def _length_floor(series) -> float | None:
+    start = _start(series, "completions/mean_length")
+    return 0.3 * start if start and start > 0 else None
+
+
+def _length_watch(series) -> float | None:
+    start = _start(series, "completions/mean_length")
+    return 0.7 * start if start and start > 0 else None
+
+
+def _length_cap(series) -> float | None:
+    cap = series.config.get("max_completion_length")
+    return float(cap) if isinstance(cap, (int, float)) and cap > 0 else None
+
+
+def _start(series, name: str) -> float | None:
+    """The metric's level over its first rows (values of exactly 0 before them left out: not measured yet)."""
+    _, values = series.finite(name)
+    nonzero = np.flatnonzero(values)
+    values = values[nonzero[0]:] if len(nonzero) else values[:0]
+    if len(values) < 5:
+        return None
+    return float(np.median(values[: max(5, min(10, len(values) // 5))]))
+
+
+TARGETS = (
+    Target("entropy", -1, True, _entropy_floor, "an entropy collapse (a fifth of its start)"),
+    Target("kl", +1, True, lambda series: 1.0, "a critical KL blow-up (1 nat per token)", lambda series: 0.05),
+    Target("completions/mean_length", +1, False, _length_cap, "completions at the length cap"),
+    Target("completions/mean_length", -1, False, _length_floor, "outputs collapsing to 30% of their start",
+           _length_watch),
+    Target("completions/clipped_ratio", +1, False, lambda series: 0.5, "a majority of completions truncated"),
+    Target("frac_reward_zero_std", +1, False, lambda series: 0.9, "nine groups in ten scoring all alike"),
+)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    metric: str
+    limit: float
+    eta_step: int
+    now_step: int
+    now: float          # the fitted value at the latest step
+    fit: dict           # {"slope": per step (on the log for log fits), "log": bool, "rows": n, "z": Mann–Kendall}
+    what: str
+
+    def text(self) -> str:
+        if self.fit["log"]:
+            rate = math.log(2) / abs(self.fit["slope"])
+            verb = "doubling" if self.fit["slope"] > 0 else "halving"
+            how = f"{verb} every {rate:.0f} steps"
+        else:
+            how = f"{'rising' if self.fit['slope'] > 0 else 'falling'} {number(abs(self.fit['slope']), 3)} a step"
+        return (f"{self.metric} {number(self.now)} and {how}; at this rate it reaches {number(self.limit)} near step "
+                f"{self.eta_step}: {self.what}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def kendall_z(y: np.ndarray) -> float:
+    """Mann–Kendall's z of a series in order (no tie correction: conservative)."""
+    n = len(y)
+    if n < 3:
+        return 0.0
+    diff = y[None, :] - y[:, None]
+    s = float(np.sign(diff[np.triu_indices(n, 1)]).sum())
+    var = n * (n - 1) * (2 * n + 5) / 18.0
+    return (s - math.copysign(1.0, s)) / math.sqrt(var) if s else 0.0
+
+
+def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(slope, intercept): the median of pairwise slopes, and the median of y − slope·x."""
+    i, j = np.triu_indices(len(x), 1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    slope = float(np.median((y[j] - y[i])[keep] / dx[keep]))
+    return slope, float(np.median(y - slope * x))
+
+
+def forecast_one(series, target: Target) -> Forecast | None:
+    """The forecast for one metric and limit, or None (see the module docstring)."""
+    if not series.has(target.metric):
+        return None
+    limit = target.limit(series)
+    if limit is None or (target.log and limit <= 0):
+        return None
+    steps, values = series.finite(target.metric)
+    if len(values) < MIN_ROWS + PERSIST - 1:
+        return None
+    for back in range(PERSIST - 1, 0, -1):  # the trend held at the rows before too: one lucky window is no trend
+        earlier = values[max(0, len(values) - back - WINDOW):len(values) - back]
+        if (target.log and (earlier <= 0).any()) or \
+                target.direction * kendall_z(np.log(earlier) if target.log else earlier) <= Z:
+            return None
+    steps, values = steps[-WINDOW:], values[-WINDOW:]
+    if target.log and (values <= 0).any():
+        return None
+    y = np.log(values) if target.log else values
+    x = steps.astype("float64")
+    z = kendall_z(y)
+    if target.direction * z <= Z:
+        return None
+    slope, intercept = theil_sen(x, y)
+    if target.direction * slope <= 0:
+        return None
+    now_x = float(x[-1])
+    now = intercept + slope * now_x
+    goal = math.log(limit) if target.log else limit
+    if target.direction * (goal - now) <= 0 or target.direction * (goal - float(np.median(y[-3:]))) <= 0:
+        return None  # already there: the rule speaks now
+    watch = target.watch(series)
+    if watch is not None and target.direction * (float(np.median(values[-3:])) - watch) < 0:
+        return None  # not yet past the level where this trend stops being ordinary
+    eta = (goal - intercept) / slope
+    if eta - now_x > HORIZON * max(x[-1] - x[0], 1.0):
+        return None
+    return Forecast(target.metric, limit, int(math.ceil(eta)), int(now_x), math.exp(now) if target.log else now,
+                    {"slope": slope, "log": target.log, "rows": len(values), "z": z}, target.what)
+
+
+def forecasts(series) -> list[Forecast]:
+    """Every metric trending significantly toward its limit, soonest crossing first."""
+    found = [f for t in TARGETS if (f := forecast_one(series, t)) is not None]
+    return sorted(found, key=lambda f: f.eta_step)

@@ -1,0 +1,78 @@
+"""Forecasts (diagnostics/forecast.py): a significant trend toward a documented limit is a ``watch`` item with the
+step it would cross at; noise, a KL still inside its target, or a metric already past its limit get none."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from grpo_doctor.diagnostics.forecast import forecasts, kendall_z, theil_sen
+from grpo_doctor.diagnostics.series import RunSeries
+
+STEPS = np.arange(1, 61)
+
+
+def run_with(**metrics) -> RunSeries:
+    series = RunSeries({"id": 1, "name": "r", "source": "jsonl", "config": {}})
+    series.add({name: (STEPS[: len(v)], np.asarray(v, dtype="float64")) for name, v in metrics.items()})
+    return series
+
+
+def test_theil_sen_and_mann_kendall_against_their_definitions():
+    x = np.arange(10.0)
+    y = 2.0 * x + 1.0
+    y[3] = 100.0  # one outlier: the median of pairwise slopes ignores it
+    assert theil_sen(x, y) == pytest.approx((2.0, 1.0))
+    assert kendall_z(np.arange(20.0)) == pytest.approx((190 - 1) / math.sqrt(20 * 19 * 45 / 18))
+    assert kendall_z(np.ones(20)) == 0.0
+
+
+def test_an_entropy_halving_every_20_steps_is_forecast_to_cross_a_fifth_of_its_start():
+    rng = np.random.default_rng(0)
+    entropy = 1.0 * np.exp(-math.log(2) / 20 * (STEPS[:40] - 1)) * (1 + 0.02 * rng.standard_normal(40))
+    (found,) = forecasts(run_with(entropy=entropy))
+    true_eta = 1 + 20 * math.log2(1.0 / found.limit)  # where 0.2 × its start is reached on the noiseless curve
+    start = np.median(entropy[:8])  # its first rows (a fifth of 40)
+    assert found.metric == "entropy" and found.limit == pytest.approx(0.2 * start)
+    assert abs(found.eta_step - true_eta) <= 0.1 * true_eta
+    assert found.text().startswith("entropy ") and "halving every 20 steps" in found.text()
+    assert json.dumps(found.to_dict())  # what diagnose --json prints under "forecast"
+
+
+def test_noise_a_warming_kl_and_a_metric_already_past_its_limit_get_no_forecast():
+    rng = np.random.default_rng(1)
+    assert forecasts(run_with(entropy=1.0 + 0.05 * rng.standard_normal(60))) == []
+    warming = 1e-4 * np.exp(0.1 * STEPS)  # 1e-4 → 0.04, log-linear, but still inside the 0.05 target
+    assert forecasts(run_with(kl=warming[:50])) == []
+    blowing = 0.06 * np.exp(0.05 * (STEPS[:40] - 1))  # past the target, doubling every 14 steps toward 1 nat
+    (kl,) = forecasts(run_with(kl=blowing))
+    assert kl.metric == "kl" and kl.limit == 1.0 and 40 < kl.eta_step < 70
+    assert forecasts(run_with(frac_reward_zero_std=np.linspace(0.5, 0.95, 40))) == []  # past 0.9: the rule speaks
+
+
+def test_diagnose_json_carries_the_forecasts(tmp_path, run_cli):
+    log = tmp_path / "loop.jsonl"
+    entropy = np.exp(-math.log(2) / 20 * (STEPS[:40] - 1))
+    log.write_text("".join(json.dumps({"step": int(s), "entropy": float(e), "reward": 0.5}) + "\n"
+                           for s, e in zip(STEPS, entropy)))
+    code, out, _ = run_cli("diagnose", log, "--json")
+    (item,) = json.loads(out)["forecasts"]
+    assert code == 0 and item["forecast"]["metric"] == "entropy" and item["forecast"]["eta_step"] > 40
+    code, out, _ = run_cli("diagnose", log)
+    assert "watch (forecasts" in out and "entropy " in out
+
+
+def test_the_run_page_chart_draws_the_forecast_dashed_to_its_crossing():
+    import pandas as pd
+
+    from grpo_doctor.app.dashboard.figures import FORECAST_NAME, metric_spec
+
+    entropy = np.exp(-math.log(2) / 20 * (STEPS[:40] - 1))
+    (found,) = forecasts(run_with(entropy=entropy))
+    traces, _ = metric_spec(pd.Series(entropy, index=STEPS[:40]), None, "entropy",
+                            projection=(found.now_step, found.now, found.eta_step, found.limit))
+    (line,) = [t for t in traces if t.get("name") == FORECAST_NAME]
+    assert line["x"] == [40, found.eta_step] and line["y"][1] == found.limit and line["line"]["dash"] == "dash"
