@@ -195,6 +195,9 @@ def add_diagnose(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="RUN_OR_FILE",
                    help="a run's name or id, or a log file the importers read (a path that exists is read as a file)")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    p.add_argument("--samples", action="store_true",
+                   help="under each problem, a completion from the run's start and one from its onset, chosen for "
+                        "the symptom (runs that stored sampled completions)")
     p.add_argument("--num-gpus", dest="num_gpus", type=int, metavar="N",
                    help="GPUs the run used, for the GPU-hours each problem has burned (default: the config's count)")
     p.add_argument("--gpu-hour-cost", dest="gpu_hour_cost", type=float, metavar="USD",
@@ -222,6 +225,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
             except LogFormatError as e:
                 raise CliError(str(e)) from None
             results = [diagnose(store, run.run_id, save=False) for run in made]
+            samples = [store.samples(run.run_id) if args.samples else None for run in made]
     else:
         if args.step_key or args.split_runs:
             raise CliError(f"{'--step-key' if args.step_key else '--split-runs'} applies to a log file, not to a "
@@ -231,16 +235,17 @@ def run_diagnose(args: argparse.Namespace) -> int:
         with open_store(args) as store:
             # its findings are written to the store, unless the config was overridden for this diagnosis only
             results = [diagnose(store, args.target, save=not config, config=config)]
+            samples = [store.samples(results[0].run["id"]) if args.samples else None]
     if args.num_gpus is not None and args.num_gpus < 1:
         raise CliError(f"--num-gpus: must be 1 or more (got {args.num_gpus})")
     if args.gpu_hour_cost is not None and not (args.gpu_hour_cost >= 0 and math.isfinite(args.gpu_hour_cost)):
         raise CliError(f"--gpu-hour-cost: must be a price of 0 or more (got {args.gpu_hour_cost})")
     results = [with_prices(r, args.num_gpus, args.gpu_hour_cost) for r in results]
     if args.json:
-        shown = [to_json(r) for r in results]
-        print(json.dumps(shown[0] if len(shown) == 1 else shown, indent=2))
+        shown = [to_json(r, s) for r, s in zip(results, samples)]
+        print(json.dumps(shown[0] if len(shown) == 1 else shown, indent=2, default=str))
     else:
-        print("\n\n".join(to_text(r) for r in results))
+        print("\n\n".join(to_text(r, s) for r, s in zip(results, samples)))
     return 1 if args.fail_on and any(at_or_above(r, args.fail_on) for r in results) else 0
 
 

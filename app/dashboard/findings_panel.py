@@ -5,6 +5,7 @@ with a fix, whether the symptom cleared."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import streamlit as st
@@ -13,6 +14,7 @@ from grpo_doctor.app.dashboard import chart
 from grpo_doctor.app.dashboard.access import require_control
 from grpo_doctor.app.dashboard.doc_sections import reference_link
 from grpo_doctor.app.dashboard.figures import overlay_figure
+from grpo_doctor.app.dashboard.ngrams import highlight, repeated_spans
 from grpo_doctor.app.dashboard.run_tick import Comparison, Family, problems
 from grpo_doctor.app.dashboard.session import open_store, run_label, store_path
 from grpo_doctor.app.launch import processes
@@ -20,6 +22,7 @@ from grpo_doctor.app.launch.restarts import RestartPoint, changes_text, framewor
 from grpo_doctor.diagnostics.findings import Finding
 from grpo_doctor.diagnostics.fix_verdict import symptom_metric
 from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.report.exemplars import exemplars
 from grpo_doctor.diagnostics.report.render import burned_text
 from grpo_doctor.diagnostics.store import control_requests
 
@@ -68,6 +71,33 @@ def panel(run: dict, family: Family) -> None:
     _notes([f for f in family.findings if f not in found])
 
 
+def completions_html(rows: list[dict], repetition: bool) -> str:
+    """Completions as HTML (escaped; with the repeated 3-grams marked for a repetition finding)."""
+    out = []
+    for r in rows:
+        text = str(r["completion"])
+        body = highlight(text, repeated_spans(text)) if repetition else html.escape(text)
+        facts = ", ".join(x for x in (f"reward {number(r['reward'])}" if r.get("reward") is not None else "",
+                                      f"{r['length']} tokens" if r.get("length") is not None else "",
+                                      "truncated" if r.get("truncated") else "") if x)
+        out.append(f"<p><small>step {r['step']} · {facts}</small><br><code>{body or '<i>(empty)</i>'}</code></p>")
+    return "".join(out) or "<p><i>none logged</i></p>"
+
+
+def _completions(run: dict, finding: Finding) -> None:
+    with open_store() as store:
+        found = exemplars(finding, store.samples(run["id"]))
+    if found is None:
+        st.caption("This run stored no sampled completions around the finding (the embedded trainer and the TRL "
+                   "callback store them; a log file has none).")
+        return
+    st.caption(f"Chosen for the symptom: {found.why}.")
+    left, right = st.columns(2)
+    repetition = finding.rule == "repetition"
+    left.markdown("**At the start**" + completions_html(found.start, repetition), unsafe_allow_html=True)
+    right.markdown("**From the onset**" + completions_html(found.onset, repetition), unsafe_allow_html=True)
+
+
 def _finding_body(run: dict, finding: Finding, family: Family, key: str) -> None:
     st.markdown(f"**{finding.severity}** · rule `{finding.rule}`"
                 + (f" · {references_markdown(finding.references)}" if finding.references else ""))
@@ -75,6 +105,9 @@ def _finding_body(run: dict, finding: Finding, family: Family, key: str) -> None
         st.markdown(evidence_table(finding))
     if finding.burned:
         st.caption(f"Burned: {burned_text(finding.burned)}.")
+    if st.toggle("Completions behind this finding", key=f"{key}.samples",
+                 help="a few sampled completions from the run's start and from the onset, chosen for the symptom"):
+        _completions(run, finding)
     if finding.causes:
         st.markdown("**Likely causes**\n" + "\n".join(f"{n}. {c}" for n, c in enumerate(finding.causes, 1)))
     primary = primary_fix(finding, family)

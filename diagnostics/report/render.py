@@ -12,6 +12,7 @@ from grpo_doctor.diagnostics.fixes import text as value_text
 from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics.health import NO_RANGE, OUT, counts
 from grpo_doctor.diagnostics.report.burned import Burned
+from grpo_doctor.diagnostics.report.exemplars import exemplars
 
 
 def _count(n: int, noun: str) -> str:
@@ -34,7 +35,26 @@ def fix_lines(fix: Fix, ours: bool) -> list[str]:
     return lines
 
 
-def finding_text(f: Finding, ours: bool) -> list[str]:
+def exemplar_lines(f: Finding, samples) -> list[str]:
+    """One completion from the run's start and one from the finding's onset, chosen for the symptom."""
+    found = exemplars(f, samples)
+    if found is None:
+        return []
+
+    def one(label: str, rows: list[dict]) -> str:
+        if not rows:
+            return f"{label}: none logged"
+        r = rows[0]
+        text = " ".join(str(r["completion"]).split())
+        text = text if len(text) <= 100 else text[:99] + "…"
+        facts = [f"reward {number(r['reward'])}" if r.get("reward") is not None else None,
+                 f"{r['length']} tokens" if r.get("length") is not None else None,
+                 "truncated" if r.get("truncated") else None]
+        return f"{label}, step {r['step']}: {text!r} ({', '.join(x for x in facts if x)})"
+    return [f"({found.why})", one("at the start", found.start), one("from the onset", found.onset)]
+
+
+def finding_text(f: Finding, ours: bool, samples=None) -> list[str]:
     when = f"since step {f.onset_step}" if f.onset_step is not None else ""
     if f.status == "resolved":
         when += f", resolved at step {f.resolved_step}"
@@ -51,6 +71,10 @@ def finding_text(f: Finding, ours: bool) -> list[str]:
                        for e in f.evidence])
     if f.burned:
         block("burned", [[burned_text(f.burned)]])
+    if samples is not None:
+        shown = exemplar_lines(f, samples)
+        if shown:
+            block("samples", [shown])
     block("cause", [[c] for c in f.causes])
     block("fix", [fix_lines(x, ours) for x in f.fixes])
     if f.references:
@@ -78,7 +102,9 @@ def references_text(references: list[str]) -> str:
     return out
 
 
-def to_text(diagnosis: Diagnosis) -> str:
+def to_text(diagnosis: Diagnosis, samples=None) -> str:
+    """The diagnosis as the CLI prints it; with ``samples`` (the run's stored completions) each problem shows one
+    completion from the start and one from its onset."""
     run = diagnosis.run
     ours = run.get("source") == "grpo-doctor"
     out = [f"run {run['name']} (id {run['id']}) · source {run.get('source')} · status {run.get('status')}"
@@ -99,7 +125,7 @@ def to_text(diagnosis: Diagnosis) -> str:
         out.append(f"{_count(len(problems), 'finding')} (worst: {worst})")
         for f in problems:
             out.append("")
-            out.extend(finding_text(f, ours))
+            out.extend(finding_text(f, ours, samples))
     else:
         out.append("no problems found")
     if diagnosis.forecasts:
@@ -134,7 +160,14 @@ def _finite(value):
     return value
 
 
-def to_json(diagnosis: Diagnosis) -> dict:
+def _samples(f: Finding, samples) -> dict:
+    found = exemplars(f, samples) if samples is not None else None
+    return {"samples": {"why": found.why, "start": found.start, "onset": found.onset}} if found else {}
+
+
+def to_json(diagnosis: Diagnosis, samples=None) -> dict:
+    """The diagnosis as ``--json`` prints it; with ``samples``, each problem's ``samples``: why they were chosen,
+    and completions from the start and from the onset."""
     run = diagnosis.run
     return _finite({
         "run": {k: run.get(k) for k in ("id", "name", "source", "status", "last_step", "source_path")},
@@ -143,7 +176,7 @@ def to_json(diagnosis: Diagnosis) -> dict:
         "inferred": diagnosis.inferred,
         "logged": diagnosis.logged,
         "worst": diagnosis.worst(),
-        "findings": [f.to_dict() for f in diagnosis.problems()],
+        "findings": [{**f.to_dict(), **_samples(f, samples)} for f in diagnosis.problems()],
         "expected": [f.to_dict() for f in diagnosis.notes()],
         "forecasts": [{"forecast": f.to_dict()} for f in diagnosis.forecasts],
         "skipped": diagnosis.skipped,

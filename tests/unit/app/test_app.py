@@ -939,3 +939,15 @@ def test_a_trl_runs_fix_is_a_resume_command_that_says_what_a_resume_cannot_chang
     code, _ = trl_resume(Fix("raise beta", {"beta": 0.08}, framework="trl", framework_changes={"beta": 0.08}), None)
     assert code.splitlines() == ["args = GRPOConfig(..., beta=0.08)", "trainer = GRPOTrainer(..., args=args)",
                                  "trainer.train()  # no checkpoint recorded for this run: from the start"]
+
+
+def test_a_finding_shows_the_completions_behind_it(store_path):
+    """finished-run stored a group a step ("the the the …" scored 0, the answer scored 1) and a NaN gradient: its
+    finding's toggle shows completions from the start and from the onset, escaped."""
+    at = open_page("run", 1)
+    toggles = [t for t in at.toggle if t.key and t.key.endswith(".samples")]
+    assert toggles and not at.exception
+    toggles[0].set_value(True).run()
+    shown = " ".join(m.value for m in at.markdown)
+    assert "**At the start**" in shown and "**From the onset**" in shown and "the the the" in shown
+    assert "Chosen for the symptom: the first logged." in texts(at) + " ".join(c.value for c in at.caption)
