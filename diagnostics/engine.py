@@ -19,7 +19,7 @@ from grpo_doctor.diagnostics.findings import RANK, Finding, Fix, most_severe_fir
 from grpo_doctor.diagnostics.forecast import forecasts
 from grpo_doctor.diagnostics.metrics import rolling
 from grpo_doctor.diagnostics.metrics.health import MetricHealth, health_summary
-from grpo_doctor.diagnostics.report.burned import burned
+from grpo_doctor.diagnostics.report.burned import burned, last_gain
 from grpo_doctor.diagnostics.rules import RULES, Rule
 from grpo_doctor.diagnostics.rules.base import Episode
 from grpo_doctor.diagnostics.series import RunSeries
@@ -178,8 +178,11 @@ class Diagnoser:
         """An open problem with what it has cost since its onset (``report.burned``)."""
         if f.status != "open" or f.severity not in ("warning", "critical"):
             return f
-        cost = burned(self.series, f.onset_step)
-        return replace(f, burned=cost.to_dict()) if cost is not None else f
+        since = f.onset_step
+        if f.rule == "reward_flat":  # a flat reward burns from its last real gain, not from when it was judged flat
+            since = last_gain(self.series) or since
+        cost = burned(self.series, since)
+        return replace(f, burned={**cost.to_dict(), "since": since}) if cost is not None else f
 
     def _finding(self, rule: Rule, track: Track) -> Finding:
         explained = rule.explain(self.series, Episode(track.onset, track.start, track.last))

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.metrics.rolling import robust_sigma
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,23 @@ def _whole_run_seconds(series) -> tuple[float | None, str]:
     if series.run.get("pid") and created and seen and seen > created:
         return float(seen - created), "the run's start and last heartbeat"
     return None, ""
+
+
+GAIN_WINDOW = 20   # rows in the rolling median a real gain is judged on
+GAIN_SIGMAS = 4.0  # how far below its level now a window median must be to count as before the gain
+
+
+def last_gain(series, name: str = "reward", w: int = GAIN_WINDOW) -> int | None:
+    """Where a flat reward last really gained: the step from which its ``w``-row rolling median has stayed within
+    ``GAIN_SIGMAS`` noise-σ of such a median below the level it holds now (the median of its last 2w rows). A reward
+    that never rose beyond the noise has held its level from its first window. None while there are too few rows."""
+    steps, values = series.finite(name)
+    if len(values) < 2 * w:
+        return None
+    med = np.array([np.median(values[i - w + 1:i + 1]) for i in range(w - 1, len(values))])
+    noise = 1.25 * robust_sigma(values) / math.sqrt(w)
+    below = np.flatnonzero(med < np.median(values[-2 * w:]) - GAIN_SIGMAS * noise)
+    return int(steps[w - 1 + (below[-1] + 1 if len(below) else 0)])
 
 
 def burned(series, onset: int | None, gpus: int | None = None, gpu_hour_cost: float | None = None) -> Burned | None:

@@ -83,9 +83,11 @@ def finding_text(f: Finding, ours: bool, samples=None) -> list[str]:
 
 
 def burned_text(burned: dict) -> str:
-    """``240 steps since the onset, 3.2 h (6.4 GPU-hours, $12.80), from the logged step_time``."""
-    cost = Burned(**burned)
-    return cost.text().replace(" steps", " steps since the onset", 1) + (f", from {cost.how}" if cost.how else "")
+    """``240 steps since step 60, 3.2 h (6.4 GPU-hours, $12.80), from the logged step_time``."""
+    since = burned.get("since")
+    cost = Burned(**{k: v for k, v in burned.items() if k != "since"})
+    where = f" since step {since}" if since is not None else " since the onset"
+    return cost.text().replace(" steps", " steps" + where, 1) + (f", from {cost.how}" if cost.how else "")
 
 
 def references_text(references: list[str]) -> str:

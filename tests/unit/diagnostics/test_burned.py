@@ -10,7 +10,8 @@ import pytest
 from grpo_doctor.app import SAMPLE_RUNS
 from grpo_doctor.diagnostics.engine import diagnose
 from grpo_doctor.diagnostics.importers import import_path
-from grpo_doctor.diagnostics.report.burned import Burned, duration, priced
+from grpo_doctor.diagnostics.report.burned import Burned, duration, last_gain, priced
+from grpo_doctor.diagnostics.report.render import burned_text
 from grpo_doctor.diagnostics.store import RunStore
 
 
@@ -40,8 +41,9 @@ def test_a_log_without_timing_burns_steps_only(tmp_path):
     with RunStore(":memory:") as store:
         found = diagnose(store, import_path(store, log), save=False).findings
     nan = next(f for f in found if f.rule == "nonfinite")
-    assert nan.burned == {"steps": 40 - nan.onset_step, "seconds": None, "how": "", "gpu_hours": None, "cost": None}
-    assert Burned(**nan.burned).text() == f"{40 - nan.onset_step} steps"
+    assert nan.burned == {"steps": 40 - nan.onset_step, "seconds": None, "how": "", "gpu_hours": None, "cost": None,
+                          "since": nan.onset_step}
+    assert burned_text(nan.burned) == f"{40 - nan.onset_step} steps since step {nan.onset_step}"
 
 
 def test_prices_and_durations():
@@ -53,7 +55,7 @@ def test_prices_and_durations():
 
 def test_diagnose_prints_and_prices_what_each_problem_burned(db, run_cli):
     code, out, _ = run_cli("--db", db, "diagnose", "kl_blowup", "--num-gpus", "8", "--gpu-hour-cost", "2.5")
-    assert code == 0 and "  burned    57 steps since the onset, " in out and "GPU-hours, $" in out
+    assert code == 0 and "  burned    57 steps since step 3, " in out and "GPU-hours, $" in out
     code, out, _ = run_cli("--db", db, "diagnose", "kl_blowup", "--json", "--num-gpus", "8")
     kl = next(f for f in json.loads(out)["findings"] if f["rule"] == "kl_blowup")
     assert kl["burned"]["steps"] == 57 and kl["burned"]["gpu_hours"] == pytest.approx(kl["burned"]["seconds"] * 8 / 3600)
@@ -67,3 +69,21 @@ def test_the_runs_list_says_how_long_the_worst_finding_has_been_burning(db):
     with RunStore(db) as store:
         cell = runs_page.worst_findings(store, store.list_runs())[store.resolve_run("kl_blowup")]
     assert cell.startswith("critical: KL to the reference is blowing up") and " · burning for " in cell
+
+
+def test_a_flat_reward_burns_from_its_last_real_gain():
+    import numpy as np
+
+    from grpo_doctor.diagnostics.series import RunSeries
+
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 301)
+    reward = np.where(steps <= 80, 0.2 + 0.004 * steps, 0.52) + 0.02 * rng.standard_normal(300)  # rises, then flat
+    series = RunSeries({"id": 1, "name": "r", "source": "jsonl", "config": {}})
+    series.add({"reward": (steps, reward)})
+    gain = last_gain(series)
+    assert 70 <= gain <= 100  # the last new high beyond noise: where the rise ended, not the best noisy window later
+    flat = np.full(300, 0.5) + 0.02 * rng.standard_normal(300)
+    series = RunSeries({"id": 2, "name": "f", "source": "jsonl", "config": {}})
+    series.add({"reward": (steps, flat)})
+    assert last_gain(series) < 60  # never really gained: from its first windows
