@@ -39,6 +39,7 @@ from transformers import TrainerCallback
 from grpo_doctor.diagnostics.config.frameworks import dialect_of
 from grpo_doctor.diagnostics.config.keys import normalise_config
 from grpo_doctor.diagnostics.engine import RANK, Diagnoser
+from grpo_doctor.diagnostics.forecast import forecasts
 from grpo_doctor.diagnostics.importers._base import SUMMARY_KEYS
 from grpo_doctor.diagnostics.metrics.catalogue import canonical_row
 from grpo_doctor.diagnostics.report.alerts import Alerter, check_url
@@ -150,12 +151,15 @@ class GRPODoctorCallback(TrainerCallback):
     """Writes a transformers/TRL training run into the GRPO Doctor store as it trains (see the module doc)."""
 
     def __init__(self, db: str | os.PathLike | None = None, run_name: str | None = None, trainer=None,
-                 stop_on: str | None = None, alert_webhook: str | None = None):
+                 stop_on: str | None = None, alert_webhook: str | None = None, alert_forecasts: bool = False,
+                 stop_on_forecast: bool = False):
         if stop_on not in STOP_ON:
             raise ValueError(f"stop_on: {stop_on!r} is not one of None, 'warning', 'critical'")
         if alert_webhook is not None:
             check_url(alert_webhook, "alert_webhook")
         self.alert_webhook = alert_webhook
+        self.alert_forecasts = alert_forecasts  # opted in: forecasts are posted too
+        self.stop_on_forecast = stop_on_forecast  # opted in: a forecast saves a checkpoint and stops, as stop_on does
         self.alerter: Alerter | None = None
         self.db = default_db_path(str(db) if db is not None else None)
         self.run_name = run_name
@@ -175,7 +179,7 @@ class GRPODoctorCallback(TrainerCallback):
     # ------------------------------------------------------------------ events
     def on_train_begin(self, args, state, control, **kwargs):
         main = state.is_world_process_zero
-        if not main and self.stop_on is None:
+        if not main and self.stop_on is None and not self.stop_on_forecast:
             return  # only process zero writes; the others need a store only to diagnose for stop_on
         raw = args.to_dict()
         framework = framework_of(args, raw)
@@ -192,10 +196,10 @@ class GRPODoctorCallback(TrainerCallback):
             self.store.add_event(existing, state.global_step, "resume", {"from_step": state.global_step})
         else:
             self.run_id = self.store.create_run(name, config=config, source=framework, pid=os.getpid())
-        if self.stop_on or (self.alert_webhook and main):
+        if self.stop_on or self.stop_on_forecast or (self.alert_webhook and main):
             self.diagnoser = Diagnoser.for_run(self.store, self.run_id)
         if self.alert_webhook and main:
-            self.alerter = Alerter(self.alert_webhook, name)
+            self.alerter = Alerter(self.alert_webhook, name, forecasts=self.alert_forecasts)
         if main:
             atexit.register(self._at_exit)
             print(f"GRPO Doctor: run {name!r} (id {self.run_id}) → {self.db}")
@@ -224,12 +228,20 @@ class GRPODoctorCallback(TrainerCallback):
             worst = [f for f in self.diagnoser.findings()
                      if f.status == "open" and RANK[f.severity] >= RANK[self.stop_on]]
             if worst:
-                self.stopped_by = worst[0].rule
-                control.should_save = True           # TRL saves in this same step (log, evaluate, then save)
-                control.should_training_stop = True
-                self.store.add_event(self.run_id, step, "stop", {
-                    "reason": f"{worst[0].severity} finding {worst[0].rule}: {worst[0].title}", "stop_on": self.stop_on})
+                self._stop(control, step, worst[0].rule,
+                           f"{worst[0].severity} finding {worst[0].rule}: {worst[0].title}", self.stop_on)
+        if self.stop_on_forecast and self.stopped_by is None:
+            coming = forecasts(self.diagnoser.series)
+            if coming:
+                self._stop(control, step, f"forecast:{coming[0].metric}", f"forecast: {coming[0].text()}", "forecast")
         self.log_seconds.append(time.perf_counter() - started)
+
+    def _stop(self, control, step: int, by: str, reason: str, stop_on: str) -> None:
+        """Save a checkpoint and stop (TRL saves in this same step: log, evaluate, then save), and say why."""
+        self.stopped_by = by
+        control.should_save = True
+        control.should_training_stop = True
+        self.store.add_event(self.run_id, step, "stop", {"reason": reason, "stop_on": stop_on})
 
     def on_step_end(self, args, state, control, **kwargs):
         main = state.is_world_process_zero

@@ -260,6 +260,8 @@ def add_follow(p: argparse.ArgumentParser) -> None:
     p.add_argument("--every", type=float, default=0.5, metavar="SECONDS", help="how often to look (default 0.5)")
     p.add_argument("--alert-webhook", dest="alert_webhook", metavar="URL",
                    help="post each new warning or critical finding once to this URL (Slack-compatible JSON)")
+    p.add_argument("--alert-forecasts", dest="alert_forecasts", action="store_true",
+                   help="also post each forecast (a metric trending toward its limit), once, to --alert-webhook")
 
 
 def run_follow(args: argparse.Namespace) -> int:
@@ -293,7 +295,8 @@ def run_follow(args: argparse.Namespace) -> int:
                 until = f"{args.idle_exit:g} s without growth" if args.idle_exit else "Ctrl-C"
                 print(f"following {f.target} ({f.fmt}) into run {name!r} (id {f.run_id}) in {store.path}, "
                       f"until {until}", flush=True)
-                live.update(diagnoser=Diagnoser.for_run(store, f.run_id), alerter=Alerter(args.alert_webhook, name))
+                live.update(diagnoser=Diagnoser.for_run(store, f.run_id), alerter=Alerter(args.alert_webhook, name,
+                                                                   forecasts=args.alert_forecasts))
             else:
                 live["diagnoser"].update(store)
             for finding in live["alerter"].check(live["diagnoser"]):

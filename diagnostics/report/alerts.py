@@ -3,7 +3,8 @@
 The body is ``{"text": ...}`` (what Slack, Mattermost, Rocket.Chat and Discord's ``/slack`` endpoints take) with
 the symptom, its onset, and the top fix. A finding is posted once per rule and severity: the same symptom
 getting worse (warning → critical) posts again; it coming and going does not. A webhook that fails is reported
-once on stderr and never stops the run.
+once on stderr and never stops the run. Forecasts (``diagnostics.forecast``) are posted too, each once, when the
+user opts in (``forecasts=True``: the callback's ``alert_forecasts``, ``follow --alert-forecasts``).
 
 Posts never run on the caller's thread (the training loop's, in the TRL callback): ``check`` puts them on a bounded
 queue that a worker thread drains, and each post gets ``DEADLINE`` seconds in all (a server that trickles its
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 from grpo_doctor.diagnostics.engine import Diagnoser
 from grpo_doctor.diagnostics.findings import Finding
+from grpo_doctor.diagnostics.forecast import forecasts
 
 ALERT_SEVERITIES = ("warning", "critical")
 TIMEOUT = 5.0    # seconds for each socket operation of a post
@@ -53,7 +55,8 @@ class Alerter:
 
     url: str | None
     run_name: str
-    sent: set[tuple[str, str]] = field(default_factory=set)
+    forecasts: bool = False  # opted in: each new forecast (a metric trending toward its limit) is posted once too
+    sent: set[tuple] = field(default_factory=set)
     failed: bool = False
     dropped: int = 0
     _queue: queue.Queue | None = field(default=None, init=False, repr=False)
@@ -69,6 +72,12 @@ class Alerter:
             new.append(finding)
             if self.url:
                 self.send({"text": alert_text(self.run_name, finding)})
+        if self.forecasts and self.url:
+            for found in forecasts(diagnoser.series):
+                key = ("forecast", found.metric, found.limit > found.now)  # once per metric and direction
+                if key not in self.sent:
+                    self.sent.add(key)
+                    self.send({"text": f"GRPO Doctor · run {self.run_name!r}: WATCH — {found.text()}"})
         return new
 
     def send(self, body: dict) -> None:

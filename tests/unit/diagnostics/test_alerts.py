@@ -168,3 +168,40 @@ def test_a_slow_webhook_never_holds_up_a_training_step(tmp_path, slow_webhook, m
     callback.on_train_end(args, state, control)  # waits for the post: until its deadline, not for the server
     assert time.perf_counter() - started < 4
     assert "no answer within 2 s" in capsys.readouterr().err
+
+
+def entropy_halving(step: int) -> float:
+    return 1.5 * math.exp(-math.log(2) / 20 * (step - 1))
+
+
+def test_forecasts_are_posted_and_can_stop_a_run_only_when_opted_in(tmp_path, webhook):
+    """An entropy halving every 20 steps: with alert_forecasts the webhook gets one WATCH post; with
+    stop_on_forecast the callback saves and stops, saying why; by default neither."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from grpo_doctor.diagnostics.store import RunStore
+    from grpo_doctor.trainer.callbacks import GRPODoctorCallback
+
+    url, received = webhook
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[], use_cpu=True)
+    outcomes = {}
+    for name, options in (("plain", {}), ("told", {"alert_forecasts": True}), ("stops", {"stop_on_forecast": True})):
+        received.clear()
+        callback = GRPODoctorCallback(db=tmp_path / "runs.db", run_name=name, alert_webhook=url, **options)
+        state, control = TrainerState(), TrainerControl()
+        callback.on_train_begin(args, state, control)
+        for step in range(1, 31):
+            state.global_step = step
+            callback.on_log(args, state, control, logs={"loss": 0.01, "reward": 0.5, "entropy": entropy_halving(step)})
+            if control.should_training_stop:
+                break
+        callback.on_train_end(args, state, control)
+        outcomes[name] = ([r["text"] for r in received], control.should_training_stop, state.global_step)
+    assert outcomes["plain"] == ([], False, 30)
+    texts, stopped, _ = outcomes["told"]
+    assert not stopped and len(texts) == 1 and "WATCH — entropy" in texts[0] and "halving every 20 steps" in texts[0]
+    _, stopped, at = outcomes["stops"]
+    assert stopped and at < 30
+    with RunStore(tmp_path / "runs.db") as store:
+        (stop,) = store.events(store.resolve_run("stops"), "stop")["detail"]
+    assert stop["stop_on"] == "forecast" and stop["reason"].startswith("forecast: entropy")
