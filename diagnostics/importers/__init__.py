@@ -123,6 +123,9 @@ def _import(store, path, name, fmt, step_key, config, mode: str) -> list[Importe
                                       source_path=str(Path(path).resolve()), status="finished",
                                       **(linked if not made else {}))
             store.write_steps(run_id, segments.rows(run_id))
+            if isinstance(parsed.samples, list) and parsed.samples and not made:  # our own export's completions
+                for step, rows in parsed.samples:
+                    store.add_samples(run_id, step, rows)
             if not store.has_metrics(run_id):  # rows or blocks: write_steps packs most values into blocks
                 store.delete_run(run_id)
                 continue

@@ -2,7 +2,8 @@
 
 ``export_jsonl``: the ``grpo_doctor_jsonl`` format: a header line ``{"run": {"name", "source",
 "config"}}`` (with ``"parent"``, ``"parent_step"`` and ``"restart_reason"`` for a restarted run) then one
-``{"step": N, "metrics": {...}}`` line per step (NaN and ±inf as Python's JSON tokens ``NaN``/``Infinity``/
+``{"step": N, "metrics": {...}}`` line per step (with ``"samples": [...]``, the step's sampled completions,
+when it has some) (NaN and ±inf as Python's JSON tokens ``NaN``/``Infinity``/
 ``-Infinity``). ``export_csv``: a wide CSV, ``step`` then one column per metric (NaN as ``nan``, infinities as
 ``inf``/``-inf``, no value as an empty cell).
 
@@ -78,10 +79,24 @@ def export_jsonl(store, run_id, out) -> int:
                           **({"parent": run["parent"], "parent_step": run["parent_step"],
                               "restart_reason": run["restart_reason"]} if run["parent"] else {})}}
         f.write(json.dumps(header, allow_nan=True, ensure_ascii=False, default=str) + "\n")
+        samples = _samples_by_step(store, run_id)
         for step, metrics in _steps(store, run_id):
-            f.write(json.dumps({"step": step, "metrics": metrics}, allow_nan=True, ensure_ascii=False) + "\n")
+            line = {"step": step, "metrics": metrics, **({"samples": samples[step]} if step in samples else {})}
+            f.write(json.dumps(line, allow_nan=True, ensure_ascii=False, default=str) + "\n")
             n += 1
     return n
+
+
+def _samples_by_step(store, run_id: int) -> dict[int, list[dict]]:
+    """The run's sampled completions by step, each as the trainer logged it (group, prompt, completion, reward,
+    length, truncated and its extra fields)."""
+    frame = store.samples(run_id)
+    out: dict[int, list[dict]] = {}
+    for row in frame.to_dict("records"):
+        extra = row.pop("extra") or {}
+        step = int(row.pop("step"))
+        out.setdefault(step, []).append({**row, **extra})
+    return out
 
 
 def _cell(value: float) -> str:

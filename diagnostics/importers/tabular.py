@@ -393,14 +393,15 @@ def parse_grpo_doctor_jsonl(display: str, path: Path) -> ParsedLog:
     parent, fork = run.get("parent"), to_step(run.get("parent_step"))
     lineage = ({"parent": parent, "parent_step": fork, "restart_reason": str(run.get("restart_reason") or "")}
                if isinstance(parent, str) and parent and fork is not None else {})
+    samples: list[tuple[int, list[dict]]] = []  # filled as the rows are read
     return ParsedLog(
         path=display, format="grpo_doctor_jsonl", source=str(run.get("source") or "grpo-doctor"),
-        config=config, rows=_own_rows(source, path), name=str(run.get("name") or run_name_for(path)),
-        canonical=True, reader=source, lineage=lineage,
+        config=config, rows=_own_rows(source, path, samples), name=str(run.get("name") or run_name_for(path)),
+        samples=samples, canonical=True, reader=source, lineage=lineage,
     )
 
 
-def _own_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+def _own_rows(source: Source, path: Path, samples: list) -> Iterator[tuple[int, dict[str, float]]]:
     first = True
     for lineno, line in iter_lines(source, path):
         if not line.strip():
@@ -420,6 +421,11 @@ def _own_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
         if step is None:
             source.skip_line(f"line {lineno}", f"'step' is {not_a_step(record.get('step'))}")
             continue
+        logged = record.get("samples")
+        if isinstance(logged, list):
+            kept = [s for s in logged if isinstance(s, dict) and isinstance(s.get("completion"), str)]
+            if kept:
+                samples.append((step, kept))
         yield step, source.numbers(record["metrics"], f"line {lineno}")
 
 

@@ -320,6 +320,21 @@ def test_export_round_trips_exactly(store, tmp_path, fmt):
     assert _equal(_snapshot(store, import_path(store, out_csv)), want)
 
 
+def test_export_carries_the_sampled_completions_and_import_reads_them_back(store, tmp_path):
+    run = store.create_run("with-samples", config={"num_generations": 2}, status="running")
+    for step in (1, 2, 3):
+        store.log_step(run, step, {"reward": 0.5 * step}, samples=[
+            {"group": 0, "prompt": "2+2=", "completion": "4" * step, "reward": r, "length": step,
+             "truncated": step == 3, "advantage": r - 0.5, "rewards/correctness": r} for r in (0.0, 1.0)])
+    out = tmp_path / "run.jsonl"
+    export_jsonl(store, run, out)
+    again = import_path(store, out)
+    want, got = store.samples(run), store.samples(again)
+    assert len(got) == 6 and got.drop(columns="extra").equals(want.drop(columns="extra"))
+    assert list(got["extra"]) == list(want["extra"])  # the advantage and each reward function's score
+    assert "\"samples\"" in out.read_text().splitlines()[1]  # each step line carries its own samples
+
+
 def test_export_to_stream(store):
     import io
 
