@@ -61,3 +61,25 @@ def test_diagnose_samples_prints_one_from_the_start_and_one_from_the_onset(tmp_p
     code, out, _ = run_cli("--db", db, "diagnose", "shrinks", "--samples", "--json")
     shrink = next(f for f in json.loads(out)["findings"] if f["rule"] == "length_shrink")
     assert shrink["samples"]["why"] == "the shortest" and shrink["samples"]["onset"][0]["length"] == 4
+
+
+def test_every_finding_on_a_recorded_sample_run_shows_its_completions():
+    """sample_runs/ were recorded with each step's sampled completions: every problem found on every recorded run has
+    completions from its onset and from the start."""
+    from grpo_doctor.app import SAMPLE_RUNS
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_path
+
+    checked = 0
+    with RunStore(":memory:") as store:
+        for path in sorted(SAMPLE_RUNS.glob("*.jsonl")):
+            run = import_path(store, path)
+            stored = store.samples(run)
+            assert len(stored), f"{path.name}: no sampled completions recorded"
+            for f in diagnose(store, run, save=False).problems():
+                if f.onset_step is None:
+                    continue
+                found = exemplars(f, stored)
+                assert found is not None and found.onset and found.start, (path.name, f.rule)
+                checked += 1
+    assert checked >= 20
