@@ -12,6 +12,7 @@ followed log grow. ``test_crawler.py`` restarts a recorded run with the real but
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -166,7 +167,9 @@ def test_the_teach_page_walks_a_newcomer_through_a_row(served, page):
     visible_chart(page).wait_for(timeout=60_000)
     names = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].flatMap("
                           "p => (p.data || []).map(t => t.name || ''))")
-    assert names[:2] == ["kl_blowup", "kl_blowup-fix (with the fix)"], names  # the run and its twin, overlaid
+    twin = json.loads((ROOT / "sample_runs" / "manifest.json").read_text())
+    twin = next(e["twin"] for e in twin["scenarios"] if e["scenario"] == "kl_blowup").removesuffix(".jsonl")
+    assert names[:2] == ["kl_blowup", f"{twin} (with the fix)"], names  # the run and its twin, overlaid
     page.get_by_role("heading", name="The math behind it").wait_for(timeout=30_000)
     page.get_by_text("Mistakes in the source documents").wait_for(timeout=30_000)
     shot(page, "8-teach-kl-blowup")
