@@ -116,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if series is None:
             continue
         shown = replay(series)
-        first = min((int(s[0]) for t in TARGETS if series.has(t.metric) for s in [series.finite(t.metric)[0]]),
-                    default=None)
+        first = min((int(series.finite(t.metric)[0][0]) for t in TARGETS if series.has(t.metric)), default=None)
         if entry.get("healthy"):
             wrong = [f for f in shown if not came_true(series, f)]
             healthy.append((entry, wrong))

@@ -120,7 +120,8 @@ class RunSeries:
             samples = samples[samples["step"] <= (newest if newest is not None else since or 0)]
         events = store.events(run_id)
         self.events = events.to_dict("records") if not events.empty else []
-        self.run.update(status=store.get_run(run_id)["status"])
+        row = store.get_run(run_id)
+        self.run.update(status=row["status"], heartbeat=row.get("heartbeat"))  # a live run's clock (report.burned)
         return self.add(fresh, samples)
 
     def add(self, fresh: Mapping[str, tuple[np.ndarray, np.ndarray]], samples=None) -> int | None:

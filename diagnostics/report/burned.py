@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from grpo_doctor.diagnostics.formatting import number
-from grpo_doctor.diagnostics.metrics.rolling import robust_sigma
+from grpo_doctor.diagnostics.metrics.rolling import robust_sigma, rolling
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def last_gain(series, name: str = "reward", w: int = GAIN_WINDOW) -> int | None:
     steps, values = series.finite(name)
     if len(values) < 2 * w:
         return None
-    med = np.array([np.median(values[i - w + 1:i + 1]) for i in range(w - 1, len(values))])
+    med = rolling(values, w, "median", w - 1)  # vectorised: this runs on every diagnosis of a live run
     noise = 1.25 * robust_sigma(values) / math.sqrt(w)
     below = np.flatnonzero(med < np.median(values[-2 * w:]) - GAIN_SIGMAS * noise)
     return int(steps[w - 1 + (below[-1] + 1 if len(below) else 0)])

@@ -14,7 +14,6 @@ Works on what the run stored (the embedded trainer's and the TRL callback's samp
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,10 +21,10 @@ import pandas as pd
 
 from grpo_doctor.diagnostics.findings import Finding
 from grpo_doctor.diagnostics.metrics.repetition import text_repetition
+from grpo_doctor.diagnostics.rules.reward import ACCURACY
 
 K = 2            # completions from each end
 WINDOW = 10      # steps of samples read from the start and from the onset
-_ACCURACY = re.compile(r"correct|accura|\bacc\b|exact|match|solve|verif|pass", re.IGNORECASE)
 
 
 @dataclass
@@ -42,7 +41,7 @@ def _window(samples: pd.DataFrame, first: int) -> pd.DataFrame:
 
 def _accuracy_key(samples: pd.DataFrame) -> str | None:
     keys = {k for extra in samples["extra"] for k in (extra or {}) if k.startswith("rewards/")}
-    return next((k for k in sorted(keys) if _ACCURACY.search(k.split("/", 1)[1])), None)
+    return next((k for k in sorted(keys) if ACCURACY.search(k.split("/", 1)[1])), None)
 
 
 def _pick(frame: pd.DataFrame, rule: str, accuracy: str | None) -> tuple[pd.DataFrame, str]:

@@ -35,7 +35,8 @@ from grpo_doctor.diagnostics.series import SAMPLE_EMPTY, RunSeries
 # "run 100 steps, read reward and KL" (docs/sources.md#a-34-hyperparameters-for-a-7b-model-and-the-tuning-order)
 MIN_STEPS = 100
 MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is judged after 20 of them
-_ACCURACY = re.compile(r"correct|accura|\bacc\b|^acc|exact|match|solve|verif|pass", re.IGNORECASE)
+#: A reward function's name that says it measures correctness (also how exemplars pick "low accuracy").
+ACCURACY = re.compile(r"correct|accura|\bacc\b|^acc|exact|match|solve|verif|pass", re.IGNORECASE)
 
 
 def components(series: RunSeries) -> list[str]:
@@ -66,7 +67,7 @@ def component_behind(series: RunSeries, metric: str, upto: int, sign: int) -> tu
 
 def accuracy_component(series: RunSeries) -> str | None:
     """The per-function reward that measures correctness (by its name), when there is one."""
-    return next((n for n in components(series) if _ACCURACY.search(n.split("/")[1])), None)
+    return next((n for n in components(series) if ACCURACY.search(n.split("/")[1])), None)
 
 
 # A training metric of answer quality that is not the reward (a loop's accuracy, a recommender's NDCG or recall).
