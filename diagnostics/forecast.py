@@ -2,8 +2,8 @@
 
 For each metric below, the limit is the one its rule acts on (and for KL and a shrinking length, the trend counts
 only once the metric is past its healthy level: a KL above its 0.05 target, a length 30% below its start): entropy toward a fifth of its start (an entropy
-collapse), KL toward 1 nat per token (a critical blow-up), the mean completion length toward the cap or toward 30%
-of its start (an explosion, a collapse), the truncated share toward a majority, ``frac_reward_zero_std`` toward 0.9.
+collapse), KL toward 1 nat per token (a critical blow-up), the mean completion length toward three times its start or
+80% of the cap, or toward 30% of its start (an explosion, a collapse), the truncated share toward a majority, ``frac_reward_zero_std`` toward 0.9.
 
 The fit is robust: over the metric's latest ``WINDOW`` logged rows (and at least ``MIN_ROWS``), Mann–Kendall's
 trend test must be significant in the limit's direction (one-sided, z > ``Z``), and the Theil–Sen line (the median
@@ -56,9 +56,14 @@ def _length_watch(series) -> float | None:
     return 0.7 * start if start and start > 0 else None
 
 
-def _length_cap(series) -> float | None:
+def _length_ceiling(series) -> float | None:
+    """What length_explode acts on: three times the start, or 80% of the cap where that is nearer."""
+    start = _start(series, "completions/mean_length")
     cap = series.config.get("max_completion_length")
-    return float(cap) if isinstance(cap, (int, float)) and cap > 0 else None
+    limits = [3 * start] if start and start > 0 else []
+    if isinstance(cap, (int, float)) and cap > 0:
+        limits.append(0.8 * float(cap))
+    return min(limits, default=None)
 
 
 def _start(series, name: str) -> float | None:
@@ -74,7 +79,8 @@ def _start(series, name: str) -> float | None:
 TARGETS = (
     Target("entropy", -1, True, _entropy_floor, "an entropy collapse (a fifth of its start)"),
     Target("kl", +1, True, lambda series: 1.0, "a critical KL blow-up (1 nat per token)", lambda series: 0.05),
-    Target("completions/mean_length", +1, False, _length_cap, "completions at the length cap"),
+    Target("completions/mean_length", +1, False, _length_ceiling,
+           "outputs exploding (three times their start, or 80% of the length cap)"),
     Target("completions/mean_length", -1, False, _length_floor, "outputs collapsing to 30% of their start",
            _length_watch),
     Target("completions/clipped_ratio", +1, False, lambda series: 0.5, "a majority of completions truncated"),

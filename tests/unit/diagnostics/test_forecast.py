@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,3 +77,57 @@ def test_the_run_page_chart_draws_the_forecast_dashed_to_its_crossing():
                             projection=(found.now_step, found.now, found.eta_step, found.limit))
     (line,) = [t for t in traces if t.get("name") == FORECAST_NAME]
     assert line["x"] == [40, found.eta_step] and line["y"][1] == found.limit and line["line"]["dash"] == "dash"
+
+
+REAL = Path(__file__).resolve().parents[2] / "data" / "real_logs"
+
+
+def _cut_csv(src: Path, dst: Path, run: str, upto: int) -> Path:
+    """The rows of one run of a multi-run CSV up to a step: the log as it stood then."""
+    header, *rows = src.read_text().splitlines()
+    keep = [r for r in rows if r.split(",")[0] == run and int(r.split(",")[2]) <= upto]
+    dst.write_text("\n".join([header, *keep]) + "\n")
+    return dst
+
+
+def _cut_trainer_state(src: Path, dst: Path, upto: int) -> Path:
+    state = json.loads(src.read_text())
+    state["log_history"] = [row for row in state["log_history"] if row.get("step", 0) <= upto]
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text(json.dumps(state))
+    return dst
+
+
+def _crossing(steps, values, limit, direction) -> int:
+    """The first step whose 5-row median is past the limit (how eval_forecast judges a forecast)."""
+    med = np.array([np.median(values[max(0, i - 4):i + 1]) for i in range(len(values))])
+    return int(steps[np.flatnonzero((med - limit) * direction >= 0)[0]])
+
+
+@pytest.mark.parametrize("case", ["entropy-collapse", "length-explosion"])
+def test_a_real_log_cut_before_its_crossing_forecasts_it_within_20_percent(case, tmp_path, run_cli):
+    """Train-split corpus logs, cut before the limit is crossed: diagnose --json forecasts the crossing step within
+    20% of the step at which the whole log really crosses it."""
+    if case == "entropy-collapse":  # token entropy 0.93 → a fifth of its start at step 155 (reading's onset 143)
+        src = REAL / "handwritten-csv__shibukizero__assignment5-alignment__length-normalization" \
+            / "grpo_length_normalization_train_points.csv"
+        cut = _cut_csv(src, tmp_path / src.name, "masked_mean", 140)
+        whole = _cut_csv(src, tmp_path / "whole.csv", "masked_mean", 10**9)
+        metric, column, direction = "entropy", 5, -1
+    else:  # mean length 157 → three times that (the length_explode rule's limit) near step 150
+        src = REAL / "trl-state__qhy991__grpo-clean-2__pure-model-parallel-lr2e-5-r64" / "trainer_state.json"
+        cut = _cut_trainer_state(src, tmp_path / "cut" / "trainer_state.json", 135)
+        whole, metric, column, direction = src, "completions/mean_length", None, +1
+    code, out, _ = run_cli("diagnose", cut, "--json")
+    assert code == 0
+    (item,) = [f["forecast"] for f in json.loads(out)["forecasts"] if f["forecast"]["metric"] == metric]
+    if column is not None:
+        rows = [r.split(",") for r in whole.read_text().splitlines()[1:]]
+        steps, values = np.array([int(r[2]) for r in rows]), np.array([float(r[column]) for r in rows])
+    else:
+        history = [r for r in json.loads(whole.read_text())["log_history"] if "completions/mean_length" in r]
+        steps = np.array([r["step"] for r in history])
+        values = np.array([r["completions/mean_length"] for r in history], dtype="float64")
+    crossing = _crossing(steps, values, item["limit"], direction)
+    assert item["now_step"] < crossing
+    assert abs(item["eta_step"] - crossing) <= 0.2 * crossing, (item, crossing)
