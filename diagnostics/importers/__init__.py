@@ -22,7 +22,7 @@ from grpo_doctor.diagnostics.importers._base import NEW_RUN, LogFormatError, Par
 from grpo_doctor.diagnostics.importers.detect import detect_format, resolve
 from grpo_doctor.diagnostics.importers.export import export_csv, export_jsonl
 from grpo_doctor.diagnostics.importers.formats import FORMATS
-from grpo_doctor.diagnostics.metrics.catalogue import canonical_name, canonical_row, claim_rank, mapped
+from grpo_doctor.diagnostics.metrics.catalogue import DERIVED, canonical_name, canonical_row, claim_rank, mapped
 from grpo_doctor.diagnostics.store import safe_run_name
 
 __all__ = [
@@ -243,8 +243,16 @@ def names_note(keys) -> str | None:
     every key is a catalogue name already."""
     renamed, same, unmapped = [], 0, []
     winners = {name: min(group, key=lambda k: claim_rank(k, name)) for name, group in _claims(keys).items()}
+    used = set()
+    for target, sources, _, text in DERIVED:
+        if target not in winners and all(k in winners for k in sources) and not used & set(sources):
+            renamed.append(f"{target} ← {text.format(*(winners[k] for k in sources))}")
+            used |= {winners[k] for k in sources}
+            winners[target] = target
     for key in keys:
         name = canonical_name(key)
+        if key in used:
+            continue
         if not mapped(key) or winners[name] != key:
             unmapped.append(key)
         elif name == key:

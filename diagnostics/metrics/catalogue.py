@@ -152,13 +152,14 @@ CATALOGUE: tuple[Metric, ...] = (
            group="reward",
            aliases=("critic/score/mean", "scores", "rollout/raw_reward", "objective/scores",
                     "objective/verifiable_reward", "mean_reward", "avg_reward", "average_reward", "reward_mean",
-                    "rewards_mean", "mean_rewards", "reward/mean", "rewards/mean", "total_reward", "mean_total_reward"),
+                    "rewards_mean", "mean_rewards", "reward/mean", "rewards/mean", "total_reward", "mean_total_reward",
+                    "reward/total"),
            note="should trend upward; 'reward flat' and 'sudden collapse' are read from its trend",
            finite_required=True),
     Metric("accuracy", "share of completions with the right answer (a loop's own score, read where no reward is "
            "logged)", group="reward",
            aliases=("acc", "answer_accuracy", "train_accuracy", "train_acc", "correct_rate", "success_rate",
-                    "objective/verifiable_correct_rate"), domain=NONNEG),
+                    "objective/verifiable_correct_rate", "correct", "mean_correct"), domain=NONNEG),
     Metric("reward_std", "std of the total reward over the batch (TRL ≥ 0.27; per-group mean before)",
            group="reward", aliases=("group_reward_std", "reward/std", "rewards/std", "std_reward", "reward_stddev"),
            note="falling alone is fine (docs/field-reports.md#reward-std-falling); with rising frac_reward_zero_std "
@@ -187,7 +188,8 @@ CATALOGUE: tuple[Metric, ...] = (
                          note="the adaptive-KL target band; KL keeps rising → raise beta"),
            aliases=("actor/kl_loss", "actor/reward_kl_penalty", "kl_penalty", "train/kl_loss",
                     "kl_div", "kl_divergence", "mean_kl", "kl_mean", "avg_kl", "ref_kl", "kl_ref", "kl_to_ref",
-                    "kl_reference", "sample_kl", "sampled_kl", "kl_sample", "kl_estimate", "policy_ref_kl"),
+                    "kl_reference", "sample_kl", "sampled_kl", "kl_sample", "kl_estimate", "policy_ref_kl",
+                    "kl_policy_base"),
            note="0 at step 1 is expected; absent when beta = 0; k1 can dip below 0 "
                 "(docs/field-reports.md#false-alarms)",
            finite_required=True),
@@ -196,7 +198,7 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("objective/kl",), note="divide by the completion length to compare with a per-token KL"),
     Metric("rollout_kl", "KL between the rollout engine's and the trainer's log-probs of the same tokens (0 when "
            "they agree)", group="kl",
-           aliases=("rollout_corr/kl", "mismatch_kl", "vllm_kl", "rollout_corr/k3_kl"),
+           aliases=("rollout_corr/kl", "mismatch_kl", "vllm_kl", "rollout_corr/k3_kl", "optim/kl_sample_train_v1"),
            note="~1e-3 is kernel noise; growing toward 1 means the two disagree (docs/health-ranges.md#rollout-kl)"),
     Metric("kl/k1", "k1 estimate of KL, −log r with r = π_ref/π_θ (for comparison)", group="kl"),
     Metric("kl/k2", "k2 estimate of KL, (log r)²/2 (for comparison)", group="kl", domain=NONNEG),
@@ -216,7 +218,8 @@ CATALOGUE: tuple[Metric, ...] = (
                     "val/sequence_lengths", "mean_gen_tokens_per_sample", "rollout/response_len/mean",
                     "mean_completion_length", "avg_completion_length", "mean_response_length",
                     "avg_response_length", "response_len", "completion_len", "gen_len", "mean_length",
-                    "avg_length", "len", "mean_len", "avg_len", "avg_completion_len", "mean_response_len"),
+                    "avg_length", "len", "mean_len", "avg_len", "avg_completion_len", "mean_response_len",
+                    "ac_tokens_per_turn"),
            note="should be stable: 200 → 80 tokens is a collapse, 180–220 healthy "
                 "(docs/health-ranges.md#completion-length)", domain=NONNEG),
     Metric("completions/min_length", "shortest completion", unit="tokens", group="length",
@@ -304,7 +307,7 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("rollout/repetition_frac",), note="rising = collapse (docs/health-ranges.md#repetition)", domain=SHARE),
     # ---- cost
     Metric("step_time", "seconds per optimizer step", unit="s", group="cost",
-           aliases=("perf/time_per_step", "timing_s/step"), domain=NONNEG),
+           aliases=("perf/time_per_step", "timing_s/step", "time/total", "time/step_s"), domain=NONNEG),
     Metric("tokens_per_second", "generated + trained tokens per second", unit="tok/s", group="cost",
            aliases=("perf/throughput",), domain=NONNEG),
     Metric("memory/peak_gb", "peak accelerator (or process) memory", unit="GB", group="cost",
@@ -320,7 +323,9 @@ BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOGUE}
 FINITE_REQUIRED: tuple[str, ...] = tuple(m.name for m in CATALOGUE if m.finite_required)
 
 _ALIASES: dict[str, str] = {alias: m.name for m in CATALOGUE for alias in m.aliases}
-_PREFIXES = ("train/", "train_")
+_PREFIXES = ("train/", "train_", "env/all/")
+# tinker-cookbook's test-set evaluator logs ``test/env/all/<metric>`` (tinker_cookbook/rl/metric_util.py).
+_EVAL_PREFIXES = ("eval/", "test/env/all/")
 # Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``.
 _REWARD_FN = re.compile(r"^rewards?/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")
 # A hand-written loop's per-function rewards: ``mean_format_reward``, ``answer_reward``, ``format_reward_mean``.
@@ -335,8 +340,9 @@ def canonical_name(key: str) -> str:
     validation metric keeps its ``eval/`` prefix before its canonical name."""
     if key in BY_NAME:
         return key
-    if key.startswith("eval/"):
-        return "eval/" + canonical_name(key[5:])
+    for prefix in _EVAL_PREFIXES:
+        if key.startswith(prefix):
+            return "eval/" + canonical_name(key[len(prefix):])
     if key in _ALIASES:
         return _ALIASES[key]
     bare = key
@@ -383,9 +389,15 @@ for _metric in CATALOGUE:
 
 
 def _by_words(key: str) -> str | None:
-    """The metric whose name has the same words, or the same words but a ``mean`` (``loss_avg`` → loss)."""
+    """The metric whose name has the same words, or the same words but a ``mean`` (``loss_avg`` → loss), or a loss
+    with a ``sum`` (``loss:sum``: the loss rules judge finiteness and spikes, which a sum keeps)."""
     words = _tokens(key)
-    return _TOKENS.get(words) or (_TOKENS.get(words - {"mean"}) if "mean" in words and len(words) > 1 else None)
+    if len(words) > 1 and "mean" in words:
+        return _TOKENS.get(words) or _TOKENS.get(words - {"mean"})
+    if len(words) > 1 and "sum" in words:
+        name = _TOKENS.get(words - {"sum"})
+        return name if name in BY_NAME and BY_NAME[name].group == "loss" else _TOKENS.get(words)
+    return _TOKENS.get(words)
 
 
 def _by_suffix(key: str) -> str | None:
@@ -437,9 +449,24 @@ def derive(row: dict[str, float]) -> dict[str, float]:
         row["advantage/abs_max"] = max(abs(row["advantage/max"]), abs(row["advantage/min"]))
     if "reward_gap" not in row and "reward_max" in row and "reward_min" in row:
         row["reward_gap"] = row["reward_max"] - row["reward_min"]
-    if "completions/clipped_ratio" not in row and "val/stop_rate" in row:  # open-instruct
-        row["completions/clipped_ratio"] = 1.0 - row["val/stop_rate"]
+    for target, sources, how, _ in DERIVED:
+        if target not in row and all(k in row for k in sources):
+            value = how(*(row[k] for k in sources))
+            if value == value:
+                row[target] = value
     return row
+
+
+#: Catalogue metrics a framework logs only as a complement or a count: (metric, the keys (canonical) it is made from,
+#: how, how the import note writes it).
+DERIVED = (
+    ("completions/clipped_ratio", ("val/stop_rate",), lambda stop: 1.0 - stop, "1 − {0}"),  # open-instruct
+    # tinker-cookbook's share of groups whose rewards differ (tinker_cookbook/rl/metric_util.py)
+    ("frac_reward_zero_std", ("by_group/frac_mixed",), lambda mixed: 1.0 - mixed, "1 − {0}"),
+    # a loop that counts the groups it dropped for uniform rewards (tinker's remove_constant_reward_groups)
+    ("frac_reward_zero_std", ("groups_skipped", "groups_total"),
+     lambda skipped, total: skipped / total if total > 0 else math.nan, "{0} / {1}"),
+)
 
 
 def domain_of(name: str) -> tuple[float | None, float | None]:

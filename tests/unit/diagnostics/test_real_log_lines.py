@@ -301,3 +301,42 @@ def test_step_lines_that_count_the_lines_between_them_leave_those_lines_the_step
     frame = store.metrics(run.run_id)
     assert frame.index[0] == 1 and frame.loc[1, "kl"] == pytest.approx(-0.21336770057678223)
     assert frame.index[-1] == 150
+
+
+TINKER = CORPUS / "handwritten-jsonl__joanvelja__tinker-cookbook__gptoss-20b-v2" / "gptoss-20b-v2-metrics.jsonl"
+TINKER_LOOP = CORPUS / "handwritten-jsonl__s-haider10__finetunned-coding-agent__2026-02-13-16-11-26" / "metrics.jsonl"
+
+
+def test_tinker_cookbooks_metrics_are_read_under_the_catalogues_names(store, tmp_path):
+    """tinker-cookbook's rows (``env/all/reward/total``, ``env/all/by_group/frac_mixed``, ``kl_policy_base``,
+    ``test/env/all/correct``, ...) and a hand-written Tinker loop's (``loss:sum``, ``groups_skipped`` of
+    ``groups_total``): the reward, the share of uniform groups, the KL, the length and the eval accuracy are read,
+    and the import note says which key became which."""
+    import json
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(lines_of(TINKER, 1, 2, 3)), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    first = json.loads(lines_of(TINKER, 1)[0])
+    assert frame.loc[0, "reward"] == pytest.approx(first["env/all/reward/total"])
+    assert frame.loc[0, "frac_reward_zero_std"] == pytest.approx(1 - first["env/all/by_group/frac_mixed"])
+    assert frame.loc[0, "kl"] == pytest.approx(first["kl_policy_base"])
+    assert frame.loc[0, "completions/mean_length"] == pytest.approx(first["env/all/ac_tokens_per_turn"])
+    assert frame.loc[0, "step_time"] == pytest.approx(first["time/total"])
+    [note] = [n for n in run.notes if n.startswith("metrics: ")]
+    assert "frac_reward_zero_std ← 1 − env/all/by_group/frac_mixed" in note and "reward ← env/all/reward/total" in note
+    tested = json.loads(lines_of(TINKER, 11)[0])  # step 10 carries the test set's rows too
+    log.write_text("".join(lines_of(TINKER, *range(1, 12))), encoding="utf-8")
+    frame = store.metrics(import_runs(store, log)[0].run_id)
+    assert frame.loc[10, "eval/accuracy"] == pytest.approx(tested["test/env/all/correct"])
+    assert frame.loc[10, "accuracy"] == pytest.approx(tested["env/all/correct"])
+
+    loop = tmp_path / "loop.jsonl"
+    loop.write_text("".join(lines_of(TINKER_LOOP, 1, 2)), encoding="utf-8")
+    [run] = import_runs(store, loop)
+    frame = store.metrics(run.run_id)
+    row = json.loads(lines_of(TINKER_LOOP, 1)[0])
+    assert frame.loc[0, "loss"] == pytest.approx(row["loss:sum"])
+    assert frame.loc[0, "frac_reward_zero_std"] == pytest.approx(row["groups_skipped"] / row["groups_total"])
+    assert frame.loc[0, "accuracy"] == pytest.approx(row["mean_correct"])
