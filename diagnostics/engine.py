@@ -5,7 +5,8 @@ series and each rule's state so that ``update(store)`` examines only the steps l
 call. Per rule, a finding opens after ``rule.open_after`` consecutive rows with the symptom (its onset
 is the first of them), is updated while the symptom holds, and is resolved (with its step) after
 ``rule.clear_after`` rows without it; a symptom that returns reopens the same finding, keeping its
-first onset. Expected-behaviour notes never resolve. Deterministic: the same rows give the same
+first onset. Once a run has ended, a symptom that holds on its last ``END_ROWS`` rows opens there: no
+more rows will come for it to persist over. Expected-behaviour notes never resolve. Deterministic: the same rows give the same
 findings whether they arrive at once or one step at a time.
 """
 
@@ -23,6 +24,9 @@ from grpo_doctor.diagnostics.report.burned import burned, last_gain
 from grpo_doctor.diagnostics.rules import RULES, Rule
 from grpo_doctor.diagnostics.rules.base import Episode
 from grpo_doctor.diagnostics.series import RunSeries
+
+#: Rows a symptom must hold at the end of a run that has ended to open there (see ``Diagnoser._at_end``).
+END_ROWS = 2
 
 
 @dataclass
@@ -163,7 +167,7 @@ class Diagnoser:
         stood at the finding's last step, and rebuilt only when its state changed."""
         found = []
         for rule in self.rules:
-            track = self.tracks[rule.id]
+            track = self._at_end(rule, self.tracks[rule.id])
             if track.status == "none":
                 continue
             key = (track.status, track.onset, track.start, track.last, track.resolved_step)
@@ -173,6 +177,16 @@ class Diagnoser:
         found = link_consequences(found, {rule.id: rule for rule in self.rules})
         found = sorted(found, key=most_severe_first)
         return [self._with_burned(f) for f in reconcile_fixes(found)]
+
+    def _at_end(self, rule: Rule, track: Track) -> Track:
+        """A run that has ended gives a symptom no more rows to persist: one that holds on its last ``END_ROWS``
+        rows (or its rule's ``open_after``, if fewer) opens there, as if the run had gone on."""
+        ended = self.series.run.get("status") not in (None, "running")
+        if not ended or track.status == "open" or not 0 < min(rule.open_after, END_ROWS) <= track.true_run:
+            return track
+        return replace(track, status="open", resolved_step=None, start=track.true_from,
+                       onset=track.true_from if track.onset is None else track.onset,
+                       last=self.series.last_step, finding=None, key=None)
 
     def _with_burned(self, f: Finding) -> Finding:
         """An open problem with what it has cost since its onset (``report.burned``)."""

@@ -75,6 +75,26 @@ def test_a_finding_opens_after_open_after_rows_and_keeps_its_first_onset():
     assert (track.status, track.onset, track.start, track.resolved_step) == ("open", 6, 17, None)
 
 
+def test_a_symptom_in_the_last_rows_of_an_ended_run_opens_there_and_waits_while_the_run_is_live():
+    """A train-split corpus log whose outputs balloon in its last rows (verl, math, 61 steps): the length explosion
+    holds on the last two rows, too few to persist while the run is live; once the run has ended there are no more
+    rows to wait for, and it opens at the first of them."""
+    from pathlib import Path
+
+    from grpo_doctor.diagnostics.importers import import_runs
+
+    log = Path(__file__).resolve().parents[2] / "data" / "real_logs" \
+        / "verl-jsonl__dumbkin31__exploration-in-grpo__math-mixed-cuts-h200-s1" / "metrics.jsonl"
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        ended = {f.rule: f for f in Diagnoser.for_run(store, run.run_id).findings()}
+        store.set_status(run.run_id, "running")
+        live = {f.rule: f for f in Diagnoser.for_run(store, run.run_id).findings()}
+    assert ended["length_explode"].status == "open" and ended["length_explode"].onset_step == 60
+    assert "length_explode" not in live
+    assert {r: f.onset_step for r, f in live.items()} == {r: ended[r].onset_step for r in live}
+
+
 def test_a_skipped_rule_is_not_checked_or_not_applicable_by_its_type_not_its_wording():
     """A rule that cannot run is either missing an input (``needs``: the run is not checked for it) or does not apply
     to the run (``not_applicable``), whatever its reason says; the reason is what the report prints."""
