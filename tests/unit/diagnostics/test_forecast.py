@@ -80,22 +80,36 @@ def test_the_run_page_chart_draws_the_forecast_dashed_to_its_crossing():
 
 
 REAL = Path(__file__).resolve().parents[2] / "data" / "real_logs"
+SHIBUKI = REAL / "handwritten-csv__shibukizero__assignment5-alignment__length-normalization" \
+    / "grpo_length_normalization_train_points.csv"
+QHY = REAL / "trl-state__qhy991__grpo-clean-2__pure-model-parallel-lr2e-5-r64" / "trainer_state.json"
+DUMBKIN = REAL / "verl-jsonl__dumbkin31__exploration-in-grpo__math-mixed-cuts-h200-s1" / "metrics.jsonl"
 
 
-def _cut_csv(src: Path, dst: Path, run: str, upto: int) -> Path:
-    """The rows of one run of a multi-run CSV up to a step: the log as it stood then."""
-    header, *rows = src.read_text().splitlines()
-    keep = [r for r in rows if r.split(",")[0] == run and int(r.split(",")[2]) <= upto]
-    dst.write_text("\n".join([header, *keep]) + "\n")
-    return dst
+def _csv(upto: int, tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    """One run (``masked_mean``) of a two-run CSV, cut at a step; and its whole token_entropy column."""
+    header, *rows = SHIBUKI.read_text().splitlines()
+    mine = [r.split(",") for r in rows if r.startswith("masked_mean,")]
+    cut = tmp_path / SHIBUKI.name
+    cut.write_text("\n".join([header, *(",".join(r) for r in mine if int(r[2]) <= upto)]) + "\n")
+    return cut, np.array([int(r[2]) for r in mine]), np.array([float(r[5]) for r in mine])
 
 
-def _cut_trainer_state(src: Path, dst: Path, upto: int) -> Path:
-    state = json.loads(src.read_text())
+def _trainer_state(upto: int, tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    state = json.loads(QHY.read_text())
+    rows = [r for r in state["log_history"] if "completions/mean_length" in r]
     state["log_history"] = [row for row in state["log_history"] if row.get("step", 0) <= upto]
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    dst.write_text(json.dumps(state))
-    return dst
+    cut = tmp_path / "cut" / "trainer_state.json"
+    cut.parent.mkdir()
+    cut.write_text(json.dumps(state))
+    return cut, np.array([r["step"] for r in rows]), np.array([r["completions/mean_length"] for r in rows])
+
+
+def _jsonl(upto: int, tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    rows = [json.loads(line) for line in DUMBKIN.read_text().splitlines()]
+    cut = tmp_path / DUMBKIN.name
+    cut.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= upto))
+    return cut, np.array([r["step"] for r in rows]), np.array([r["actor/kl_loss"] for r in rows])
 
 
 def _crossing(steps, values, limit, direction) -> int:
@@ -104,30 +118,19 @@ def _crossing(steps, values, limit, direction) -> int:
     return int(steps[np.flatnonzero((med - limit) * direction >= 0)[0]])
 
 
-@pytest.mark.parametrize("case", ["entropy-collapse", "length-explosion"])
-def test_a_real_log_cut_before_its_crossing_forecasts_it_within_20_percent(case, tmp_path, run_cli):
+@pytest.mark.parametrize("read, upto, metric, direction", [
+    (_csv, 140, "entropy", -1),                      # token entropy 0.93 → a fifth of its start near step 155
+    (_trainer_state, 135, "completions/mean_length", +1),  # length 157 → three times that near step 150
+    (_jsonl, 35, "kl", +1),                          # verl's KL 0.13 at step 35 → past 1 nat at step 55
+], ids=["csv-entropy-collapse", "trl-length-explosion", "verl-kl-blowup"])
+def test_a_real_log_cut_before_its_crossing_forecasts_it_within_20_percent(read, upto, metric, direction, tmp_path,
+                                                                           run_cli):
     """Train-split corpus logs, cut before the limit is crossed: diagnose --json forecasts the crossing step within
     20% of the step at which the whole log really crosses it."""
-    if case == "entropy-collapse":  # token entropy 0.93 → a fifth of its start at step 155 (reading's onset 143)
-        src = REAL / "handwritten-csv__shibukizero__assignment5-alignment__length-normalization" \
-            / "grpo_length_normalization_train_points.csv"
-        cut = _cut_csv(src, tmp_path / src.name, "masked_mean", 140)
-        whole = _cut_csv(src, tmp_path / "whole.csv", "masked_mean", 10**9)
-        metric, column, direction = "entropy", 5, -1
-    else:  # mean length 157 → three times that (the length_explode rule's limit) near step 150
-        src = REAL / "trl-state__qhy991__grpo-clean-2__pure-model-parallel-lr2e-5-r64" / "trainer_state.json"
-        cut = _cut_trainer_state(src, tmp_path / "cut" / "trainer_state.json", 135)
-        whole, metric, column, direction = src, "completions/mean_length", None, +1
+    cut, steps, values = read(upto, tmp_path)
     code, out, _ = run_cli("diagnose", cut, "--json")
     assert code == 0
     (item,) = [f["forecast"] for f in json.loads(out)["forecasts"] if f["forecast"]["metric"] == metric]
-    if column is not None:
-        rows = [r.split(",") for r in whole.read_text().splitlines()[1:]]
-        steps, values = np.array([int(r[2]) for r in rows]), np.array([float(r[column]) for r in rows])
-    else:
-        history = [r for r in json.loads(whole.read_text())["log_history"] if "completions/mean_length" in r]
-        steps = np.array([r["step"] for r in history])
-        values = np.array([r["completions/mean_length"] for r in history], dtype="float64")
     crossing = _crossing(steps, values, item["limit"], direction)
-    assert item["now_step"] < crossing
+    assert item["now_step"] == upto < crossing
     assert abs(item["eta_step"] - crossing) <= 0.2 * crossing, (item, crossing)
