@@ -255,7 +255,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("clip_ratio/region_mean", "share of tokens whose ratio was clipped (low or high)",
            group="clip", ranges=_clip_ratio_range,
            aliases=("clip_ratio", "actor/pg_clipfrac", "ppo_clip_ratio", "policy/clipfrac_avg",
-                    "train/pg_clipfrac", "pg_clipfrac"), domain=SHARE),
+                    "train/pg_clipfrac", "pg_clipfrac", "clip_fraction", "clip_frac"), domain=SHARE),
     Metric("clip_ratio/low_mean", "share of tokens with r < 1−ε_low and A < 0", group="clip",
            ranges=_clip_ratio_range, domain=SHARE),
     Metric("clip_ratio/dual_clip_mean", "share of tokens with A < 0 whose ratio exceeded the dual-clip bound "

@@ -340,3 +340,20 @@ def test_tinker_cookbooks_metrics_are_read_under_the_catalogues_names(store, tmp
     assert frame.loc[0, "loss"] == pytest.approx(row["loss:sum"])
     assert frame.loc[0, "frac_reward_zero_std"] == pytest.approx(row["groups_skipped"] / row["groups_total"])
     assert frame.loc[0, "accuracy"] == pytest.approx(row["mean_correct"])
+
+
+def test_a_loops_clip_fraction_is_the_clipped_share(store, tmp_path):
+    """A hand-written loop's ``clip_fraction`` (and ``clip_frac``, its shorter spelling) is the share of tokens whose
+    ratio was clipped: clip_ratio/region_mean, charted against its health range."""
+    import json
+
+    source = CORPUS / "handwritten-jsonl__taoger-xu__assignment5-alignment__lr-2e-5-seed0" / "metrics.jsonl"
+    rows = [json.loads(line) for line in lines_of(source, *range(2, 40))]
+    rows = [r for r in rows if r.get("split") == "train"][:5]
+    rows[-1]["clip_frac"] = rows[-1].pop("clip_fraction")
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert [frame.loc[r["step"], "clip_ratio/region_mean"] for r in rows] == \
+        pytest.approx([r.get("clip_fraction", r.get("clip_frac")) for r in rows])
