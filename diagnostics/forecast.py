@@ -1,9 +1,10 @@
 """Forecasts: a metric trending toward a documented limit gets a ``watch`` item before it crosses it.
 
 For each metric below, the limit is the one its rule acts on (and for KL and a shrinking length, the trend counts
-only once the metric is past its healthy level: a KL above its 0.05 target, a length 30% below its start): entropy toward a fifth of its start (an entropy
-collapse), KL toward 1 nat per token (a critical blow-up), the mean completion length toward three times its start or
-80% of the cap, or toward 30% of its start (an explosion, a collapse), the truncated share toward a majority, ``frac_reward_zero_std`` toward 0.9.
+only once the metric is past its healthy level: a KL above its 0.05 target, a length 30% below its start): entropy
+toward a fifth of its start (an entropy collapse), KL toward 1 nat per token (a critical blow-up), the mean
+completion length toward three times its start or 80% of the cap, or toward 30% of its start (an explosion, a
+collapse), the truncated share toward a majority, ``frac_reward_zero_std`` toward 0.9.
 
 The fit is robust: over the metric's latest ``WINDOW`` logged rows (and at least ``MIN_ROWS``), Mann–Kendall's
 trend test must be significant in the limit's direction (one-sided, z > ``Z``), and the Theil–Sen line (the median
