@@ -34,6 +34,7 @@ from grpo_doctor.diagnostics.series import SAMPLE_EMPTY, RunSeries
 
 # "run 100 steps, read reward and KL" (docs/sources.md#a-34-hyperparameters-for-a-7b-model-and-the-tuning-order)
 MIN_STEPS = 100
+FAST = 3         # steps of the short median that sees a run break within a few steps
 MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is judged after 20 of them
 #: A reward function's name that says it measures correctness (also how exemplars pick "low accuracy").
 ACCURACY = re.compile(r"correct|accura|\bacc\b|^acc|exact|match|solve|verif|pass", re.IGNORECASE)
@@ -177,11 +178,13 @@ def score_metric(series: RunSeries) -> str:
 def _collapse_detect(series: RunSeries, since):
     """Fallen back by 80% of a clear gain, or lost three quarters of a positive level the run held, by more than 6 ×
     the noise of a median, to below where the run started (a plateau that drops out from under the run; a reward
-    that dips from its best to a level still above its start has not collapsed)."""
+    that dips from its best to a level still above its start has not collapsed); or, read on the last 3 steps, lost
+    half that level by twice as much noise (a run that breaks in a few steps, faster than a 10-step median)."""
     name = score_metric(series)
     lo, steps, _ = rows(series, name, since)
     peak = series.running(name, 2 * W, "median", "max", lo)
     now = series.roll(name, W, "median", lo)
+    fast = series.roll(name, FAST, "median", lo)
     noise = max(6 * median_noise(series, name), 1e-9)
     start = series.head(name, W)
     gain = peak - start
@@ -189,7 +192,8 @@ def _collapse_detect(series: RunSeries, since):
         rose = gain > noise
         fell_back = rose & (peak - now >= 0.8 * gain)
         fell_off = (peak > 0) & (peak - now >= np.maximum(0.75 * peak, noise)) & (now < start)
-        return steps, fell_back | fell_off
+        broke = (peak > 0) & (peak - fast >= np.maximum(0.5 * peak, 2 * noise)) & (fast < start)
+        return steps, fell_back | fell_off | broke
 
 
 def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -229,7 +233,9 @@ REWARD_COLLAPSE = Rule(
     references=("docs/field-reports.md#sudden-collapse",),
     read="The 20-step median reward rose clearly above its start (6 × the noise of a 10-step median), then "
          "the 10-step median fell back by 80% or more of that gain; or it lost three quarters of a positive level "
-         "it held, by more than 6 × that noise, to below where it started. Without a reward, the accuracy a loop "
+         "it held, by more than 6 × that noise, to below where it started; or the 3-step median lost half that "
+         "level, by more than 12 × that noise, to below its start (a run that breaks within a few steps). "
+         "Without a reward, the accuracy a loop "
          "logs is read. "
          "Look at kl and entropy around the onset (a jump there means the policy left the reference).",
 )

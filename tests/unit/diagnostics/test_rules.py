@@ -596,3 +596,25 @@ def test_status_lines_never_contradict_the_findings_on_any_sample_run():
                         assert statuses[group].state in ("warning", "critical"), (path.name, f.rule, group)
                         checked += 1
     assert checked
+
+
+def test_a_reward_that_breaks_within_a_few_steps_is_named_before_a_10_step_median_would_see_it():
+    """A train-split corpus log (verl, math, 61 steps): the score held ~0.7 for 50 steps, then fell to 0.37 by step
+    55 and 0.02 by step 57. The 3-step median sees the collapse from step 57 on (0.10, below half the ~0.72 peak);
+    the 10-step medians alone saw it only at the last step, too late to open before the log ended."""
+    from pathlib import Path
+
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.rules import reward
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = Path(__file__).resolve().parents[2] / "data" / "real_logs" \
+        / "verl-jsonl__dumbkin31__exploration-in-grpo__math-mixed-cuts-h200-s1" / "metrics.jsonl"
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+        assert found["reward_collapse"].onset_step == 57 and found["reward_collapse"].severity == "critical"
+        series = Diagnoser.for_run(store, run.run_id).series
+    steps, flagged = reward._collapse_detect(series, None)
+    assert steps[flagged].tolist() == [57, 58, 59, 60, 61]
