@@ -68,13 +68,14 @@ def _length_ceiling(series) -> float | None:
 
 
 def _start(series, name: str) -> float | None:
-    """The metric's level over its first rows (values of exactly 0 before them left out: not measured yet)."""
+    """The metric's median over its first 10 rows (5 at least; values of exactly 0 before them left out: not measured
+    yet). Fixed once the run has 10 rows, so a live run's limits do not move as it grows."""
     _, values = series.finite(name)
     nonzero = np.flatnonzero(values)
     values = values[nonzero[0]:] if len(nonzero) else values[:0]
     if len(values) < 5:
         return None
-    return float(np.median(values[: max(5, min(10, len(values) // 5))]))
+    return float(np.median(values[:10]))
 
 
 TARGETS = (
