@@ -21,6 +21,7 @@ from grpo_doctor.diagnostics.metrics import rolling
 from grpo_doctor.diagnostics.series import DERIVED_FROM, MIN_WINDOW_ROWS, RunSeries
 
 W = 10            # optimizer steps in a window (RunSeries.rows turns steps into logged rows)
+FAST = 3          # steps of the short median that sees a run break within a few steps
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from grpo_doctor.diagnostics.findings import Evidence
 from grpo_doctor.diagnostics.fixes import advice, make_fix, scaled
 from grpo_doctor.diagnostics.metrics.catalogue import APPROX_KL_HIGH, GROUP_MEAN_TOLERANCE
 from grpo_doctor.diagnostics.rules.base import (
+    FAST,
     Episode,
     Explanation,
     Rule,
@@ -85,7 +86,12 @@ CLIP_HIGH = Rule(
 
 # ---------------------------------------------------------------------------------------- approx_kl_high
 def _step_kl_detect(series: RunSeries, since):
-    return level(series, "approx_kl", since, lambda m: m > APPROX_KL_HIGH)
+    """The 10-step median above the bound, or the 3-step one (two updates of three: a run breaking within a few
+    steps, faster than a 10-step median follows)."""
+    steps, high = level(series, "approx_kl", since, lambda m: m > APPROX_KL_HIGH)
+    lo, _, _ = rows(series, "approx_kl", since)
+    with np.errstate(invalid="ignore"):
+        return steps, high | (series.roll("approx_kl", FAST, "median", lo) > APPROX_KL_HIGH)
 
 
 def _step_kl_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -110,7 +116,8 @@ APPROX_KL_HIGH_RULE = Rule(
     requires=("approx_kl",), detect=_step_kl_detect, explain=_step_kl_explain, open_after=3,
     references=("docs/health-ranges.md#policy-ratio-kl",),
     read=f"The 10-step median of approx_kl (verl's actor/ppo_kl, the KL between the rollout policy and the updated "
-         f"one) is above {APPROX_KL_HIGH:g}, five times the top of its usual 1e-3 – 1e-2 (critical above "
+         f"one) is above {APPROX_KL_HIGH:g}, five times the top of its usual 1e-3 – 1e-2, or its 3-step median is "
+         f"(two updates of three: a run breaking within a few steps) (critical above "
          f"{20 * APPROX_KL_HIGH:g}): each update moves the policy too far from the rollout it learns from.",
 )
 

@@ -13,6 +13,7 @@ from grpo_doctor.diagnostics.fixes import advice, doubled_beta, make_fix, scaled
 from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics import rolling
 from grpo_doctor.diagnostics.rules.base import (
+    FAST,
     Episode,
     Explanation,
     Rule,
@@ -34,7 +35,6 @@ from grpo_doctor.diagnostics.series import SAMPLE_EMPTY, RunSeries
 
 # "run 100 steps, read reward and KL" (docs/sources.md#a-34-hyperparameters-for-a-7b-model-and-the-tuning-order)
 MIN_STEPS = 100
-FAST = 3         # steps of the short median that sees a run break within a few steps
 MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is judged after 20 of them
 #: A reward function's name that says it measures correctness (also how exemplars pick "low accuracy").
 ACCURACY = re.compile(r"correct|accura|\bacc\b|^acc|exact|match|solve|verif|pass", re.IGNORECASE)

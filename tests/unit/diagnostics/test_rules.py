@@ -618,3 +618,21 @@ def test_a_reward_that_breaks_within_a_few_steps_is_named_before_a_10_step_media
         series = Diagnoser.for_run(store, run.run_id).series
     steps, flagged = reward._collapse_detect(series, None)
     assert steps[flagged].tolist() == [57, 58, 59, 60, 61]
+
+
+def test_updates_that_leap_in_a_few_steps_are_named_as_approx_kl_high_at_the_first_of_them():
+    """The same train-split verl run: ppo_kl ~0.005 for 47 steps, then 0.045, 0.078, 0.031, 0.40, 0.77, 1.52 at
+    steps 49-54. Two updates of three above 0.05 from step 52: named there, not three steps later when the 10-step
+    median crosses."""
+    from pathlib import Path
+
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = Path(__file__).resolve().parents[2] / "data" / "real_logs" \
+        / "verl-jsonl__dumbkin31__exploration-in-grpo__math-mixed-cuts-h200-s1" / "metrics.jsonl"
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+    assert found["approx_kl_high"].onset_step == 52
