@@ -245,7 +245,7 @@ def names_note(keys) -> str | None:
     winners = {name: min(group, key=lambda k: claim_rank(k, name)) for name, group in _claims(keys).items()}
     used = set()
     for target, sources, _, text in DERIVED:
-        if target not in winners and all(k in winners for k in sources) and not used & set(sources):
+        if target not in winners and all(k in winners for k in sources):
             renamed.append(f"{target} ← {text.format(*(winners[k] for k in sources))}")
             used |= {winners[k] for k in sources}
             winners[target] = target

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from test_rules import FIXTURES, build, healthy_metrics
+from test_rules import BREAKING_VERL, FIXTURES, build, healthy_metrics
 
 from grpo_doctor.diagnostics.config.resolved import run_config
 from grpo_doctor.diagnostics.engine import Diagnoser, Track, diagnose
@@ -79,14 +79,10 @@ def test_a_symptom_in_the_last_rows_of_an_ended_run_opens_there_and_waits_while_
     """A train-split corpus log whose outputs balloon in its last rows (verl, math, 61 steps): the length explosion
     holds on the last two rows, too few to persist while the run is live; once the run has ended there are no more
     rows to wait for, and it opens at the first of them."""
-    from pathlib import Path
-
     from grpo_doctor.diagnostics.importers import import_runs
 
-    log = Path(__file__).resolve().parents[2] / "data" / "real_logs" \
-        / "verl-jsonl__dumbkin31__exploration-in-grpo__math-mixed-cuts-h200-s1" / "metrics.jsonl"
     with RunStore(":memory:") as store:
-        [run] = import_runs(store, log)
+        [run] = import_runs(store, BREAKING_VERL)
         ended = {f.rule: f for f in Diagnoser.for_run(store, run.run_id).findings()}
         store.set_status(run.run_id, "running")
         live = {f.rule: f for f in Diagnoser.for_run(store, run.run_id).findings()}

@@ -598,41 +598,37 @@ def test_status_lines_never_contradict_the_findings_on_any_sample_run():
     assert checked
 
 
-def test_a_reward_that_breaks_within_a_few_steps_is_named_before_a_10_step_median_would_see_it():
-    """A train-split corpus log (verl, math, 61 steps): the score held ~0.7 for 50 steps, then fell to 0.37 by step
-    55 and 0.02 by step 57. The 3-step median sees the collapse from step 57 on (0.10, below half the ~0.72 peak);
-    the 10-step medians alone saw it only at the last step, too late to open before the log ended."""
-    from pathlib import Path
+BREAKING_VERL = ROOT / "tests" / "data" / "real_logs" \
+    / "verl-jsonl__dumbkin31__exploration-in-grpo__math-mixed-cuts-h200-s1" / "metrics.jsonl"
 
+
+@pytest.fixture(scope="module")
+def breaking_run():
+    """A train-split verl run (math, 61 steps) that breaks in its last ten: its findings by rule, and its series."""
     from grpo_doctor.diagnostics.engine import diagnose
     from grpo_doctor.diagnostics.importers import import_runs
-    from grpo_doctor.diagnostics.rules import reward
     from grpo_doctor.diagnostics.store import RunStore
 
-    log = Path(__file__).resolve().parents[2] / "data" / "real_logs" \
-        / "verl-jsonl__dumbkin31__exploration-in-grpo__math-mixed-cuts-h200-s1" / "metrics.jsonl"
     with RunStore(":memory:") as store:
-        [run] = import_runs(store, log)
+        [run] = import_runs(store, BREAKING_VERL)
         found = {f.rule: f for f in diagnose(store, run.run_id).findings}
-        assert found["reward_collapse"].onset_step == 57 and found["reward_collapse"].severity == "critical"
-        series = Diagnoser.for_run(store, run.run_id).series
+        return found, Diagnoser.for_run(store, run.run_id).series
+
+
+def test_a_reward_that_breaks_within_a_few_steps_is_named_before_a_10_step_median_would_see_it(breaking_run):
+    """The score held ~0.7 for 50 steps, then fell to 0.37 by step 55 and 0.02 by step 57. The 3-step median sees the
+    collapse from step 57 on (0.10, below half the ~0.72 peak); the 10-step medians alone saw it only at the last
+    step, too late to open before the log ended."""
+    from grpo_doctor.diagnostics.rules import reward
+
+    found, series = breaking_run
+    assert found["reward_collapse"].onset_step == 57 and found["reward_collapse"].severity == "critical"
     steps, flagged = reward._collapse_detect(series, None)
     assert steps[flagged].tolist() == [57, 58, 59, 60, 61]
 
 
-def test_updates_that_leap_in_a_few_steps_are_named_as_approx_kl_high_at_the_first_of_them():
-    """The same train-split verl run: ppo_kl ~0.005 for 47 steps, then 0.045, 0.078, 0.031, 0.40, 0.77, 1.52 at
-    steps 49-54. Two updates of three above 0.05 from step 52: named there, not three steps later when the 10-step
-    median crosses."""
-    from pathlib import Path
-
-    from grpo_doctor.diagnostics.engine import diagnose
-    from grpo_doctor.diagnostics.importers import import_runs
-    from grpo_doctor.diagnostics.store import RunStore
-
-    log = Path(__file__).resolve().parents[2] / "data" / "real_logs" \
-        / "verl-jsonl__dumbkin31__exploration-in-grpo__math-mixed-cuts-h200-s1" / "metrics.jsonl"
-    with RunStore(":memory:") as store:
-        [run] = import_runs(store, log)
-        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+def test_updates_that_leap_in_a_few_steps_are_named_as_approx_kl_high_at_the_first_of_them(breaking_run):
+    """ppo_kl ~0.005 for 47 steps, then 0.045, 0.078, 0.031, 0.40, 0.77, 1.52 at steps 49-54. Two updates of three
+    above 0.05 from step 52: named there, not three steps later when the 10-step median crosses."""
+    found, _ = breaking_run
     assert found["approx_kl_high"].onset_step == 52
