@@ -9,12 +9,16 @@ notebook's progress table, tab-, ``|``- or space-separated).
     2025-01-02 10:00:00 INFO Step 5: Avg Reward: 0.41, KL: 0.012, Mean Length: 180
     grpo_loss is -0.28 and kl is -0.21
     INFO:root:step 10 reward 0.5 kl 0.01 loss 0.2
+      Rewards: [-1.0, 0.3585] (1/2 rendered)
 
     | Step | Training Loss | reward | reward_std | kl |
     |    1 |      0.000000 | 0.1250 |   0.231455 | 0.0 |
 
 The step is the line's own: a step or iteration key (``step=12``, ``Step 12``, ``iter 12/500``), else an ``(i/N)``
 or ``[i/N]`` counter (which continues across epochs when it starts again as the epoch goes up), else the line order.
+A line with a step word and no metrics (``Step 12: generating 2 candidates...``) heads the metric lines after it that
+carry no step of their own. A list of per-completion scores (``Rewards: [-1.0, 0.36]``) gives their mean, their std and
+whether the group scored all alike (``per_completion``).
 Which of these the file uses is what most of its first rows of metrics carry; a later line without that kind of step
 belongs to the step before it (an evaluation or rollout summary printed after its training line), and with the line
 order, so does a line whose keys are none of the first row's. This is the reader of last resort: it comes
@@ -26,7 +30,14 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from grpo_doctor.diagnostics.importers._base import ParsedLog, Source, iter_lines, strip_ansi, to_float
+from grpo_doctor.diagnostics.importers._base import (
+    ParsedLog,
+    Source,
+    iter_lines,
+    per_completion,
+    strip_ansi,
+    to_float,
+)
 from grpo_doctor.diagnostics.importers.hf import run_name_for
 from grpo_doctor.diagnostics.importers.tabular import as_eval
 from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME, canonical_name
@@ -45,6 +56,9 @@ _STEP_WORD = re.compile(r"(?<![\w/.-])(global[ _]step|step|iteration|iter|it|upd
 _COUNTER = re.compile(r"[\[(]\s*(\d+)\s*/\s*(\d+)\s*[\])]|(?<![\w/.])(\d+)/(\d+) \[")
 _EPOCH = re.compile(r"(?<![\w/.])epoch\s*[#:=]?\s*(\d+)", re.IGNORECASE)
 _EVAL_LINE = re.compile(r"^\W*(?:\S+\s+){0,6}?(?:eval(?:uation)?|validation|val|test)\b", re.IGNORECASE)
+# key: [n, n, ...], a list of numbers (a group's per-completion scores).
+_LIST_PAIR = re.compile(rf"(?<![\w./@-])({_KEY})\s*[=:]\s*\[((?:\s*(?:{_NUMBER})\s*,)*\s*(?:{_NUMBER})\s*)\]",
+                        re.IGNORECASE)
 _RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
 STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "episode", "global step"})
 
@@ -80,8 +94,14 @@ def _key(text: str) -> str:
 
 
 def metric_pairs(line: str) -> dict[str, float]:
-    """The numeric pairs of a line, without its step keys."""
-    out = {}
+    """The numeric pairs of a line, without its step keys; a list of per-completion scores as the metrics it
+    determines."""
+    out: dict[str, float] = {}
+    if "[" in line:
+        for m in _LIST_PAIR.finditer(line):
+            out.update(per_completion(_key(m[1]), [to_float(v) for v in m[2].split(",")]))
+        if out:
+            line = _LIST_PAIR.sub(" ", line)
     for key, text in pairs(line).items():
         if key in STEP_NAMES or key.endswith("_step"):
             continue
@@ -194,21 +214,38 @@ def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:
 KIND_ROWS = 200  # the rows of metrics whose steps decide the file's kind of step
 
 
-def _step_kind(source: Source, path: Path) -> str:
-    """"word", "counter", "epoch" or "order": the kind of step the file's first rows of metrics carry. The kind
-    most of the rows that carry a step have, unless fewer than two carry one, or the rows without a step are what the
-    steps count (``[step 25] avg_loss=…`` after 25 lines of ``loss is … and kl is …``): then the line order. Rows
-    without a step between rows that have one are otherwise what a loop prints between its steps (a rollout's
-    trace, an evaluation)."""
-    kinds: list[tuple[str, int | None]] = []
+def _step_kind(source: Source, path: Path) -> tuple[str, bool]:
+    """(kind, headed): "word", "counter", "epoch" or "order", the kind of step the file's first rows of metrics
+    carry, and whether step lines with no metrics head the metric lines after them. The kind most of the rows that
+    carry a step have, unless fewer than two carry one, or the rows without a step are what the steps count
+    (``[step 25] avg_loss=…`` after 25 lines of ``loss is … and kl is …``): then the line order. Rows without a step
+    between rows that have one are otherwise what a loop prints between its steps (a rollout's trace, an evaluation).
+    Step lines head the rows after them only when the steps they give go up from one to the next (a loop's
+    ``Step 12: generating...``, not the ``Step 1:``, ``Step 2:`` of a sampled answer or an agent's turns)."""
+    plain: list[tuple[str, int | None]] = []
+    headed: list[tuple[str, int | None]] = []
+    heading: int | None = None  # the step of a step line with no metrics, until a metric line takes it
+    taken: list[int] = []        # the headings metric rows took
     for _lineno, raw in iter_lines(source, path):
         line = _clean(raw)
         if not enough(metric_pairs(line)):
+            heading = _heading(line, "word", heading)
             continue
         found = _step_of(line, None)
-        kinds.append((found[0], found[1]) if found else ("order", None))
-        if len(kinds) >= KIND_ROWS:
+        plain.append((found[0], found[1]) if found else ("order", None))
+        if found is None and heading is not None:
+            taken.append(heading)
+            found = ("word", heading)
+        headed.append(plain[-1] if found is None else (found[0], found[1]))
+        heading = None
+        if len(plain) >= KIND_ROWS:
             break
+    rising = sum(b > a for a, b in zip(taken, taken[1:]))
+    use_headings = len(taken) >= 2 and rising >= 0.9 * (len(taken) - 1)
+    return _vote(headed if use_headings else plain), use_headings
+
+
+def _vote(kinds: list[tuple[str, int | None]]) -> str:
     votes: dict[str, int] = {}
     for kind, _ in kinds:
         if kind != "order":
@@ -217,6 +254,15 @@ def _step_kind(source: Source, path: Path) -> str:
         return "order"
     kind = max(votes, key=votes.get)
     return "order" if _steps_count_the_rest(kinds, kind) else kind
+
+
+def _heading(line: str, kind: str | None, heading: int | None) -> int | None:
+    """The step a line with no metrics heads (``Step 12: generating 2 candidates...``) when the file steps by step
+    words, else the heading before it."""
+    if kind != "word" or not any(c.isdigit() for c in line):
+        return heading
+    found = _STEP_WORD.search(line)
+    return int(found[2]) if found else heading
 
 
 def _steps_count_the_rest(kinds: list[tuple[str, int | None]], kind: str) -> bool:
@@ -242,6 +288,7 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
     order = 0
     offset, last_counter, last_epoch = 0, None, None
     at_step: set[str] = set()  # the keys the current step has (a line without a step adds only new ones)
+    heading: int | None = None  # the step of a step line with no metrics, until a metric line takes it
     header: list[str] | None = None
     for lineno, raw in iter_lines(source, path):
         line = _clean(raw)
@@ -259,13 +306,17 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
             continue
         values = metric_pairs(line)
         if not enough(values):
+            heading = _heading(line, kind if kind is not None else "word", heading)
             continue
         if kind is None:
-            kind = _step_kind(Source(source.path), path)
+            kind, headed = _step_kind(Source(source.path), path)
             row_keys = set(values)
             if kind == "order":
                 source.note("no step on the metric lines: the line order is the step (1, 2, ...)")
         found = _step_of(line, kind)
+        if found is None and heading is not None and headed and kind == "word":
+            found = ("word", heading, None)  # the metric lines under a step line of their own
+        heading = None
         if kind == "order":
             if step is None or row_keys & set(values):  # a line of another kind (a summary) joins the step before
                 order += 1

@@ -372,3 +372,21 @@ def test_a_loop_that_prints_its_rewards_as_a_dict_is_not_taken_for_trl(store, tm
     [run] = import_runs(store, log)
     frame = store.metrics(run.run_id)
     assert len(frame) == 4 and frame["entropy"].iloc[0] == pytest.approx(0.8196184635162354)
+
+
+WIDGET = CORPUS / "handwritten-console__adv06__widgetanchor__glm41v-9b-grpo" / "grpo_log.txt"
+
+
+def test_a_step_line_heads_the_per_completion_rewards_printed_under_it(store, tmp_path):
+    """``Step 9: generating 2 candidates for prompt 1/1...`` then ``Rewards: [-1.0, -1.0] (0/2 rendered)``: the
+    rewards are step 9's, their mean, std and uniformity are data, and the summary line every 10 steps joins its
+    step."""
+    log = tmp_path / "grpo_log.txt"
+    log.write_text("".join(lines_of(WIDGET, *range(16, 51))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(1, 11))
+    assert frame.loc[2, "reward"] == pytest.approx((-1.0 + 0.35857420000000007) / 2)
+    assert frame.loc[2, "reward_std"] == pytest.approx((1.0 + 0.35857420000000007) / 2)
+    assert frame.loc[9, "frac_reward_zero_std"] == 1.0 and frame.loc[8, "frac_reward_zero_std"] == 0.0
+    assert frame.loc[10, "kl"] == pytest.approx(0.0001) and frame.loc[10, "reward"] == -1.0
