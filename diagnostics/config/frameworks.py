@@ -46,8 +46,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "loss_type": "dapo", "advantage": "grpo"},
               translates_fixes=True, token_weighted_advantage_mean=True),
     Framework(OURS, "grpo-doctor", (OURS,)),
-    # A plain table (CSV, JSON lines) says nothing about the trainer that wrote it: nothing is assumed.
-    Framework(UNKNOWN, "the trainer's config", ("csv", "jsonl", UNKNOWN)),
+    # A plain table (CSV, JSON lines) or a loop's console output says nothing about the trainer that wrote it: nothing
+    # is assumed.
+    Framework(UNKNOWN, "the trainer's config", ("csv", "jsonl", "console", UNKNOWN)),
 )}
 _BY_ALIAS = {alias: f.name for f in FRAMEWORKS.values() for alias in f.aliases}
 

@@ -248,6 +248,8 @@ def test_trl_defaults_are_assumed_and_said_to_be():
     assert (old.get("beta"), old.get("loss_type")) == (0.04, "grpo")
     assert run_config("trl", {}, ["reward"]).get("beta") == 0.0
     assert run_config("jsonl", {}, ["reward"]).assumed == {}  # a plain table: nothing assumed
+    loop = run_config("console", {}, ["reward", "frac_reward_zero_std", "kl"])  # a hand-written loop's console
+    assert loop.assumed == {} and loop.version is None and loop.get("num_generations") is None
     assert run_config("grpo-doctor", {"beta": 0.1}, []).get("beta") == 0.1
 
 
