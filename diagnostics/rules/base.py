@@ -127,6 +127,9 @@ def row_index(lo: int, n_new: int) -> np.ndarray:
     return np.arange(lo, lo + n_new)
 
 
+MEDIAN_NOISE = 1.25  # a median's σ over a mean's, for normal noise (√(π/2))
+
+
 def median_noise(series: RunSeries, name: str, w: int = W) -> float:
     """σ of a w-step rolling median of the metric (a window of at least MIN_WINDOW_ROWS rows), from the noise of its
     first 3w steps' rows, and never fewer than 10 of them (0 while there are fewer than 3)."""
@@ -136,7 +139,7 @@ def median_noise(series: RunSeries, name: str, w: int = W) -> float:
         return series.memo[key]
     needed = max(3 * n, 10)
     values = series.finite(name)[1][:needed]
-    noise = 1.25 * rolling.robust_sigma(values) / math.sqrt(n)
+    noise = MEDIAN_NOISE * rolling.robust_sigma(values) / math.sqrt(n)
     if len(values) == needed:
         series.memo[key] = noise
     return noise

@@ -14,6 +14,7 @@ from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics import rolling
 from grpo_doctor.diagnostics.rules.base import (
     FAST,
+    MEDIAN_NOISE,
     Episode,
     Explanation,
     Rule,
@@ -122,9 +123,15 @@ def _flat_detect(series: RunSeries, since):
     idx = row_index(lo, len(steps))
     covered = steps - start_step(series, "reward") + series.interval_of("reward")  # steps 1..100 cover 100 steps
     judged = (idx >= max(series.rows(2 * W, "reward"), MIN_ROWS) - 1) & (covered >= MIN_STEPS)
+    # a real rise lifts the windows' means too: a median alone jumps between the modes of a reward that is either
+    # a failure's -1 or a score near 0.5 (one prompt, two completions a step), and its best window is no gain
+    best_mean = series.running("reward", 2 * W, "mean", "max", lo)
+    tolerance = _gain_tolerance(series, "reward")
+    start = start_window(series, "reward")
     with np.errstate(invalid="ignore"):
-        gain = best - series.head("reward", start_window(series, "reward"))
-        return steps, judged & (gain < _gain_tolerance(series, "reward"))
+        flat = (best - series.head("reward", start) < tolerance) | \
+            (best_mean - series.head("reward", start, "mean") < tolerance / MEDIAN_NOISE)
+        return steps, judged & flat
 
 
 def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -171,8 +178,8 @@ REWARD_FLAT = Rule(
                 "docs/field-reports.md#no-learning-signal",
                 "docs/field-reports.md#lora-weights-never-reach-vllm"),
     read="After 100 steps (and 20 logged points), no 20-step median of the reward has risen above the median of "
-         "the first 10 steps by more than the noise. Read reward_std and frac_reward_zero_std next: "
-         "0 spread means the reward cannot tell completions apart; otherwise raise lr or G.",
+         "the first 10 steps by more than the noise, or no 20-step mean above their mean. Read reward_std and "
+         "frac_reward_zero_std next: 0 spread means the reward cannot tell completions apart; otherwise raise lr or G.",
 )
 
 

@@ -657,3 +657,20 @@ def test_a_loop_whose_update_is_exactly_0_in_most_steps_has_uniform_groups():
         found = {f.rule: f for f in diagnose(store, run.run_id).findings}
     assert found["uniform_groups"].onset_step == 2 and found["uniform_groups"].severity == "critical"
     assert "exactly 0 in most steps" in found["uniform_groups"].evidence[0].note
+
+
+def test_a_reward_whose_windows_median_jumps_between_two_modes_is_still_flat():
+    """A train-split loop (one prompt, two completions a step, 344 steps): each step's reward is the mean of -1.0 (the
+    render failed) and a score near 0.55, so about 45% of the steps sit at -1 or halfway. 20-step medians jump between
+    the modes (best 0.60 against a start of -0.21: a "gain" of 0.8), while no 20-step mean rises above the start by
+    more than its noise (-0.15 to at most 0.11): flat."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = ROOT / "tests" / "data" / "real_logs" / "handwritten-console__adv06__widgetanchor__glm41v-9b-grpo" / \
+        "grpo_log.txt"
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+    assert found["reward_flat"].severity == "warning" and found["reward_flat"].onset_step <= 200
