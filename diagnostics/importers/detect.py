@@ -23,6 +23,7 @@ from grpo_doctor.diagnostics.importers.hf import (
     find_dicts,
     is_log_dict,
     trainer_state_global_step,
+    unwrapped,
 )
 from grpo_doctor.diagnostics.importers.tabular import (
     header_is_ours,
@@ -210,7 +211,7 @@ def detect_file(path: Path) -> str:
 def _has_log_dict(lines: list[str]) -> bool:
     """Whether a line prints a dict TRL's console reader takes for a log (a loop's ``reward: {'reward': 1.0}`` is
     not one: its metric lines are read as console pairs)."""
-    for line in lines:
+    for _lineno, line in unwrapped(enumerate(lines)):
         if "{'" in line:
             for _pos, d in find_dicts(line):
                 if is_log_dict(d):

@@ -7,7 +7,7 @@ import ast
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from grpo_doctor.diagnostics.config.frameworks import dialect_of
@@ -224,6 +224,42 @@ def find_dicts(text: str) -> Iterator[tuple[int, dict]]:
             start = text.find("{'", start + 1)
 
 
+MAX_WRAPPED_LINES = 64  # a dict still open after this many lines is not a wrapped one: its lines are read as they are
+
+
+def unwrapped(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` with each printed dict that a terminal wrapped at its width (``{'loss': -0.0, ...
+    'completions/max_len`` then ``gth': 384.0, ...}``) joined back into one line, under its first line's number: the
+    line breaks inside it are dropped (a wrap cuts anywhere, even inside a key). Other lines come as they are."""
+    held: list[tuple[int, str]] = []
+    for lineno, line in lines:
+        if held:
+            held.append((lineno, line))
+            text = "".join(part.rstrip("\r\n") for _, part in held)
+            if not _opens_a_dict(text):
+                yield held[0][0], text
+                held = []
+            elif len(held) >= MAX_WRAPPED_LINES:
+                yield from held
+                held = []
+        elif "{'" in line and _opens_a_dict(line.rstrip("\r\n")):
+            held = [(lineno, line)]
+        else:
+            yield lineno, line
+    yield from held
+
+
+def _opens_a_dict(text: str) -> bool:
+    """Whether a ``{'`` in ``text`` opens a bracket that the text does not close."""
+    start = text.find("{'")
+    while start >= 0:
+        end = next((i for i, _ch, depth in bracket_depths(text, start) if depth == 0), None)
+        if end is None:
+            return True
+        start = text.find("{'", end + 1)
+    return False
+
+
 def _closing_brace(text: str, start: int) -> int | None:
     """Index of the ``}`` that closes the bracket at ``start``, or None if another bracket closes it."""
     for i, ch, depth in bracket_depths(text, start):
@@ -306,7 +342,7 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
     last_rl: bool | None = None
     first_run = True
     finished = False  # HF's summary row ({'train_runtime': ...}) was printed: the run reached max_steps
-    for lineno, line in iter_lines(source, path):
+    for lineno, line in unwrapped(iter_lines(source, path)):
         line = strip_ansi(line)
         if pending and _RUN_START.search(line):
             config_seen_after_dicts = True

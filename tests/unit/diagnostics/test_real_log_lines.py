@@ -390,3 +390,20 @@ def test_a_step_line_heads_the_per_completion_rewards_printed_under_it(store, tm
     assert frame.loc[2, "reward_std"] == pytest.approx((1.0 + 0.35857420000000007) / 2)
     assert frame.loc[9, "frac_reward_zero_std"] == 1.0 and frame.loc[8, "frac_reward_zero_std"] == 0.0
     assert frame.loc[10, "kl"] == pytest.approx(0.0001) and frame.loc[10, "reward"] == -1.0
+
+
+WATCHDOG = CORPUS / "trl-console__raghuhemadri__openenv-hack__qwen3-8b-watchdog-grpo" / "output1.txt"
+
+
+def test_log_dicts_that_a_terminal_wrapped_at_its_width_are_joined_again(store, tmp_path):
+    """A TRL console capture whose terminal cut every printed dict at 181 columns, inside keys and numbers
+    (``'completions/max_len`` / ``gth': 384.0``, ``'rewards/reward_format/std': 0`` / ``.2121320515871048``): each dict
+    is joined again and read whole, one step per dict."""
+    log = tmp_path / "output1.txt"
+    log.write_text("".join(lines_of(WATCHDOG, *range(53, 70))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == [1, 2, 3]
+    assert frame.loc[1, "reward"] == pytest.approx(-2.9749999046325684)
+    assert frame.loc[2, "completions/max_length"] == 384.0 and frame.loc[2, "frac_reward_zero_std"] == 0.5
+    assert frame.loc[3, "rewards/reward_format/std"] == pytest.approx(0.2121320515871048)
