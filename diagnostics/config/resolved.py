@@ -26,6 +26,9 @@ _TRL_FIRST_SEEN = (
 CLIP_METRICS = ("clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean")
 IS_METRICS = ("sampling/importance_sampling_ratio/mean", "sampling/sampling_logp_difference/mean")
 CEILING_ROWS = 3  # rows at exactly the same largest mean length that make it a cap
+BETA_ROWS = 5000  # the first steps whose loss / kl are searched for β
+BETA_SAME = 0.02  # ratios within 2% of each other are one value (TRL's loss and its logged kl average tokens differently)
+BETA_STEPS = 5    # steps that must share the ratio (and a tenth of the steps at least)
 
 
 def trl_version(metric_names: Iterable[str]) -> tuple[str | None, bool]:
@@ -53,6 +56,9 @@ class LoggedFacts:
     at_longest_mean: int = 0           # a ceiling the mean hits again and again is the cap (every completion cut)
     clipped: bool = False             # some clip ratio above 0
     importance_sampling: bool = False  # a separate rollout engine's importance-sampling metrics are logged
+    # loss / kl at each step: where the policy term's value is 0 (every group scored alike, or ratio 1 with centred
+    # advantages) the loss is the β·KL term alone, so many steps share one ratio, β
+    beta_ratios: list = field(default_factory=list)
 
 
 @dataclass
@@ -153,11 +159,34 @@ def _read_facts(cfg: RunConfig, fw, facts: LoggedFacts) -> None:
         cfg.assumed.pop("max_completion_length", None)
         cfg.logged_how["max_completion_length"] = (f"the mean completion length hits exactly this ceiling at "
                                                    f"{facts.at_longest_mean} steps: every completion cut there")
+    found = logged_beta(facts) if not cfg.recorded("beta") else None
+    if found is not None:
+        beta, shared, steps = found
+        cfg.logged["beta"] = beta
+        cfg.assumed.pop("beta", None)
+        cfg.inferred.pop("beta", None)
+        cfg.logged_how["beta"] = (f"loss = {beta:g} × kl at {shared} of {steps} steps: where the policy term is 0 "
+                                  f"the loss is β·KL alone")
     if (fw.clipping_implies_several_updates and facts.clipped and not facts.importance_sampling
             and not cfg.recorded("num_iterations")):
         cfg.assumed.pop("num_iterations", None)
         cfg.inferred["num_iterations"] = ("> 1 or steps_per_generation > gradient_accumulation_steps (clip ratios "
                                           "above 0: several updates per rollout)")
+
+
+def logged_beta(facts: LoggedFacts) -> tuple[float, int, int] | None:
+    """(β, steps that share it, steps) from loss / kl: the ratio that the most steps share (within ``BETA_SAME``), when
+    ``BETA_STEPS`` steps and a tenth of all share it. Where the policy term's value is 0 the loss is β·KL alone, so
+    those steps agree exactly; elsewhere the policy term scatters the ratio. None when no value stands out."""
+    ratios = np.sort(np.asarray(facts.beta_ratios, dtype=np.float64))
+    if len(ratios) < BETA_STEPS:
+        return None
+    ends = np.searchsorted(ratios, ratios * (1 + BETA_SAME), side="right")
+    best = int(np.argmax(ends - np.arange(len(ratios))))
+    shared = int(ends[best] - best)
+    if shared < max(BETA_STEPS, 0.1 * len(ratios)):
+        return None
+    return float(f"{float(np.median(ratios[best:ends[best]])):.2g}"), shared, len(ratios)
 
 
 def update_facts(facts: LoggedFacts, fresh: Mapping, asof) -> None:
@@ -191,3 +220,10 @@ def update_facts(facts: LoggedFacts, fresh: Mapping, asof) -> None:
             facts.clipped = bool((values[np.isfinite(values)] > 1e-9).any())
     if any(name in fresh for name in IS_METRICS):
         facts.importance_sampling = True
+    if "loss" in fresh and len(facts.beta_ratios) < BETA_ROWS:
+        steps, loss = fresh["loss"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            kl = asof("kl", steps)
+            ratio = np.asarray(loss, dtype=np.float64) / kl
+        keep = (kl > 1e-6) & np.isfinite(ratio) & (ratio > 0)
+        facts.beta_ratios += ratio[keep].tolist()[:BETA_ROWS - len(facts.beta_ratios)]

@@ -163,6 +163,8 @@ AT_START = 0.1  # nats per token in the first W steps: the policy starts where t
 # its passes (TRL's and our trainer's), so step 1's KL holds that step's own updates: a large first update is drift
 # the next rows show going back, while a reference that differs keeps every row high (healthy run 28: 0.48, 0.08).
 OPEN_AFTER = 3
+# β·KL below this (nats per token) is a penalty too small to matter: with β = 0.001 a start-up KL of 0.3 costs 3e-4.
+NEGLIGIBLE_PENALTY = 1e-3
 
 
 def _start_detect(series: RunSeries, since):
@@ -191,6 +193,13 @@ def _start_explain(series: RunSeries, ep: Episode) -> Explanation:
     fixes = [advice("load the reference from the same checkpoint as the policy (with LoRA: the base with the "
                     "adapter disabled, after any SFT adapter is merged)"),
              advice("check that both see the same tokenizer and chat template; KL at step 1 should then be ~0")]
+    cfg = series.config
+    beta = cfg.get("beta") if cfg.recorded("beta") or "beta" in cfg.logged else None
+    penalty = beta * smoothed(series, "kl", ep.last) if isinstance(beta, (int, float)) else None
+    if penalty is not None and penalty < NEGLIGIBLE_PENALTY:
+        causes.append(f"it costs little here: {cfg.describe('beta')}, so the KL term adds about "
+                      f"{number(penalty)} to each token's loss")
+        return Explanation("info", evidence, causes, fixes)
     return Explanation("critical", evidence, causes, fixes)
 
 
@@ -201,7 +210,8 @@ KL_MISMATCH_AT_START = Rule(
                 "docs/field-reports.md#early-kl-rise"),
     read="KL is 0.1 nats per token or more in each of the first three logged rows, within the first 10 steps. "
          "The policy starts as the reference, so KL starts at ~0: a KL this large before the updates could move "
-         "it means the two models differ, not that β is too small.",
+         "it means the two models differ, not that β is too small. Info when β·KL is below 0.001 (β = 0.001: the "
+         "penalty is too small to matter).",
 )
 
 

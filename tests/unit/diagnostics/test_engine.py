@@ -253,6 +253,29 @@ def test_trl_defaults_are_assumed_and_said_to_be():
     assert run_config("grpo-doctor", {"beta": 0.1}, []).get("beta") == 0.1
 
 
+def test_beta_is_read_off_the_steps_whose_loss_is_beta_times_kl():
+    """Where the policy term's value is 0 the loss is β·KL: 8 of 40 steps at loss = 0.001 × kl (within TRL's
+    aggregation noise), the rest scattered by the policy term, give β = 0.001; scatter alone gives nothing."""
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 41)
+    kl = rng.uniform(0.2, 0.6, 40)
+    loss = rng.normal(0.0, 0.1, 40)
+    loss[::5] = 0.001 * kl[::5] * rng.uniform(0.995, 1.005, 8)
+
+    def config_of(loss_values):
+        view = RunSeries({"id": 1, "name": "b", "source": "trl", "config": {}})
+        view.add({"loss": (steps, loss_values), "kl": (steps, kl)})
+        return view.config
+
+    cfg = config_of(loss)
+    assert cfg.get("beta") == 0.001 and "loss = 0.001 × kl at 8 of " in cfg.describe("beta")
+    scattered = config_of(rng.normal(0.0, 0.1, 40))
+    assert scattered.get("beta") is None and "kl is logged" in scattered.describe("beta")
+    recorded = RunSeries({"id": 2, "name": "r", "source": "trl", "config": {"beta": 0.04}})
+    recorded.add({"loss": (steps, loss), "kl": (steps, kl)})
+    assert recorded.config.get("beta") == 0.04
+
+
 def test_health_summary_reads_ranges_for_the_config():
     view = RunSeries({"id": 1, "name": "h", "source": "grpo-doctor", "config": {"num_iterations": 1}})
     steps = np.arange(1, 5)

@@ -674,3 +674,21 @@ def test_a_reward_whose_windows_median_jumps_between_two_modes_is_still_flat():
         [run] = import_runs(store, log)
         found = {f.rule: f for f in diagnose(store, run.run_id).findings}
     assert found["reward_flat"].severity == "warning" and found["reward_flat"].onset_step <= 200
+
+
+def test_a_reference_mismatch_under_a_negligible_beta_is_info():
+    """A healthy train-split TRL run whose policy starts from an SFT adapter while the reference is the base: KL 0.27 at
+    step 5. Its loss is exactly 0.001 × kl at 19 of its steps, so β = 0.001 is read off the log and the mismatch adds
+    ~4e-4 to each token's loss: info, not critical."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = next((ROOT / "tests" / "data" / "real_logs").glob("trl-state__prathameshwable__*/training_log.json"))
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+        series = Diagnoser.for_run(store, run.run_id).series
+    assert series.config.get("beta") == 0.001 and "beta" in series.config.logged
+    assert found["kl_mismatch_at_start"].severity == "info" and found["kl_mismatch_at_start"].onset_step == 5
+    assert "it costs little here: beta = 0.001" in found["kl_mismatch_at_start"].causes[-1]
