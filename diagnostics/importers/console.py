@@ -53,6 +53,9 @@ _SEGMENT = re.compile(rf"^\s*({_KEY}(?: {_KEY}){{0,3}})\s*(?:[=:]\s*|\s)({_VALUE
 _SEPARATORS = re.compile(r"\s*(?:\||,|;|\t| - )\s*")
 _STEP_WORD = re.compile(r"(?<![\w/.-])(global[ _]step|step|iteration|iter|it|update|episode)\s*[#:=]?\s*(\d+)"
                         r"(?:\s*/\s*(\d+))?(?![\w.])", re.IGNORECASE)
+# A loop's batch number heading the metric lines printed for that batch (only on a line of its own: on a metric line a
+# batch number counts within an epoch).
+_BATCH_WORD = re.compile(r"(?<![\w/.-])(batch)\s*[#:=]?\s*(\d+)(?![\w./])", re.IGNORECASE)
 _COUNTER = re.compile(r"[\[(]\s*(\d+)\s*/\s*(\d+)\s*[\])]|(?<![\w/.])(\d+)/(\d+) \[")
 _EPOCH = re.compile(r"(?<![\w/.])epoch\s*[#:=]?\s*(\d+)", re.IGNORECASE)
 _EVAL_LINE = re.compile(r"^\W*(?:\S+\s+){0,6}?(?:eval(?:uation)?|validation|val|test)\b", re.IGNORECASE)
@@ -257,11 +260,11 @@ def _vote(kinds: list[tuple[str, int | None]]) -> str:
 
 
 def _heading(line: str, kind: str | None, heading: int | None) -> int | None:
-    """The step a line with no metrics heads (``Step 12: generating 2 candidates...``) when the file steps by step
-    words, else the heading before it."""
+    """The step a line with no metrics heads (``Step 12: generating 2 candidates...``, ``rollout batch 12
+    generated``) when the file steps by step words, else the heading before it."""
     if kind != "word" or not any(c.isdigit() for c in line):
         return heading
-    found = _STEP_WORD.search(line)
+    found = _STEP_WORD.search(line) or _BATCH_WORD.search(line)
     return int(found[2]) if found else heading
 
 

@@ -407,3 +407,18 @@ def test_log_dicts_that_a_terminal_wrapped_at_its_width_are_joined_again(store, 
     assert frame.loc[1, "reward"] == pytest.approx(-2.9749999046325684)
     assert frame.loc[2, "completions/max_length"] == 384.0 and frame.loc[2, "frac_reward_zero_std"] == 0.5
     assert frame.loc[3, "rewards/reward_format/std"] == pytest.approx(0.2121320515871048)
+
+
+CS336_LOG = CORPUS / "handwritten-console__tianshi-xu__assignment5-alignment__rl-grpo-base" / "rl_grpo_base.log"
+
+
+def test_a_rollout_batch_line_heads_the_metric_line_printed_for_that_batch(store, tmp_path):
+    """``rollout batch 0 generated, length: 256`` on a line of its own, then ``rl_loss: …, token_entropy: …`` with no
+    step: the metric line is batch 0's (the loop counts from 0), not the first line in order; a sample's text printed
+    between two batches adds nothing."""
+    log = tmp_path / "rl_grpo_base.log"
+    log.write_text("".join(lines_of(CS336_LOG, *range(1, 44))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == [0, 1, 2, 3]
+    assert frame.loc[0, "entropy"] == pytest.approx(0.8196184635162354) and frame.loc[2, "policy_loss"] == 0.0
