@@ -162,7 +162,8 @@ def _lineage(store, parsed: ParsedLog) -> tuple[dict, list[str]]:
 
 class _Segments:
     """The parsed rows as one or more runs. ``mode`` says where a run ends: ``"evidence"`` where the parser says
-    so (``NEW_RUN``: a config printed again, a run column that changes); ``"all"`` also where a step comes again
+    so (``NEW_RUN``: a config printed again, a run column that changes) or where the step counter goes back to the
+    run's first step (a relaunch from scratch appended to the same file); ``"all"`` also where a step comes again
     with a value that differs from the one already read (the step counter started again); ``"one"`` nowhere.
     Within a run, a step seen again with the same values or new keys merges (a late or split row, a row of
     another kind), and one whose values differ starts a segment whose rows replace the earlier ones (an
@@ -212,6 +213,10 @@ class _Segments:
                 segment = set()
                 row = self._next()
                 continue
+            if (self.mode == "evidence" and not self.parsed.last_wins and previous is not None
+                    and len(seen) > 1 and step < previous and step <= min(seen)):
+                self.pending = row  # the counter went back to the run's first step: relaunched from scratch
+                break
             if step in segment and not self.parsed.last_wins and not _agrees(
                     self.store.values_at(run_id, step, metrics), metrics):
                 if self.mode == "all":

@@ -422,3 +422,11 @@ def test_a_rollout_batch_line_heads_the_metric_line_printed_for_that_batch(store
     frame = store.metrics(run.run_id)
     assert list(frame.index) == [0, 1, 2, 3]
     assert frame.loc[0, "entropy"] == pytest.approx(0.8196184635162354) and frame.loc[2, "policy_loss"] == 0.0
+
+
+def test_a_step_counter_back_at_the_first_step_starts_another_run(store):
+    """A callback's CSV appended to by a 30-step attempt and then a 300-step run (the header written once, the
+    counter going back to 1): two runs. Their first two rows agree (same seed), so no value tells them apart."""
+    path = CORPUS / "handwritten-csv__christy-saji__incident-ops-openenv__llama32-1b-grpo-300" / "reward_log.csv"
+    first, second = import_runs(store, path)
+    assert [list(store.metrics(r.run_id).index)[::29] for r in (first, second)] == [[1, 30], list(range(1, 301, 29))]
