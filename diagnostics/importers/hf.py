@@ -84,6 +84,33 @@ def training_args_bin(source: Source, folder: Path) -> dict:
     return {}
 
 
+# `logging_steps=10` in a training script (`GRPOConfig(logging_steps=10)`, `--logging_steps 10`, YAML's `logging_steps: 10`).
+_SCRIPT_LOGGING_STEPS = re.compile(rb"(?<![\w-])-{0,2}logging_steps\s*[=: ]\s*(\d+)\b")
+_SCRIPT_SUFFIXES = (".py", ".sh", ".slurm", ".sbatch", ".yaml", ".yml")
+
+
+def script_logging_steps(path: Path) -> tuple[int, str] | None:
+    """``(logging_steps, file name)`` set as a literal in the training scripts beside a console log, when they all
+    agree on one value; None otherwise (none found, two values, or a value taken from a variable)."""
+    found: dict[int, str] = {}
+    try:
+        scripts = sorted(p for p in path.parent.iterdir() if p.suffix in _SCRIPT_SUFFIXES and p.is_file()
+                         and p.stat().st_size <= 2**20)
+    except OSError:
+        return None
+    for script in scripts:
+        try:
+            text = script.read_bytes()
+        except OSError:
+            continue
+        for m in _SCRIPT_LOGGING_STEPS.finditer(text):
+            found.setdefault(int(m[1]), script.name)
+    if len(found) != 1:
+        return None
+    (every, name), = found.items()
+    return (every, name) if every >= 1 else None
+
+
 # ---------------------------------------------------------------------------- trainer_state.json
 _TOP_LEVEL = re.compile(r'^  "(logging_steps|max_steps|train_batch_size|num_train_epochs|save_steps|'
                         r'eval_steps|global_step)": (-?\d+(?:\.\d+)?|null),?\s*$', re.M)
@@ -308,7 +335,8 @@ def parse_trl_console(display: str, path: Path) -> ParsedLog:
     planned = max_steps if isinstance(max_steps, int) and max_steps >= 1 else None
     return ParsedLog(
         path=display, format="trl_console", source="ms-swift" if swift else "trl", config=config,
-        rows=_console_rows(source, path, every, planned), name=run_name_for(path), reader=source,
+        rows=_console_rows(source, path, every, planned, script_logging_steps(path) if every is None else None),
+        name=run_name_for(path), reader=source,
     )
 
 
@@ -326,12 +354,13 @@ def _is_rl(d: Mapping) -> bool:
     return any(k == key or k.startswith(key) for k in d for key in _RL_KEYS if key.endswith("/") or k == key)
 
 
-def _console_rows(source: Source, path: Path, every: int | None, planned: int | None
-                  ) -> Iterator[tuple[int, dict[str, float]]]:
+def _console_rows(source: Source, path: Path, every: int | None, planned: int | None,
+                  scripted: tuple[int, str] | None = None) -> Iterator[tuple[int, dict[str, float]]]:
     """Steps come from the dict itself (``step``, ``global_step``, ms-swift's ``N/M``) or from its position:
     the k-th log dict of a run is step k × logging_steps. When the config does not say ``logging_steps``,
     it is read off the training progress bar (the bar updated most often): the steps it reached over the
-    number of dicts; with no bar, a finished run's ``max_steps`` over the number of dicts. The step itself
+    number of dicts; with no bar, the training script beside the log (``scripted``), else a finished run's
+    ``max_steps`` over the number of dicts. The step itself
     never comes from a bar: output is buffered, so dicts and bars interleave
     out of order. A new run starts where a config is printed again after dicts, where ``epoch`` goes back, or
     where RL metrics appear or vanish (an SFT phase followed by GRPO)."""
@@ -370,17 +399,19 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
             restart = pending and (config_seen_after_dicts or (
                 epoch is not None and last_epoch is not None and epoch < last_epoch - 1e-9) or rl != last_rl)
             if restart:
-                yield from _console_run(source, pending, bars, every, planned if finished else None, first_run)
+                yield from _console_run(source, pending, bars, every, planned if finished else None, first_run,
+                                        scripted)
                 first_run, pending, bars, finished = False, [], {}, False
             config_seen_after_dicts = False
             pending.append((lineno, d))
             last_epoch, last_rl = epoch, rl
     if pending:
-        yield from _console_run(source, pending, bars, every, planned if finished else None, first_run)
+        yield from _console_run(source, pending, bars, every, planned if finished else None, first_run, scripted)
 
 
 def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, list[int]], every: int | None,
-                 reached: int | None, first: bool) -> Iterator[tuple[int, dict[str, float]]]:
+                 reached: int | None, first: bool, scripted: tuple[int, str] | None
+                 ) -> Iterator[tuple[int, dict[str, float]]]:
     """One run's dicts with their steps; ``reached``: the max_steps of a run that finished."""
     if not first:
         yield NEW_RUN, {}
@@ -388,6 +419,9 @@ def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, 
         every = _interval_from_bars(bars, len(dicts))
         if every is not None and every > 1:
             source.note(f"logging_steps not printed: read as {every} from the progress bar")
+    if every is None and scripted is not None:
+        every = scripted[0]
+        source.note(f"logging_steps not printed: read as {every} from {scripted[1]} beside the log")
     if every is None and reached is not None and reached >= 2 * len(dicts):
         every = round(reached / len(dicts))
         source.note(f"logging_steps not printed: read as {every} (a finished run of max_steps = {reached} printed "

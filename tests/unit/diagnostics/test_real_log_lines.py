@@ -430,3 +430,17 @@ def test_a_step_counter_back_at_the_first_step_starts_another_run(store):
     path = CORPUS / "handwritten-csv__christy-saji__incident-ops-openenv__llama32-1b-grpo-300" / "reward_log.csv"
     first, second = import_runs(store, path)
     assert [list(store.metrics(r.run_id).index)[::29] for r in (first, second)] == [[1, 30], list(range(1, 301, 29))]
+
+
+def test_logging_steps_set_in_the_training_script_beside_a_console_log_steps_its_dicts(store, tmp_path):
+    """Unsloth's Slurm stdout: TRL dicts with no step and no progress bar (it went to stderr); the script beside the
+    log sets ``logging_steps=10`` as a literal, so the k-th dict is step 10k. Two scripts that disagree say nothing."""
+    folder = CORPUS / "unsloth__abdaladiasse__ai-city-challenge__qwen3vl8b-grpo-v1-1node"
+    log = tmp_path / "track3.out"
+    log.write_text("".join(lines_of(folder / "track3_grpo_48776786.out", *range(79, 91))))
+    (tmp_path / "train_grpo.py").write_bytes((folder / "train_grpo.py").read_bytes())
+    (run,) = import_runs(store, log)
+    assert list(store.metrics(run.run_id).index) == list(range(10, 130, 10))
+    (tmp_path / "other.sh").write_text("python train_grpo.py --logging_steps 5\n")
+    (run,) = import_runs(store, log, name="two-scripts")
+    assert list(store.metrics(run.run_id).index) == list(range(1, 13))
