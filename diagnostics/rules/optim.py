@@ -116,14 +116,21 @@ NONFINITE = Rule(
 
 # ---------------------------------------------------------------------------------------- loss_spike
 LOSS_FLOOR = 1.0  # |loss| of a GRPO step sits near 0 (docs/field-reports.md#loss-near-0); 1 or more is far out
+RECORD = 2.0  # a spike is also RECORD × every |loss| before it: a heavy-tailed loss reaches its old highs again
 
 
 def _loss_spike_detect(series: RunSeries, since):
-    """|loss| above 10 × the median |loss| of the 10 logged rows before it (and 10 MADs), and at least 1."""
+    """|loss| above 10 × the median |loss| of the 10 nonzero logged rows before it (and 10 MADs), and at least 1.
+    A loss of exactly 0 is a step whose groups all scored alike (no advantage, no KL term): it says nothing of the
+    loss's scale, so it is left out of the baseline (else every step with a signal would tower over it)."""
     lo, steps, values = rows(series, "loss", since)
     size = np.abs(values)
-    spike = rolling.spikes(size, SPIKE_ROWS, lo, k=10.0, ratio=10.0)
-    return steps, spike & (size[lo:] >= LOSS_FLOOR)
+    signal = np.flatnonzero(size > 0)
+    before = int(np.count_nonzero(signal < lo))
+    spike = np.zeros(len(size) - lo, dtype=bool)
+    spike[signal[before:] - lo] = rolling.spikes(size[signal], SPIKE_ROWS, before, k=10.0, ratio=10.0)
+    record = size[lo:] > RECORD * np.maximum.accumulate(np.concatenate(([0.0], size)))[lo:-1]
+    return steps, spike & record & (size[lo:] >= LOSS_FLOOR)
 
 
 def _loss_spike_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -151,7 +158,7 @@ LOSS_SPIKE = Rule(
     references=("docs/field-reports.md#near-zero-std-spikes",
                 "docs/field-reports.md#loss-near-0"),
     read="|loss| at a logged step is 10 times the median |loss| of the 10 logged steps before it (and 10 MADs above "
-         "it) and at least 1. A GRPO loss sits near 0 and can be negative; a jump of this size is an "
+         "it) and at least 1; steps whose loss is exactly 0 (every group alike) are left out. A GRPO loss sits near 0 and can be negative; a jump of this size is an "
          "advantage or a reward blown up in one batch.",
 )
 
