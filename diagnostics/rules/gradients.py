@@ -98,9 +98,19 @@ ZERO_GRAD = Rule(
 
 SPIKE_SPAN = 10 * W  # steps: three gradient spikes within this span make a finding; a spike clears after it
 SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of this many rows before it
+HELD = 1.5           # and is this many times the highest SPIKE_ROWS-row median before it
 
 
 # ---------------------------------------------------------------------------------------- grad_spikes
+
+
+def _spikes(values: np.ndarray, lo: int) -> np.ndarray:
+    """``rolling.spikes`` of grad_norm (rows lo..), each also above HELD × the highest level the norm held before it
+    (its running maximum 10-row median): a norm that alternates between steps with and without uniform groups jumps
+    5× over a median of quiet rows, back to where it has often been, and that is no spike."""
+    flags = rolling.spikes(values, SPIKE_ROWS, lo)
+    held = np.fmax.accumulate(np.concatenate(([0.0], rolling.rolling(values, SPIKE_ROWS, "median"))))[:-1]
+    return flags & (values[lo:] > HELD * held[lo:])
 
 
 def _spike_detect(series: RunSeries, since):
@@ -109,7 +119,7 @@ def _spike_detect(series: RunSeries, since):
     lo, steps, values = rows(series, GRAD_SIGNAL, since)
     span = max(SPIKE_ROWS, series.rows(SPIKE_SPAN, GRAD_SIGNAL))
     first = max(0, lo - span + 1)
-    flags = rolling.spikes(values, SPIKE_ROWS, first)
+    flags = _spikes(values, first)
     all_steps = series.finite(GRAD_SIGNAL)[0]
     if len(flags):  # a norm back to normal after a collapse is no spike: no spike while or just after it collapsed
         before = all_steps[first:][: len(flags)]
@@ -191,7 +201,7 @@ def _spike_rows(series: RunSeries, n: int) -> np.ndarray:
     done, rows = series.memo.get("grad_spikes", (0, np.empty(0, dtype=np.int64)))
     if n > done:
         values = series.finite(GRAD_SIGNAL)[1]
-        rows = np.concatenate([rows, done + np.flatnonzero(rolling.spikes(values[:n], SPIKE_ROWS, done))])
+        rows = np.concatenate([rows, done + np.flatnonzero(_spikes(values[:n], done))])
         series.memo["grad_spikes"] = (n, rows)
     return rows[rows < n]
 
@@ -226,6 +236,6 @@ GRAD_SPIKES = Rule(
                 "docs/field-reports.md#gradient-norm-above-max_grad_norm"),
     read="Among the steps that had a gradient (grad_norm above 0.001: a step whose groups were all uniform has "
          "none), three or more spikes within 100 steps (a spike is above the median of the 10 logged values "
-         "before it by 10 MADs and 5×), or a median 5× its start. grad_norm above max_grad_norm alone is "
+         "before it by 10 MADs and 5×, and 1.5× the highest such median before it), or a median 5× its start. grad_norm above max_grad_norm alone is "
          "expected: it is logged before clipping.",
 )

@@ -444,3 +444,13 @@ def test_logging_steps_set_in_the_training_script_beside_a_console_log_steps_its
     (tmp_path / "other.sh").write_text("python train_grpo.py --logging_steps 5\n")
     (run,) = import_runs(store, log, name="two-scripts")
     assert list(store.metrics(run.run_id).index) == list(range(1, 13))
+
+
+def test_a_gradient_norm_back_at_its_usual_level_after_quiet_steps_is_no_spike(store):
+    """Unsloth logs every 10th step's norm: ~0.005 where that step's groups were all alike, ~0.4-1.3 elsewhere. A
+    1.3 after a run of quiet rows is 5× their median, yet no higher than levels the norm has held: no spikes."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, CORPUS / "unsloth__abdaladiasse__ai-city-challenge__qwen3vl8b-grpo-v1-1node"
+                        / "track3_grpo_48776786.out")
+    assert "grad_spikes" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
