@@ -63,7 +63,8 @@ def add_config_options(p: argparse.ArgumentParser, *, step_key: bool = True) -> 
                        help="the step column of a CSV or JSON-lines log (default: found by name, else the row order)")
         p.add_argument("--split-runs", dest="split_runs", action="store_true",
                        help="make each part of a log a run of its own wherever its step counter starts again (default: "
-                            "one run, split only at a new config, banner or run name, and into at most 3 runs)")
+                            "one run, split only at a new config, banner or run name, or where the counter goes back to the "
+                            "first step, and into at most 3 runs)")
 
 
 def given_config(args: argparse.Namespace) -> dict:

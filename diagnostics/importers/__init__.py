@@ -84,9 +84,10 @@ class _TooManyRuns(Exception):
 def import_runs(store, path: str | os.PathLike, *, name: str | None = None, fmt: str | None = None,
                 step_key: str | None = None, config: dict | None = None, split_runs: bool = False) -> list[Imported]:
     """Import a log as finished runs. One file is one run unless the file proves otherwise: it is split where the
-    parser sees a new run begin (a config or banner printed again, a run column that changes), into ``NAME``,
-    ``NAME-2``, ... A step counter that merely starts again (aborted restarts, rows of several kinds with counters of
-    their own) keeps one run, a later row replacing an earlier one at the same step. A file that would make more
+    parser sees a new run begin (a config or banner printed again, a run column that changes) or where the step
+    counter goes back to the run's first step (a relaunch from scratch), into ``NAME``, ``NAME-2``, ... A step
+    counter that starts again part-way (a resume, rows of several kinds with counters of their own) keeps one run,
+    a later row replacing an earlier one at the same step. A file that would make more
     than ``MAX_RUNS`` runs is kept as one run in segments. ``split_runs`` makes every part its own run, however
     many. Everything is written in one transaction, so on any error nothing is left behind. ``config`` (TRL's
     names) overrides what the log says of its config."""
@@ -166,8 +167,8 @@ class _Segments:
     run's first step (a relaunch from scratch appended to the same file); ``"all"`` also where a step comes again
     with a value that differs from the one already read (the step counter started again); ``"one"`` nowhere.
     Within a run, a step seen again with the same values or new keys merges (a late or split row, a row of
-    another kind), and one whose values differ starts a segment whose rows replace the earlier ones (an
-    aborted start; TensorBoard's repeats always overwrite)."""
+    another kind), and one whose values differ starts a segment whose rows replace the earlier ones (a resume from
+    a checkpoint; TensorBoard's repeats always overwrite)."""
 
     def __init__(self, store, parsed: ParsedLog, mode: str = "evidence"):
         self.store, self.parsed, self.mode = store, parsed, mode

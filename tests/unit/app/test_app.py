@@ -542,9 +542,10 @@ def test_import_page_by_path(store_path, tmp_path):
 
 
 def test_import_page_splits_at_a_restart_only_when_asked(store_path, tmp_path):
-    """A counter that starts again is one run with a note; the checkbox makes each part a run."""
+    """A counter that starts again part-way (a resume) is one run with a note; the checkbox makes each part a run."""
     path = tmp_path / "restarted.jsonl"
-    path.write_text("".join(json.dumps({"step": s, "reward": r}) + "\n" for r in (0.1, 0.2) for s in (1, 2, 3)))
+    path.write_text("".join(json.dumps({"step": s, "reward": r}) + "\n" for r, steps in ((0.1, (1, 2, 3)), (0.2, (2, 3)))
+                            for s in steps))
     at = open_page("import_log")
     at.segmented_control(key="import.source").set_value("A path on this machine").run()
     at.text_input(key="import.path").set_value(str(path))
@@ -556,6 +557,7 @@ def test_import_page_splits_at_a_restart_only_when_asked(store_path, tmp_path):
     assert not at.exception and at.success[0].value == "Imported 2 runs."
     with RunStore(store_path) as store:
         assert store.get_run("parts")["last_step"] == 3 and store.get_run("parts-2")["last_step"] == 3
+        assert store.metrics(store.get_run("parts-2")["id"]).index.tolist() == [2, 3]
 
 
 # ------------------------------------------------------------------------------------- empty store

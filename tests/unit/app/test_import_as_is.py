@@ -87,19 +87,31 @@ def test_numbers_in_disguise_in_console_dicts(store, tmp_path):
 
 
 # ------------------------------------------------------------------------------------- several runs, steps
-def test_a_step_counter_that_starts_again_keeps_one_run_unless_split_runs(store, tmp_path):
-    """An aborted start (5 rows, then the counter starts again) is one run whose later rows replace the earlier ones;
+def test_a_step_counter_that_starts_again_part_way_keeps_one_run_unless_split_runs(store, tmp_path):
+    """A resume from step 3 after step 5 (values that differ) is one run whose later rows replace the earlier ones;
     --split-runs makes each part a run."""
-    rows = [{"step": s, "reward": s / 10} for s in range(1, 6)] + [{"step": s, "reward": 1 - s / 10} for s in (1, 2, 3)]
+    rows = [{"step": s, "reward": s / 10} for s in range(1, 6)] + [{"step": s, "reward": 1 - s / 10} for s in (3, 4)]
     path = tmp_path / "log.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     [run] = import_runs(store, path, name="exp")
     assert run.steps == 5
-    assert store.metrics(run.run_id)["reward"].tolist() == pytest.approx([0.9, 0.8, 0.7, 0.4, 0.5])
-    assert any(n.startswith("the step counter starts again once (to 1 after 5): kept as one run") for n in run.notes)
+    assert store.metrics(run.run_id)["reward"].tolist() == pytest.approx([0.1, 0.2, 0.7, 0.6, 0.5])
+    assert any(n.startswith("the step counter starts again once (to 3 after 5): kept as one run") for n in run.notes)
     runs = import_runs(store, path, name="split", split_runs=True)
-    assert [(r.name, r.steps) for r in runs] == [("split", 5), ("split-2", 3)]
-    assert store.metrics(runs[1].run_id)["reward"].tolist() == pytest.approx([0.9, 0.8, 0.7])
+    assert [(r.name, r.steps) for r in runs] == [("split", 5), ("split-2", 2)]
+    assert store.metrics(runs[1].run_id)["reward"].tolist() == pytest.approx([0.7, 0.6])
+
+
+def test_a_step_counter_back_at_the_first_step_is_a_relaunch_and_another_run(store, tmp_path):
+    """An aborted start (5 rows, then the counter back at 1 with other values) is a relaunch from scratch appended to
+    the file: two runs, the second named NAME-2, whether or not --split-runs is given."""
+    rows = [{"step": s, "reward": s / 10} for s in range(1, 6)] + [{"step": s, "reward": 1 - s / 10} for s in (1, 2, 3)]
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name, split in (("exp", False), ("split", True)):
+        runs = import_runs(store, path, name=name, split_runs=split)
+        assert [(r.name, r.steps) for r in runs] == [(name, 5), (f"{name}-2", 3)]
+        assert store.metrics(runs[1].run_id)["reward"].tolist() == pytest.approx([0.9, 0.8, 0.7])
 
 
 def test_a_file_of_more_than_three_runs_is_one_run_in_segments(store, tmp_path):
