@@ -17,8 +17,8 @@ notebook's progress table, tab-, ``|``- or space-separated).
 The step is the line's own: a step or iteration key (``step=12``, ``Step 12``, ``iter 12/500``), else an ``(i/N)``
 or ``[i/N]`` counter (which continues across epochs when it starts again as the epoch goes up), else the line order.
 A line with a step word and no metrics (``Step 12: generating 2 candidates...``) heads the metric lines after it that
-carry no step of their own. A list of per-completion scores (``Rewards: [-1.0, 0.36]``) gives their mean, their std and
-whether the group scored all alike (``per_completion``).
+carry no step of their own. A list of per-completion scores (``Rewards: [-1.0, 0.36]``, quoted or not) gives their
+mean, their std and whether the group scored all alike (``per_completion``).
 Which of these the file uses is what most of its first rows of metrics carry; a later line without that kind of step
 belongs to the step before it (an evaluation or rollout summary printed after its training line), and with the line
 order, so does a line whose keys are none of the first row's. This is the reader of last resort: it comes
@@ -59,9 +59,10 @@ _BATCH_WORD = re.compile(r"(?<![\w/.-])(batch)\s*[#:=]?\s*(\d+)(?![\w./])", re.I
 _COUNTER = re.compile(r"[\[(]\s*(\d+)\s*/\s*(\d+)\s*[\])]|(?<![\w/.])(\d+)/(\d+) \[")
 _EPOCH = re.compile(r"(?<![\w/.])epoch\s*[#:=]?\s*(\d+)", re.IGNORECASE)
 _EVAL_LINE = re.compile(r"^\W*(?:\S+\s+){0,6}?(?:eval(?:uation)?|validation|val|test)\b", re.IGNORECASE)
-# key: [n, n, ...], a list of numbers (a group's per-completion scores).
-_LIST_PAIR = re.compile(rf"(?<![\w./@-])({_KEY})\s*[=:]\s*\[((?:\s*(?:{_NUMBER})\s*,)*\s*(?:{_NUMBER})\s*)\]",
-                        re.IGNORECASE)
+# key: [n, n, ...], a list of numbers (a group's per-completion scores), each maybe quoted (a list of formatted
+# strings printed as it is: ['0.80', '0.01']).
+_LIST_PAIR = re.compile(rf"(?<![\w./@-])({_KEY})\s*[=:]\s*\[((?:\s*['\"]?(?:{_NUMBER})['\"]?\s*,)*"
+                        rf"\s*['\"]?(?:{_NUMBER})['\"]?\s*)\]", re.IGNORECASE)
 _RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
 STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "episode", "global step"})
 
@@ -102,7 +103,7 @@ def metric_pairs(line: str) -> dict[str, float]:
     out: dict[str, float] = {}
     if "[" in line:
         for m in _LIST_PAIR.finditer(line):
-            out.update(per_completion(_key(m[1]), [to_float(v) for v in m[2].split(",")]))
+            out.update(per_completion(_key(m[1]), [to_float(v.strip(" '\"")) for v in m[2].split(",")]))
         if out:
             line = _LIST_PAIR.sub(" ", line)
     for key, text in pairs(line).items():
@@ -270,7 +271,8 @@ def _heading(line: str, kind: str | None, heading: int | None) -> int | None:
 
 def _steps_count_the_rest(kinds: list[tuple[str, int | None]], kind: str) -> bool:
     """Whether, between consecutive rows of ``kind``, the rows without a step number about as many as the step
-    went up by (in most such gaps): those rows are then the steps themselves."""
+    went up by (in most gaps, counting those with no row between): those rows are then the steps themselves. A loop
+    whose steps follow one another with an odd line between some of them (a resampled group) is stepped by them."""
     gaps, counted, between, last = 0, 0, 0, None
     for k, step in kinds:
         if k == "order":
@@ -278,9 +280,9 @@ def _steps_count_the_rest(kinds: list[tuple[str, int | None]], kind: str) -> boo
             continue
         if k != kind:
             continue
-        if last is not None and step > last and between:
+        if last is not None and step > last:
             gaps += 1
-            counted += abs(between - (step - last)) <= max(1, 0.1 * (step - last))
+            counted += between > 0 and abs(between - (step - last)) <= max(1, 0.1 * (step - last))
         last, between = step, 0
     return gaps > 0 and counted >= gaps / 2
 

@@ -454,3 +454,17 @@ def test_a_gradient_norm_back_at_its_usual_level_after_quiet_steps_is_no_spike(s
     [run] = import_runs(store, CORPUS / "unsloth__abdaladiasse__ai-city-challenge__qwen3vl8b-grpo-v1-1node"
                         / "track3_grpo_48776786.out")
     assert "grad_spikes" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
+
+
+def test_step_lines_with_an_odd_resampling_line_between_some_are_stepped_by_their_own_steps(store, tmp_path):
+    """A dynamic-sampling loop prints ``[step N/200] ... rewards=['0.80', '0.01', ...]`` (quoted scores) and, between
+    some steps, ``[attempt K] SKIP (ALL_WRONG, rewards=[0.0, ...])`` for a group it resampled. The steps are the
+    step lines' own; the scores are the step line's (quoted), and a skipped group adds nothing to the step before."""
+    folder = CORPUS / "handwritten-console__helloelora__grpo-reliability-engineering__qwen3-8b-exp7-dynsample"
+    path = tmp_path / "train.log"
+    path.write_text("".join(lines_of(folder / "grpo_exp7_532508.log", *range(20, 46))))
+    (run,) = import_runs(store, path)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(1, 16))
+    assert frame.loc[1, "reward"] == pytest.approx((0.8 + 0.8 + 0.01 + 0.8) / 4)
+    assert frame.loc[10, "frac_reward_zero_std"] == 0.0  # step 10's own group, not the uniform one skipped after it
