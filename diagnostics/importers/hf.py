@@ -362,8 +362,9 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
     number of dicts; with no bar, the training script beside the log (``scripted``), else a finished run's
     ``max_steps`` over the number of dicts. The step itself
     never comes from a bar: output is buffered, so dicts and bars interleave
-    out of order. A new run starts where a config is printed again after dicts, where ``epoch`` goes back, or
-    where RL metrics appear or vanish (an SFT phase followed by GRPO)."""
+    out of order. A new run starts where a config is printed again after dicts, after HF's end-of-training summary
+    (a smoke test, then the real run), where ``epoch`` goes back, or where RL metrics appear or vanish (an SFT phase
+    followed by GRPO)."""
     pending: list[tuple[int, dict]] = []      # (lineno, dict) of the current run
     bars: dict[int, list[int]] = {}           # total -> [times seen, highest count] in the current run
     config_seen_after_dicts = False
@@ -396,7 +397,7 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
             epoch = to_float(d.get("epoch")) if "epoch" in d else None
             epoch = epoch if isinstance(epoch, float) and math.isfinite(epoch) else None
             rl = _is_rl(d)
-            restart = pending and (config_seen_after_dicts or (
+            restart = pending and (config_seen_after_dicts or finished or (
                 epoch is not None and last_epoch is not None and epoch < last_epoch - 1e-9) or rl != last_rl)
             if restart:
                 yield from _console_run(source, pending, bars, every, planned if finished else None, first_run,

@@ -468,3 +468,13 @@ def test_step_lines_with_an_odd_resampling_line_between_some_are_stepped_by_thei
     assert list(frame.index) == list(range(1, 16))
     assert frame.loc[1, "reward"] == pytest.approx((0.8 + 0.8 + 0.01 + 0.8) / 4)
     assert frame.loc[10, "frac_reward_zero_std"] == 0.0  # step 10's own group, not the uniform one skipped after it
+
+
+def test_log_dicts_after_an_end_of_training_summary_in_console_output_are_another_run(store, tmp_path):
+    """A 20-step smoke test (two log dicts, then HF's ``{'train_runtime': ...}`` summary), then the real run in the
+    same console capture: two runs, each epoch 0.01 at its start."""
+    log = CORPUS / "trl-console__canadaapollo6__gridiron-grpo__qwen25-1p5b-1200steps" / "job_15b.log"
+    path = tmp_path / "job.log"
+    path.write_text("".join(lines_of(log, 147, 225, 250, 253, 257, 313, 336, 359)))
+    smoke, real = import_runs(store, path)
+    assert (smoke.steps, real.steps) == (2, 3)
