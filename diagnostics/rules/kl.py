@@ -24,9 +24,10 @@ from grpo_doctor.diagnostics.rules.base import (
 )
 from grpo_doctor.diagnostics.series import RunSeries
 
-TARGET_HIGH = 0.05   # the adaptive controller's target band, 0.01–0.05 (docs/health-ranges.md#kl-to-the-reference)
+TARGET_LOW, TARGET_HIGH = 0.01, 0.05  # the adaptive controller's target band (docs/health-ranges.md#kl-to-the-reference)
 EXTREME = 1.0        # nats per token: the policy's tokens are e-fold likelier or rarer than the reference's
 HOLD = 4             # a blow-up lasts while KL stays above this many times the target's top
+SLOW = 10 * W        # steps: the span of a slow drift
 
 
 def _upper(series: RunSeries) -> float:
@@ -53,7 +54,12 @@ def _blowup_detect(series: RunSeries, since):
         steady = ((med >= 1.5 * base) & (earlier >= 1.5 * np.fmax(before, before2))
                   & (idx >= series.rows(4 * W, "kl") - 1))
         held = adaptive & (idx >= series.rows(2 * W, "kl") - 1) & (med > upper)
-        opening = (extreme >= EXTREME) | (above & (fast | steady)) | held
+        # a drift too slow for 10-step windows (a log every 10 steps rises by a tenth a row): up by half in each half
+        # of the last 100 steps, from inside the target band (not its warm-up from 0) to far above it
+        mid, back = _back(series, idx, SLOW // 2), _back(series, idx, SLOW)
+        slow = ((med > HOLD * upper) & (med >= 1.5 * mid) & (mid >= 1.5 * back)
+                & (back >= upper * TARGET_LOW / TARGET_HIGH))
+        opening = (extreme >= EXTREME) | (above & (fast | steady)) | held | slow
         return steps, _while_high(series, opening, med > HOLD * upper, idx[0] if len(idx) else 0)
 
 
@@ -149,8 +155,9 @@ KL_BLOWUP = Rule(
     read="The 10-step median KL is above the target band (0.05, or 2 × kl_target) and either tripled since "
          "10 logged steps before or rose by half twice running (each rise from the higher of the two windows before "
          "it, as a rise out of a dip is noise; and not from the first 10 steps, where KL warms up from 0), or broke "
-         "within a few steps (two of its last 3 rows past 3 × and 10 σ above the 10 rows before them); or it "
-         "exceeds 1 nat per token at all (critical, as when the reward falls after it). It lasts while KL stays "
+         "within a few steps (two of its last 3 rows past 3 × and 10 σ above the 10 rows before them), or drifted "
+         "from inside the band to above 4 × its top, up by half in each half of 100 steps (too slowly for a 10-step "
+         "window); or it exceeds 1 nat per token at all (critical, as when the reward falls after it). It lasts while KL stays "
          "above 4 × the target's top: a KL that stopped rising far above the target has not recovered. KL 0 at the "
          "first step and single spikes are expected.",
 )

@@ -86,6 +86,8 @@ FIXTURES = [
             metrics={"kl": np.concatenate([H["kl"][:80], 0.02 * np.exp(np.arange(70) / 20)]),
                      "reward": H["reward"]},
             cause="KL weight", fix={"beta": 0.08}),
+    Fixture("kl drifting up too slowly for a 10-step window, to 0.8", {"kl_blowup": "warning"},
+            metrics={"kl": 0.04 * np.exp(np.arange(N) / 50), "reward": H["reward"]}),
     Fixture("kl extreme and reward falling", {"kl_blowup": "critical", "reward_collapse": "critical"},
             metrics={"kl": ramp(N, 0.02, 3.0, 40), "reward": np.concatenate([H["reward"][:60], np.full(90, 0.3)]),
                      "rewards/correctness/mean": np.concatenate([H["reward"][:60], np.full(90, 0.3)])},
