@@ -15,6 +15,7 @@ from grpo_doctor.diagnostics.rules.base import (
     Rule,
     W,
     first_present,
+    median_noise,
     medians,
     reward_fell,
     rows,
@@ -44,7 +45,9 @@ def _blowup_detect(series: RunSeries, since):
     # Extreme KL needs no full window: a KL of thousands at the first logged step is named there.
     extreme = series.roll("kl", W, "median", series.first_row_after("kl", since), 1)
     with np.errstate(invalid="ignore"):
-        above = (idx >= series.rows(3 * W, "kl") - 1) & (med > upper)
+        # above the band by more than a 10-step median's noise: a k1 estimate of one prompt a step swings ±0.3
+        # around a small KL, and its median wanders past 0.05 and back
+        above = (idx >= series.rows(3 * W, "kl") - 1) & (med - 2 * median_noise(series, "kl") > upper)
         # each rise is measured from the higher of the two windows before it: a rise out of a dip is noise
         base = np.fmax(earlier, before)
         fast = (med >= 3 * base) & (med - base > upper)                   # tripled within one window
@@ -152,7 +155,8 @@ KL_BLOWUP = Rule(
     references=("docs/troubleshooting.md#kl-blow-up",
                 "docs/field-reports.md#sudden-collapse",
                 "docs/field-reports.md#kl-grows-whatever-beta"),
-    read="The 10-step median KL is above the target band (0.05, or 2 × kl_target) and either tripled since "
+    read="The 10-step median KL is above the target band (0.05, or 2 × kl_target) by more than twice its noise and "
+         "either tripled since "
          "10 logged steps before or rose by half twice running (each rise from the higher of the two windows before "
          "it, as a rise out of a dip is noise; and not from the first 10 steps, where KL warms up from 0), or broke "
          "within a few steps (two of its last 3 rows past 3 × and 10 σ above the 10 rows before them), or drifted "

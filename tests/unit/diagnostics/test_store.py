@@ -235,8 +235,18 @@ def test_reader_in_other_process_never_sees_half_a_step(tmp_path):
 
 def test_sigkill_writer_loses_at_most_the_step_in_flight(tmp_path):
     db = tmp_path / "kill.db"
+    RunStore(db).close()
     writer = _start_writer(db, 20, 100_000, "fast")
-    time.sleep(2.0)
+    with RunStore(db, timeout=30) as watcher:  # killed mid-stream: once it has committed steps (a busy machine is slow)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if watcher.get_run(watcher.resolve_run("w"))["last_step"]:
+                    break
+            except RunNotFound:
+                pass
+            time.sleep(0.05)
+    time.sleep(0.5)
     os.kill(writer.pid, signal.SIGKILL)
     writer.wait()
     conn = sqlite3.connect(db)
