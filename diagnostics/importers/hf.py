@@ -84,7 +84,8 @@ def training_args_bin(source: Source, folder: Path) -> dict:
     return {}
 
 
-# `logging_steps=10` in a training script (`GRPOConfig(logging_steps=10)`, `--logging_steps 10`, YAML's `logging_steps: 10`).
+# `logging_steps=10` in a training script (`GRPOConfig(logging_steps=10)`, `--logging_steps 10`, YAML's
+# `logging_steps: 10`).
 _SCRIPT_LOGGING_STEPS = re.compile(rb"(?<![\w-])-{0,2}logging_steps\s*[=: ]\s*(\d+)\b")
 _SCRIPT_SUFFIXES = (".py", ".sh", ".slurm", ".sbatch", ".yaml", ".yml")
 

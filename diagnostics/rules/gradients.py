@@ -236,6 +236,6 @@ GRAD_SPIKES = Rule(
                 "docs/field-reports.md#gradient-norm-above-max_grad_norm"),
     read="Among the steps that had a gradient (grad_norm above 0.001: a step whose groups were all uniform has "
          "none), three or more spikes within 100 steps (a spike is above the median of the 10 logged values "
-         "before it by 10 MADs and 5×, and 1.5× the highest such median before it), or a median 5× its start. grad_norm above max_grad_norm alone is "
-         "expected: it is logged before clipping.",
+         "before it by 10 MADs and 5×, and 1.5× the highest such median before it), or a median 5× its start. "
+         "grad_norm above max_grad_norm alone is expected: it is logged before clipping.",
 )

@@ -25,7 +25,8 @@ from grpo_doctor.diagnostics.rules.base import (
 )
 from grpo_doctor.diagnostics.series import RunSeries
 
-TARGET_LOW, TARGET_HIGH = 0.01, 0.05  # the adaptive controller's target band (docs/health-ranges.md#kl-to-the-reference)
+# the adaptive controller's target band (docs/health-ranges.md#kl-to-the-reference)
+TARGET_LOW, TARGET_HIGH = 0.01, 0.05
 EXTREME = 1.0        # nats per token: the policy's tokens are e-fold likelier or rarer than the reference's
 HOLD = 4             # a blow-up lasts while KL stays above this many times the target's top
 SLOW = 10 * W        # steps: the span of a slow drift
@@ -161,8 +162,9 @@ KL_BLOWUP = Rule(
          "it, as a rise out of a dip is noise; and not from the first 10 steps, where KL warms up from 0), or broke "
          "within a few steps (two of its last 3 rows past 3 × and 10 σ above the 10 rows before them), or drifted "
          "from inside the band to above 4 × its top, up by half in each half of 100 steps (too slowly for a 10-step "
-         "window); or it exceeds 1 nat per token at all (critical, as when the reward falls after it). It lasts while KL stays "
-         "above 4 × the target's top: a KL that stopped rising far above the target has not recovered. KL 0 at the "
+         "window); or it exceeds 1 nat per token at all (critical, as when the reward falls after it). It lasts while "
+         "KL stays above 4 × the target's top: a KL that stopped rising far above the target has not recovered. "
+         "KL 0 at the "
          "first step and single spikes are expected.",
 )
 

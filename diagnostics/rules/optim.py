@@ -158,8 +158,9 @@ LOSS_SPIKE = Rule(
     references=("docs/field-reports.md#near-zero-std-spikes",
                 "docs/field-reports.md#loss-near-0"),
     read="|loss| at a logged step is 10 times the median |loss| of the 10 logged steps before it (and 10 MADs above "
-         "it) and at least 1; steps whose loss is exactly 0 (every group alike) are left out. A GRPO loss sits near 0 and can be negative; a jump of this size is an "
-         "advantage or a reward blown up in one batch.",
+         "it), twice every |loss| before it, and at least 1; steps whose loss is exactly 0 (every group alike) are "
+         "left out of the median. A GRPO loss sits near 0 and can be negative; a jump of this size is an advantage "
+         "or a reward blown up in one batch.",
 )
 
 
