@@ -9,7 +9,8 @@ live run would have shown then). Then:
   blow-up, outputs shrinking or exploding, truncation, uniform groups). For each: the first step at which a forecast
   for its metric, in its direction, was shown, and its lead over the reading's onset (onset minus that step, and as a
   share of the steps logged before the onset). "Forecastable" ones have at least ``MIN_ROWS`` rows before the onset:
-  a symptom present from the first rows cannot be forecast.
+  a symptom present from the first rows cannot be forecast. Of those, the ones "with a trend before it" had a
+  significant one (``TREND_Z``) over the rows before the onset: the rest came as a break.
 - **healthy logs**: a forecast whose limit the metric's 5-row median never reached by the end of the log never came
   true (one whose crossing lies past the log's end is not due yet, and not counted); the figure is the healthy logs
   with at least one. A metric's rows of exactly 0 before its first other value were not measured, and do not count
@@ -36,10 +37,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from eval_real_logs import CORPUS, load_readings  # noqa: E402
 
-from grpo_doctor.diagnostics.forecast import MIN_ROWS, TARGETS, forecast_one  # noqa: E402
+from grpo_doctor.diagnostics.forecast import MIN_ROWS, TARGETS, WINDOW, forecast_one, kendall_z  # noqa: E402
 from grpo_doctor.diagnostics.importers import LogFormatError, import_runs  # noqa: E402
 from grpo_doctor.diagnostics.series import RunSeries  # noqa: E402
 from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
+
+#: A pathology "with a trend before it": Mann–Kendall's z over the metric's last WINDOW rows before the onset, in the
+#: forecast's direction (on the log for log fits), above this one-sided 5% level. One that comes as a jump out of a
+#: flat or opposite course (a length steady at 1000 that leaps to 4000 in three steps) leaves no trend to forecast.
+TREND_Z = 1.645
 
 #: Which forecast (metric, direction) foretells which rule.
 FORETOLD = {"entropy_collapse": ("entropy", -1), "kl_blowup": ("kl", +1),
@@ -137,13 +143,17 @@ def main(argv: list[str] | None = None) -> int:
             steps, values = series.finite(metric)
             measured = np.flatnonzero(values)  # rows of exactly 0 before the first other value: not measured yet
             before = int((steps[measured[0]:] < onset).sum()) if len(measured) else 0
+            target = next(t for t in TARGETS if (t.metric, t.direction) == (metric, direction))
+            pre = values[measured[0]:][steps[measured[0]:] < onset][-WINDOW:] if len(measured) else values[:0]
+            pre = np.log(pre[pre > 0]) if target.log else pre
             hits = [f.step for f in shown if f.metric == metric and f.direction == direction and f.step < onset]
             lead = onset - min(hits) if hits else None
             span = onset - (first if first is not None else onset)
             trends.append({"file": entry["file"], "split": entry.get("split"), "rule": rule, "onset": onset,
+                           "z": direction * kendall_z(pre),
                            "rows_before": before, "lead": lead, "share": lead / span if lead and span else None})
     for t in trends:
-        print(f"{t['rule']:<17} onset {t['onset']:>5}  rows before {t['rows_before']:>4}  "
+        print(f"{t['rule']:<17} onset {t['onset']:>5}  rows before {t['rows_before']:>4}  z {t['z']:4.1f}  "
               + (f"forecast {t['lead']} steps ahead ({t['share']:.0%} of the way)" if t["lead"] else "no forecast before")
               + f"  {t['split']:<5}  {t['file']}")
     print()
@@ -154,11 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     for split in ("train", "test", None):
         group = [t for t in trends if split is None or t["split"] == split]
         able = [t for t in group if t["rows_before"] >= MIN_ROWS]
+        trending = [t for t in able if t["z"] > TREND_Z]
         leads = [t["share"] for t in able if t["share"] is not None]
         quiet = [(e, w) for e, w in healthy if split is None or e.get("split") == split]
         wrong = [e for e, w in quiet if w]
         print(f"{split or 'all'}: forecast before the onset {before(group)}/{len(group)} trend pathologies, "
-              f"{before(able)}/{len(able)} with {MIN_ROWS}+ rows before it"
+              f"{before(able)}/{len(able)} with {MIN_ROWS}+ rows before it, "
+              f"{before(trending)}/{len(trending)} of those with a trend before it"
               + (f" (median lead {statistics.median(leads):.0%} of the steps before the onset)" if leads else "")
               + f"; healthy logs with a forecast that never came true {len(wrong)}/{len(quiet)}")
     for e, w in healthy:

@@ -142,16 +142,15 @@ def forecast_one(series, target: Target) -> Forecast | None:
     if limit is None or (target.log and limit <= 0):
         return None
     steps, values = series.finite(target.metric)
+    if target.log:  # a log fit reads the positive rows: verl's KL of exactly 0 at step 1 is no level to fit
+        steps, values = steps[values > 0], values[values > 0]
     if len(values) < MIN_ROWS + PERSIST - 1:
         return None
     for back in range(PERSIST - 1, 0, -1):  # the trend held at the rows before too: one lucky window is no trend
         earlier = values[max(0, len(values) - back - WINDOW):len(values) - back]
-        if (target.log and (earlier <= 0).any()) or \
-                target.direction * kendall_z(np.log(earlier) if target.log else earlier) <= Z:
+        if target.direction * kendall_z(np.log(earlier) if target.log else earlier) <= Z:
             return None
     steps, values = steps[-WINDOW:], values[-WINDOW:]
-    if target.log and (values <= 0).any():
-        return None
     y = np.log(values) if target.log else values
     x = steps.astype("float64")
     z = kendall_z(y)

@@ -63,6 +63,13 @@ def test_noise_a_warming_kl_and_a_metric_already_past_its_limit_get_no_forecast(
     assert forecasts(run_with(frac_reward_zero_std=np.linspace(0.5, 0.95, 40))) == []  # past 0.9: the rule speaks
 
 
+def test_a_kl_of_exactly_0_at_the_first_step_does_not_stop_the_log_fit():
+    # verl logs KL 0 at step 1 (the reference is the starting policy); the log-linear fit reads the rows after it
+    kl = np.concatenate(([0.0], 0.06 * np.exp(0.05 * (STEPS[1:40] - 1))))
+    (found,) = forecasts(run_with(kl=kl))
+    assert found.metric == "kl" and found.fit["rows"] == 39 and 40 < found.eta_step < 70
+
+
 def test_diagnose_json_carries_the_forecasts(tmp_path, run_cli):
     log = tmp_path / "loop.jsonl"
     entropy = np.exp(-math.log(2) / 20 * (STEPS[:40] - 1))
