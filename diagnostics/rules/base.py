@@ -109,10 +109,11 @@ def first_present(series: RunSeries, *names: str) -> str | None:
 
 
 def level(series: RunSeries, name: str, since: int | None, test: Callable[[np.ndarray], np.ndarray],
-          min_periods: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """A level rule: ``test`` on the W-step rolling median (NaN-safe: no verdict before min_periods rows)."""
+          min_periods: int = 3, fn: str = "median") -> tuple[np.ndarray, np.ndarray]:
+    """A level rule: ``test`` on the W-step rolling median, or ``fn`` (NaN-safe: no verdict before min_periods
+    rows)."""
     lo, steps, _ = rows(series, name, since)
-    med = series.roll(name, W, "median", lo, min_periods)
+    med = series.roll(name, W, fn, lo, min_periods)
     with np.errstate(invalid="ignore"):
         return steps, np.asarray(test(med), dtype=bool) & ~np.isnan(med)
 

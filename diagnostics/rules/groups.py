@@ -60,7 +60,9 @@ def _uniform_detect(series: RunSeries, since):
         ever = np.maximum.accumulate(np.abs(values))[lo:] if len(values) else values
         return steps, (ever <= 1e-9) & (row_index(lo, len(steps)) >= series.rows(W, name) - 1)  # W steps of it
     if name == "frac_reward_zero_std":
-        return level(series, name, since, lambda m: m >= 0.5)
+        # the window's mean is the share of its groups that were uniform; with two groups a step the share takes
+        # three values (0, 0.5, 1) and a median of 0.5 is reached with 4 groups in 10 uniform
+        return level(series, name, since, lambda m: m >= 0.5, fn="mean")
     if name == "advantage/std":
         return level(series, name, since, lambda m: m <= 0.02)
     if name in SPREAD:  # exactly 0 is evidence enough: no window to fill first
@@ -192,8 +194,9 @@ UNIFORM_GROUPS = Rule(
     references=("docs/troubleshooting.md#advantage-std-near-0",
                 "docs/field-reports.md#no-learning-signal",
                 "docs/field-reports.md#expected-share-of-uniform-groups"),
-    read="The 10-step median of frac_reward_zero_std is 0.5 or more (critical at 0.9, or when loss and grad_norm "
-         "are both 0; info while it has held for less than 10 steps); without it, the advantages' std is about 0, "
+    read="The 10-step mean of frac_reward_zero_std (the share of groups alike) is 0.5 or more (critical at 0.9, or "
+         "when loss and grad_norm are both 0; info while it has held for less than 10 steps); without it, the "
+         "advantages' std is about 0, "
          "or the batch's rewards do not spread at all (reward_std or max − min exactly 0: every group uniform, "
          "critical); with none of these, loss and grad_norm both exactly 0 in most steps (critical), or, with no "
          "grad_norm, a policy-gradient loss exactly 0 in most steps (every advantage 0). Compare with the share "

@@ -231,6 +231,18 @@ def test_rows_after_an_end_of_training_summary_are_another_run(store):
     assert list(store.metrics(second.run_id).index)[0] == 1
 
 
+def test_uniform_groups_is_the_share_of_uniform_groups_not_a_median_of_two_group_steps(store):
+    """Two groups a step make frac_reward_zero_std 0, 0.5 or 1. The curriculum's easy stage has every group alike at
+    10 of its 20 steps: named. The hard stage has 12 of its 40 groups alike (one of the two at 10 steps, both at
+    one): a 10-step median of 0.5 there is not half of the groups alike."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "trl-state__aaravgupta0202__legaloom-env__qwen25-3b-easy-hard-curriculum" / "training_log.json"
+    easy, hard = import_runs(store, path)
+    assert "uniform_groups" in {f.rule for f in diagnose(store, easy.run_id, save=False).problems()}
+    assert "uniform_groups" not in {f.rule for f in diagnose(store, hard.run_id, save=False).problems()}
+
+
 def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
     """A hand-written REINFORCE loop's ``sample_kl`` (1.6 at its first update): read as kl, and named as a reference
     that is not the starting policy."""
