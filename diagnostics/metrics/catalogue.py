@@ -230,7 +230,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("completions/clipped_ratio", "share of completions truncated at max_completion_length",
            group="length",
            aliases=("response_length/clip_ratio", "response_clip_ratio", "truncation_rate",
-                    "rollout/truncated_ratio", "truncated", "truncated_ratio", "clipped_ratio"),
+                    "rollout/truncated_ratio", "truncated", "truncated_ratio", "clipped_ratio",
+                    "is_truncated/mean"),  # prime-rl's orchestrator
            note="≈0.6 is normal for distilled reasoning models, ≈0.98 is not (docs/health-ranges.md#truncated-share)", domain=SHARE),
     Metric("completions/mean_terminated_length", "mean length of completions that ended with EOS",
            unit="tokens", group="length", domain=NONNEG),
@@ -328,7 +329,8 @@ _PREFIXES = ("train/", "train_", "env/all/")
 _EVAL_PREFIXES = ("eval/", "test/env/all/")
 # Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``.
 _REWARD_FN = re.compile(r"^rewards?/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")
-# A hand-written loop's per-function rewards: ``mean_format_reward``, ``answer_reward``, ``format_reward_mean``.
+# A hand-written loop's per-function rewards: ``mean_format_reward``, ``answer_reward``, ``format_reward_mean``; and
+# prime-rl's (its orchestrator logs each rubric function's mean as ``metrics/<fn>``: ``metrics/exact_match_reward``).
 _LOOP_REWARD_FN = re.compile(r"^(?:mean_|avg_)?(?P<fn>[a-z0-9]+(?:_[a-z0-9]+)*?)_rewards?(?:_(?P<stat>mean|std))?$")
 _NOT_FUNCTIONS = frozenset({"mean", "avg", "total", "train", "eval", "val", "batch", "group", "raw", "sum", "max",
                             "min", "std", "shaped", "final", "episode", "reward", "kl", "non_score", "rlhf",
@@ -357,7 +359,7 @@ def canonical_name(key: str) -> str:
     match = _REWARD_FN.match(bare)
     if match and match["fn"] not in ("mean", "std", "max", "min"):
         return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
-    match = _LOOP_REWARD_FN.match(bare)
+    match = _LOOP_REWARD_FN.match(bare.removeprefix("metrics/"))
     if match and match["fn"] not in _NOT_FUNCTIONS:
         return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
     return _by_suffix(bare) or _by_words(bare) or bare

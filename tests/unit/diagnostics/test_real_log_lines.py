@@ -243,6 +243,20 @@ def test_uniform_groups_is_the_share_of_uniform_groups_not_a_median_of_two_group
     assert "uniform_groups" not in {f.rule for f in diagnose(store, hard.run_id, save=False).problems()}
 
 
+def test_prime_rls_reward_functions_and_truncated_share_are_read(store, tmp_path):
+    """prime-rl's orchestrator logs each rubric function's mean as ``metrics/<fn>`` and the truncated share as
+    ``is_truncated/mean`` (a W&B history export, its header and first 30 steps)."""
+    run_dir = "other__harleycoops__qwen3-railroadengineer1959-rl__qwen3-0-6b-dakota-rl-1000"
+    path = CORPUS / run_dir / "29hn8w98_history.csv"
+    cut = tmp_path / path.name
+    cut.write_text("".join(lines_of(path, *range(1, 32))))
+    [run] = import_runs(store, cut)
+    frame = store.metrics(run.run_id)
+    assert frame.loc[0, "completions/clipped_ratio"] == pytest.approx(0.3984375)
+    assert frame.loc[0, "rewards/affix/mean"] == pytest.approx(0.953125)
+    assert (frame["rewards/exact_match/mean"] == 0).all() and (frame["rewards/pattern/mean"] == 0).all()
+
+
 def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
     """A hand-written REINFORCE loop's ``sample_kl`` (1.6 at its first update): read as kl, and named as a reference
     that is not the starting policy."""
