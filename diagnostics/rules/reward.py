@@ -190,10 +190,11 @@ def score_metric(series: RunSeries) -> str:
 
 
 def _collapse_detect(series: RunSeries, since):
-    """Fallen back by 80% of a clear gain, or lost three quarters of a positive level the run held, by more than 6 ×
-    the noise of a median, to below where the run started (a plateau that drops out from under the run; a reward
-    that dips from its best to a level still above its start has not collapsed); or, read on the last 3 steps, lost
-    half that level by twice as much noise (a run that breaks in a few steps, faster than a 10-step median)."""
+    """Fallen back by 80% of a clear gain, or lost three quarters of a positive level the run held (its best 20-step
+    median, or the median of its first 10 steps), by more than 6 × the noise of a median, to below where the run
+    started (a plateau that drops out from under the run; a reward that dips from its best to a level still above its
+    start has not collapsed); or, read on the last 3 steps, lost half that level by twice as much noise (a run that
+    breaks in a few steps, faster than a 10-step median)."""
     name = score_metric(series)
     lo, steps, _ = rows(series, name, since)
     peak = series.running(name, 2 * W, "median", "max", lo)
@@ -205,8 +206,9 @@ def _collapse_detect(series: RunSeries, since):
     with np.errstate(invalid="ignore"):
         rose = gain > noise
         fell_back = rose & (peak - now >= 0.8 * gain)
-        fell_off = (peak > 0) & (peak - now >= np.maximum(0.75 * peak, noise)) & (now < start)
-        broke = (peak > 0) & (peak - fast >= np.maximum(0.5 * peak, 2 * noise)) & (fast < start)
+        held = np.fmax(peak, start)  # the start's 10-step median is a level held too: a run can break before 20 steps
+        fell_off = (held > 0) & (held - now >= np.maximum(0.75 * held, noise)) & (now < start)
+        broke = (held > 0) & (held - fast >= np.maximum(0.5 * held, 2 * noise)) & (fast < start)
         return steps, fell_back | fell_off | broke
 
 
@@ -247,7 +249,8 @@ REWARD_COLLAPSE = Rule(
     references=("docs/field-reports.md#sudden-collapse",),
     read="The 20-step median reward rose clearly above its start (6 × the noise of a 10-step median), then "
          "the 10-step median fell back by 80% or more of that gain; or it lost three quarters of a positive level "
-         "it held, by more than 6 × that noise, to below where it started; or the 3-step median lost half that "
+         "it held (a 20-step median, or its first 10 steps' median), by more than 6 × that noise, to below where "
+         "it started; or the 3-step median lost half that "
          "level, by more than 12 × that noise, to below its start (a run that breaks within a few steps). "
          "Without a reward, the accuracy a loop "
          "logs is read. "

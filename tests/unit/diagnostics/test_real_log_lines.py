@@ -257,6 +257,20 @@ def test_prime_rls_reward_functions_and_truncated_share_are_read(store, tmp_path
     assert (frame["rewards/exact_match/mean"] == 0).all() and (frame["rewards/pattern/mean"] == 0).all()
 
 
+def test_a_reward_that_breaks_before_its_20th_step_has_collapsed(store, tmp_path):
+    """A softmax-weighted loop's run (τ = 1.0): reward 0.16 over its first steps, 0.01 from step 9 on. No 20-step
+    median held the first level, but the first 10 steps did: a collapse, named within a step of the reading's 9."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "handwritten-csv__katop1234__softmaxed-rewards__countdown-tau-sweep" / "all_experiments.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    cut = tmp_path / path.name
+    cut.write_text(lines[0] + "".join(line for line in lines if line.startswith("softmax_tau1.0,")))
+    [run] = import_runs(store, cut)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).problems()}
+    assert found["reward_collapse"].severity == "critical" and found["reward_collapse"].onset_step <= 10
+
+
 def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
     """A hand-written REINFORCE loop's ``sample_kl`` (1.6 at its first update): read as kl, and named as a reference
     that is not the starting policy."""
