@@ -24,6 +24,7 @@ before the onset, at most 1 healthy log in 10 with a forecast that never came tr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 from dataclasses import dataclass
@@ -35,12 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from eval_real_logs import CORPUS, load_readings  # noqa: E402
+from eval_real_logs import import_as_told, load_readings  # noqa: E402
 
 from grpo_doctor.diagnostics.forecast import MIN_ROWS, TARGETS, WINDOW, forecast_one, kendall_z  # noqa: E402
-from grpo_doctor.diagnostics.importers import LogFormatError, import_runs  # noqa: E402
+from grpo_doctor.diagnostics.importers import LogFormatError  # noqa: E402
 from grpo_doctor.diagnostics.series import RunSeries  # noqa: E402
-from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
 
 #: A pathology "with a trend before it": Mann–Kendall's z over the metric's last WINDOW rows before the onset, in the
 #: forecast's direction (on the log for log fits), above this one-sided 5% level. One that comes as a jump out of a
@@ -102,9 +102,9 @@ def came_true(series: RunSeries, f: Shown) -> bool:
 
 
 def series_of(entry: dict) -> RunSeries | None:
-    with RunStore(":memory:") as store:
+    with contextlib.ExitStack() as stores:
         try:
-            made = import_runs(store, CORPUS / entry["file"])
+            store, made = import_as_told(stores, entry)
         except LogFormatError:
             return None
         if len(made) != int(entry.get("runs_in_file", 1)):

@@ -226,18 +226,24 @@ def evaluate_one(entry: dict, verbose: bool = False) -> LogResult:
     return result
 
 
+def import_as_told(stores: contextlib.ExitStack, entry: dict) -> tuple[RunStore, list]:
+    """Import a log as a user would: as it is; and where the import says it kept a file of more than MAX_RUNS runs as
+    one and the reading has that many, again with --split-runs, as its note tells the user. Raises LogFormatError."""
+    store = stores.enter_context(RunStore(":memory:"))
+    made = import_runs(store, CORPUS / entry["file"])
+    if int(entry.get("runs_in_file", 1)) > MAX_RUNS and any("--split-runs" in n for m in made for n in m.notes):
+        store = stores.enter_context(RunStore(":memory:"))
+        made = import_runs(store, CORPUS / entry["file"], split_runs=True)
+    return store, made
+
+
 def _evaluate_one(entry: dict, verbose: bool, started: float) -> LogResult:
     expected_runs, index = int(entry.get("runs_in_file", 1)), int(entry.get("run", 1)) - 1
     with contextlib.ExitStack() as stores:
-        store = stores.enter_context(RunStore(":memory:"))
         try:
-            made = import_runs(store, CORPUS / entry["file"])
+            store, made = import_as_told(stores, entry)
         except LogFormatError as e:
             return not_graded(entry, str(e), "not imported")
-        if expected_runs > MAX_RUNS and any("--split-runs" in note for m in made for note in m.notes):
-            # the import said the file holds more than MAX_RUNS runs, kept as one: the user does as its note says
-            store = stores.enter_context(RunStore(":memory:"))
-            made = import_runs(store, CORPUS / entry["file"], split_runs=True)
         imported_s = time.perf_counter() - started
         if len(made) != expected_runs:
             return not_graded(entry, f"the file holds {expected_runs} run(s), the import made {len(made)}",
