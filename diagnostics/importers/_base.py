@@ -296,15 +296,15 @@ def text_encoding(head: bytes) -> str:
 
 
 def decode_head(head: bytes) -> str | None:
-    """The head of a file as text, or None if it is binary (NUL bytes, not UTF-8/UTF-16)."""
+    """The head of a file as text, or None if it is binary (NUL bytes, or more than one character in 100 not
+    UTF-8/UTF-16). A few stray bytes (a Latin-1 ``é`` in a prompt, a character cut in two) read as U+FFFD, as
+    ``iter_lines`` reads them."""
     encoding = text_encoding(head)
     if encoding != "utf-16" and b"\x00" in head:
         return None
-    decoder = codecs.getincrementaldecoder(encoding)()
-    try:
-        return decoder.decode(head, final=False)  # a character cut at the end of the head is fine
-    except UnicodeDecodeError:
-        return None
+    decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+    text = decoder.decode(head, final=False)  # a character cut at the end of the head is fine
+    return None if text.count("\ufffd") > len(text) // 100 else text
 
 
 def iter_lines(source: Source, path: str | Path, *, start: int = 0) -> Iterator[tuple[int, str]]:

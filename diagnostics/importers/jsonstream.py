@@ -9,6 +9,7 @@ depth (a 700 KB file nested 100,000 levels took 10 GB and 40 s). Real logs nest 
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import os
@@ -153,6 +154,8 @@ def stream_items(source, path, prefix: str) -> Iterator[tuple[int, object]]:
     import ijson
 
     with open(path, "rb") as raw:
+        if raw.read(len(codecs.BOM_UTF8)) != codecs.BOM_UTF8:  # a BOM (Windows editors write one) is no JSON
+            raw.seek(0)
         stream = NonFiniteFilter(raw)
         try:
             items = ijson.items(stream, prefix, use_float=True)  # reads the first chunk

@@ -271,6 +271,26 @@ def test_a_reward_that_breaks_before_its_20th_step_has_collapsed(store, tmp_path
     assert found["reward_collapse"].severity == "critical" and found["reward_collapse"].onset_step <= 10
 
 
+def test_a_stray_latin1_byte_does_not_make_a_console_log_binary(store, tmp_path):
+    """A verl console log with a Latin-1 ``é`` (a prompt printed from a cp1252 file) near its top: read as U+FFFD,
+    the file imports with every step it had."""
+    lines = VERL_DEMO.read_bytes().split(b"\n")
+    damaged = tmp_path / VERL_DEMO.name
+    damaged.write_bytes(b"\n".join([lines[0] + b" caf\xe9", *lines[1:]]))
+    [clean], [read] = import_runs(store, VERL_DEMO), import_runs(store, damaged)
+    assert list(store.metrics(read.run_id).index) == list(store.metrics(clean.run_id).index)
+
+
+def test_a_trainer_state_saved_with_a_bom_is_read(store, tmp_path):
+    """A trainer_state.json re-saved by a Windows editor starts with a UTF-8 BOM: the JSON after it is read."""
+    path = CORPUS / "trl-state__qhy991__grpo-clean-2__pure-model-parallel-lr2e-5-r64" / "trainer_state.json"
+    saved = tmp_path / "ckpt" / "trainer_state.json"
+    saved.parent.mkdir()
+    saved.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    [clean], [read] = import_runs(store, path), import_runs(store, saved)
+    assert list(store.metrics(read.run_id).index) == list(store.metrics(clean.run_id).index)
+
+
 def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
     """A hand-written REINFORCE loop's ``sample_kl`` (1.6 at its first update): read as kl, and named as a reference
     that is not the starting policy."""
