@@ -41,6 +41,11 @@ _TRL_MARKERS = ("GRPOConfig(", "RLOOConfig(", "TrainingArguments(", "GRPOTrainer
 _VERL_MARKERS = ("verl.trainer.main_ppo", "verl.trainer.main_dapo")
 
 
+# Compressed files by their magic bytes: a log copied off a cluster often comes packed.
+_ARCHIVES = ((b"\x1f\x8b", "gzip-compressed (gunzip -k FILE)"), (b"PK\x03\x04", "a zip archive (unzip FILE)"),
+             (b"\xfd7zXZ\x00", "xz-compressed (unxz -k FILE)"), (b"\x28\xb5\x2f\xfd", "zstd-compressed (unzstd FILE)"))
+
+
 def unknown(path, why: str) -> LogFormatError:
     return LogFormatError(path, f"not a log GRPO Doctor can read ({why}); formats: {FORMAT_LIST}")
 
@@ -151,6 +156,9 @@ def detect_file(path: Path) -> str:
         raise LogFormatError(path, "file is empty")
     if looks_like_events(head):
         return "tensorboard"
+    packed = next((kind for magic, kind in _ARCHIVES if head.startswith(magic)), None)
+    if packed:
+        raise LogFormatError(path, f"{packed}: unpack it first and import the log inside")
     text = decode_head(head)
     if text is None:
         raise unknown(path, "binary data")

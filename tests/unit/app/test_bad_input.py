@@ -4,6 +4,7 @@ text in a number field, a restarted step counter) are imported: see test_import_
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
@@ -60,6 +61,12 @@ def malformed_jsonl_line(tmp: Path) -> Path:
 def binary_garbage(tmp: Path) -> Path:
     p = tmp / "blob.bin"
     p.write_bytes(os.urandom(100_000))
+    return p
+
+
+def gzipped_log(tmp: Path) -> Path:
+    p = tmp / "train.log.gz"
+    p.write_bytes(gzip.compress(b"step=1 reward=0.1 kl=0.01 loss=0.5\nstep=2 reward=0.2 kl=0.02 loss=0.4\n"))
     return p
 
 
@@ -133,6 +140,7 @@ CASES = [
     (malformed_json, "malformed JSON at byte"),
     (binary_garbage, "not a log GRPO Doctor can read (binary data); formats: trainer_state"),
     (huge_junk, "binary data"),
+    (gzipped_log, "gzip-compressed (gunzip -k FILE): unpack it first and import the log inside"),
     (empty_folder, "no log GRPO Doctor can read in this folder"),
     (missing, "no such file or folder"),
     (only_eval_rows, "no training steps found"),
