@@ -383,14 +383,26 @@ def bracket_depths(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
             yield i, ch, depth
 
 
+_OBJECT_START = re.compile(r'\{\s*"')
+
+
+def after_prefix(line: str) -> str | None:
+    """The JSON object a logger wrote after its prefix (``2025-09-23 09:01:00 INFO {"step": 1, ...}``,
+    ``metrics: {...}``), as text; None when the line does not end with one."""
+    text = line.strip()
+    found = _OBJECT_START.search(text)
+    return text[found.start():] if found and found.start() > 0 and text.endswith("}") else None
+
+
 def json_records(source: Source, path: str | Path) -> Iterator[tuple[int, dict]]:
-    """``(line number, object)`` for each non-blank line of a JSON-lines file; a line that is not a JSON object
-    (malformed, cut short, a bare value) is skipped and counted."""
+    """``(line number, object)`` for each non-blank line of a JSON-lines file, or for each line that ends with a
+    JSON object after a logger's prefix; a line that is not a JSON object (malformed, cut short, a bare value) is
+    skipped and counted."""
     for lineno, line in iter_lines(source, path):
         if not line.strip():
             continue
         try:
-            record = json_line(source, lineno, line)
+            record = json_line(source, lineno, after_prefix(line) or line)
         except LogFormatError as e:
             source.skip_line(f"line {lineno}", e.problem.split(": ", 1)[-1])
             continue

@@ -13,6 +13,7 @@ from pathlib import Path
 from grpo_doctor.diagnostics.importers._base import (
     LogFormatError,
     Source,
+    after_prefix,
     decode_head,
     iter_lines,
     read_head,
@@ -199,6 +200,8 @@ def detect_file(path: Path) -> str:
         return "trl_console"
     if any(m in text for m in _TRL_MARKERS):
         return "trl_console"
+    if _prefixed_json(lines):
+        return "jsonl"
     if looks_like_metrics(lines):
         return "console"
     csv_format = _csv_format(lines)
@@ -214,6 +217,13 @@ def detect_file(path: Path) -> str:
             return found
     raise unknown(path, "no known log lines in it" if size <= DEEP_SCAN_BYTES else
                   f"no known log lines in the first {DEEP_SCAN_BYTES // 2**20} MiB")
+
+
+def _prefixed_json(lines: list[str]) -> bool:
+    """Whether a loop logs its metrics as JSON objects after a logger's prefix (``logger.info(json.dumps(m))``):
+    three such lines at least, and a fifth of the lines."""
+    found = sum(isinstance(_json_or_none(text), dict) for text in map(after_prefix, lines[:2000]) if text)
+    return found >= 3 and found >= 0.2 * sum(1 for line in lines[:2000] if line.strip())
 
 
 def _has_log_dict(lines: list[str]) -> bool:

@@ -279,8 +279,10 @@ def as_eval(values: dict[str, float]) -> dict[str, float]:
 
 
 def _is_array(path: Path) -> bool:
-    """The document is one JSON array (``[{...}, {...}]``) rather than JSON lines."""
-    return read_head(path, 4096).decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n").startswith("[")
+    """The document is one JSON array of records (``[{...}, {...}]``) rather than JSON lines (which may start with a
+    logger's ``[rank0]: {...}``)."""
+    text = read_head(path, 4096).decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    return text.startswith("[") and text[1:].lstrip(" \t\r\n")[:1] in ("{", "]", "")
 
 
 DOCUMENT_MAX_BYTES = 64 * 2**20  # a JSON document (not JSON lines) is read whole, up to this size

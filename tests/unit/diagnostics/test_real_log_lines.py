@@ -291,6 +291,18 @@ def test_a_trainer_state_saved_with_a_bom_is_read(store, tmp_path):
     assert list(store.metrics(read.run_id).index) == list(store.metrics(clean.run_id).index)
 
 
+@pytest.mark.parametrize("prefix", ["2025-09-23 09:01:00,984 - train - INFO - metrics: ", "[rank0]: "])
+def test_json_objects_a_logger_wrote_after_its_prefix_are_json_lines(store, tmp_path, prefix):
+    """A loop's JSON lines as ``logger.info(json.dumps(m))`` or torchrun's ``[rank0]:`` writes them, among the
+    logger's other lines: the same steps and values as the bare JSON lines."""
+    lines = VINCE.read_text().splitlines()
+    logged = tmp_path / VINCE.name
+    logged.write_text("".join(f"{prefix}loading the model\n" * (i % 7 == 0) + f"{prefix}{line}\n"
+                              for i, line in enumerate(lines)))
+    [clean], [read] = import_runs(store, VINCE), import_runs(store, logged)
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
 def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
     """A hand-written REINFORCE loop's ``sample_kl`` (1.6 at its first update): read as kl, and named as a reference
     that is not the starting policy."""
