@@ -27,6 +27,7 @@ from grpo_doctor.diagnostics.importers.hf import (
     unwrapped,
 )
 from grpo_doctor.diagnostics.importers.tabular import (
+    csv_delimiter,
     header_is_ours,
     is_wandb_header,
     json_document,
@@ -202,6 +203,10 @@ def detect_file(path: Path) -> str:
         return "trl_console"
     if _prefixed_json(lines):
         return "jsonl"
+    if csv_delimiter([line for line in lines[:50] if line.strip()]) not in (None, ","):
+        tabbed = _csv_format(lines)  # a TSV's rows of numbers would read as a loop's console lines
+        if tabbed:
+            return tabbed
     if looks_like_metrics(lines):
         return "console"
     csv_format = _csv_format(lines)
@@ -272,10 +277,11 @@ def _json_or_none(line: str):
 
 def _csv_format(lines: list[str]) -> str | None:
     rows = [line for line in lines[:50] if line.strip()]
-    if not rows or ("," not in rows[0]):
+    delimiter = csv_delimiter(rows)
+    if delimiter is None:
         return None
     try:
-        parsed = list(csv.reader(io.StringIO("\n".join(rows[:20]))))
+        parsed = list(csv.reader(io.StringIO("\n".join(rows[:20])), delimiter=delimiter))
     except csv.Error:
         return None
     header = [c.strip() for c in parsed[0]]

@@ -4,6 +4,7 @@ GRPO Doctor's own JSONL export."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from grpo_doctor.diagnostics.importers._base import (
     LogFormatError,
     ParsedLog,
     Source,
+    decode_head,
     flatten,
     iter_lines,
     json_line,
@@ -59,11 +61,37 @@ def is_wandb_header(names) -> bool:
 
 
 # ---------------------------------------------------------------------------- CSV
+_OTHER_DELIMITERS = ("\t", ";", "|")  # a TSV, a European spreadsheet's export (with decimal commas), a bar table
+_DECIMAL_COMMA = re.compile(r"^\s*[-+]?\d+,\d+(?:[eE][-+]?\d+)?\s*$")
+
+
+def csv_delimiter(lines: list[str]) -> str | None:
+    """A table's delimiter, from its first lines: a comma when the header has one; else a tab, a semicolon or a bar
+    that splits the header into two or more columns and 4 in 5 of the next rows into as many; None when none does."""
+    rows = [line for line in lines[:21] if line.strip()]
+    if not rows or "," in rows[0]:
+        return "," if rows else None
+    for delimiter in _OTHER_DELIMITERS:
+        if delimiter not in rows[0]:
+            continue
+        try:
+            parsed = list(csv.reader(io.StringIO("\n".join(rows)), delimiter=delimiter))
+        except csv.Error:
+            continue
+        width = len(parsed[0])
+        if width >= 2 and sum(len(r) == width for r in parsed[1:]) >= 0.8 * (len(parsed) - 1):
+            return delimiter
+    return None
+
+
 def _csv_records(source: Source, path: Path) -> Iterator[tuple[int, list[str]]]:
-    """``(line number, fields)`` from a CSV file, with bounded line lengths."""
+    """``(line number, fields)`` from a CSV file (or a TSV, or a semicolon table, whose decimal commas are read as
+    points), with bounded line lengths."""
+    head = (decode_head(read_head(path)) or "").splitlines()
+    delimiter = csv_delimiter(head) or ","
     lines = (line for _n, line in iter_lines(source, path))
     csv.field_size_limit(MAX_LINE_CHARS)
-    reader = csv.reader(lines)
+    reader = csv.reader(lines, delimiter=delimiter)
     while True:
         try:
             fields = next(reader)
@@ -72,6 +100,8 @@ def _csv_records(source: Source, path: Path) -> Iterator[tuple[int, list[str]]]:
         except csv.Error as e:
             source.skip_line(f"line {reader.line_num}", f"malformed CSV ({e})")
             continue
+        if delimiter == ";":
+            fields = [f.replace(",", ".") if _DECIMAL_COMMA.match(f) else f for f in fields]
         yield reader.line_num, fields
 
 

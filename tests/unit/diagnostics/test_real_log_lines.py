@@ -4,6 +4,7 @@ seen does."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -300,6 +301,20 @@ def test_json_objects_a_logger_wrote_after_its_prefix_are_json_lines(store, tmp_
     logged.write_text("".join(f"{prefix}loading the model\n" * (i % 7 == 0) + f"{prefix}{line}\n"
                               for i, line in enumerate(lines)))
     [clean], [read] = import_runs(store, VINCE), import_runs(store, logged)
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
+@pytest.mark.parametrize("convert", [lambda text: text.replace(",", "\t"),
+                                     lambda text: re.sub(r"(\d)\.(\d)", r"\1,\2", text.replace(",", ";"))],
+                         ids=["tsv", "semicolons-and-decimal-commas"])
+def test_a_table_saved_as_tsv_or_by_a_european_spreadsheet_is_read(store, tmp_path, convert):
+    """A loop's CSV (rasbt's chapter 7 run) saved with tabs, or as a European spreadsheet saves it (``;`` between
+    fields, ``,`` before decimals): the same steps and values."""
+    path = CORPUS / "handwritten-csv__rasbt__reasoning-from-scratch__qwen3-0p6b-7-4-clip-ratio" / \
+        "7_4_plus_clip_ratio_metrics.csv"
+    saved = tmp_path / path.name
+    saved.write_text(convert(path.read_text()))
+    [clean], [read] = import_runs(store, path), import_runs(store, saved)
     assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
 
