@@ -32,6 +32,7 @@ from grpo_doctor.diagnostics.importers.tabular import (
     is_wandb_header,
     json_document,
     json_table,
+    pretty_objects,
     step_column,
 )
 from grpo_doctor.diagnostics.importers.tensorboard import event_files, looks_like_events
@@ -192,6 +193,8 @@ def detect_file(path: Path) -> str:
         elif first.startswith("{") and not first.rstrip().endswith("}"):
             if json_table(json_document(path)) is not None:
                 return "jsonl"  # a loop's json.dump of its history: columns, or a list of records under a key
+            if pretty_objects(path) is not None:
+                return "jsonl"  # a loop's json.dump of each step's record, indented, one after another
             raise unknown(path, "a JSON document without 'log_history' or a table of metrics, so not a "
                                 "trainer_state.json")
     if any(STEP_LINE.search(line) for line in lines[:2000]) or any(m in text for m in CONFIG_MARKERS[:2]) \

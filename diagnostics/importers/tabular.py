@@ -355,6 +355,32 @@ def json_document(path: Path):
         return None
 
 
+def pretty_objects(path: Path) -> list[dict] | None:
+    """A loop's records written one after another as indented JSON (``json.dump(m, f, indent=2)`` at each step): the
+    objects, or None when the file is not two or more of them (or is too big to read whole)."""
+    try:
+        if path.stat().st_size > DOCUMENT_MAX_BYTES:
+            return None
+        text = path.read_text(encoding="utf-8-sig", errors="replace")
+    except OSError:
+        return None
+    if next((line.strip() for line in text.splitlines() if line.strip()), "") != "{":
+        return None  # JSON lines, or one document
+    decoder, objects, pos = json.JSONDecoder(), [], 0
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        if pos == len(text):
+            return objects if len(objects) >= 2 else None
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(value, dict):
+            return None
+        objects.append(value)
+
+
 def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tuple[int, dict[str, float]]]:
     """Steps from ``step_key``, else from the first record's step key (then every record needs one), else
     the row order (said in a note). Validation rows (``"split": "val"``) are kept under ``eval/`` names. A JSON
@@ -363,8 +389,11 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
     order = 0
     document = None if _is_array(path) else json_document(path)
     table = json_table(document) if isinstance(document, dict) else None
+    objects = pretty_objects(path) if document is None and not _is_array(path) else None
     if table is not None:
         records = ((f"row {i}", r) for i, r in enumerate(table, start=1))
+    elif objects is not None:
+        records = ((f"object {i}", r) for i, r in enumerate(objects, start=1))
     else:
         records = array_records(source, path) if _is_array(path) else (
             (f"line {n}", r) for n, r in json_records(source, path))

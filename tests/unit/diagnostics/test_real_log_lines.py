@@ -4,6 +4,7 @@ seen does."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -315,6 +316,15 @@ def test_a_table_saved_as_tsv_or_by_a_european_spreadsheet_is_read(store, tmp_pa
     saved = tmp_path / path.name
     saved.write_text(convert(path.read_text()))
     [clean], [read] = import_runs(store, path), import_runs(store, saved)
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
+def test_records_dumped_one_after_another_as_indented_json_are_read(store, tmp_path):
+    """A loop that writes each step's record with ``json.dump(record, f, indent=2)``: the same steps and values as
+    its JSON lines."""
+    dumped = tmp_path / VINCE.name
+    dumped.write_text("\n".join(json.dumps(json.loads(line), indent=2) for line in VINCE.read_text().splitlines()))
+    [clean], [read] = import_runs(store, VINCE), import_runs(store, dumped)
     assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
 
