@@ -177,15 +177,7 @@ def detect_file(path: Path) -> str:
     if stripped.startswith("{"):
         record = _json_or_none(first)
         if isinstance(record, dict):
-            if header_is_ours(record):
-                return "grpo_doctor_jsonl"
-            if "log_history" in record:
-                return "trainer_state"
-            if "step" in record and isinstance(record.get("data"), dict):
-                return "verl_jsonl"
-            if "global_step/max_steps" in record:
-                return "swift_jsonl"
-            return "jsonl"
+            return _json_line_format(record)
         if '"log_history"' in text or re.search(r'^\s*"global_step":\s*\d+,\s*$', text, re.M):
             return "trainer_state"
         if first.startswith("{'"):
@@ -204,8 +196,9 @@ def detect_file(path: Path) -> str:
         return "trl_console"
     if any(m in text for m in _TRL_MARKERS):
         return "trl_console"
-    if _prefixed_json(lines):
-        return "jsonl"
+    prefixed = _prefixed_json(lines)
+    if prefixed is not None:
+        return _json_line_format(prefixed)
     if csv_delimiter([line for line in lines[:50] if line.strip()]) not in (None, ","):
         tabbed = _csv_format(lines)  # a TSV's rows of numbers would read as a loop's console lines
         if tabbed:
@@ -217,6 +210,8 @@ def detect_file(path: Path) -> str:
         return csv_format
     if stripped.startswith("[") and stripped[1:].lstrip(" \t\r\n").startswith("{"):
         return "jsonl"  # one JSON array of records (a loop's json.dump of its history)
+    if stripped.startswith("{") and not complete and json_table(json_document(path)) is not None:
+        return "jsonl"  # a loop's json.dump of its history on one line longer than the head
     if stripped.startswith("{") or stripped.startswith("["):
         raise unknown(path, "JSON that is not a trainer_state.json or JSON lines")
     if not complete:
@@ -227,11 +222,25 @@ def detect_file(path: Path) -> str:
                   f"no known log lines in the first {DEEP_SCAN_BYTES // 2**20} MiB")
 
 
-def _prefixed_json(lines: list[str]) -> bool:
-    """Whether a loop logs its metrics as JSON objects after a logger's prefix (``logger.info(json.dumps(m))``):
-    three such lines at least, and a fifth of the lines."""
-    found = sum(isinstance(_json_or_none(text), dict) for text in map(after_prefix, lines[:2000]) if text)
-    return found >= 3 and found >= 0.2 * sum(1 for line in lines[:2000] if line.strip())
+def _json_line_format(record: dict) -> str:
+    """Which JSON-lines format a file is, from its first object."""
+    if header_is_ours(record):
+        return "grpo_doctor_jsonl"
+    if "log_history" in record:
+        return "trainer_state"
+    if "step" in record and isinstance(record.get("data"), dict):
+        return "verl_jsonl"
+    if "global_step/max_steps" in record:
+        return "swift_jsonl"
+    return "jsonl"
+
+
+def _prefixed_json(lines: list[str]) -> dict | None:
+    """The first of the JSON objects a loop logs after a logger's prefix (``logger.info(json.dumps(m))``, torchrun's
+    ``[rank0]:``), when there are three such lines at least, and a fifth of the lines; else None."""
+    found = [r for r in (_json_or_none(t) for t in map(after_prefix, lines[:2000]) if t) if isinstance(r, dict)]
+    enough = len(found) >= 3 and len(found) >= 0.2 * sum(1 for line in lines[:2000] if line.strip())
+    return found[0] if enough else None
 
 
 def _has_log_dict(lines: list[str]) -> bool:

@@ -328,6 +328,26 @@ def test_records_dumped_one_after_another_as_indented_json_are_read(store, tmp_p
     assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
 
+def test_a_json_history_saved_on_one_line_longer_than_the_head_is_read(store, tmp_path):
+    """A loop's JSON history re-saved compact (``json.dump(history, f)``): one line of more than 64 KiB."""
+    path = CORPUS / "other__by571__triebwerk__qwen3-06b-cudagraph-v2" / "fast_v2_metrics.json"
+    compact = tmp_path / path.name
+    compact.write_text(json.dumps(json.loads(path.read_text())))
+    assert compact.stat().st_size > 64 * 1024
+    [clean], [read] = import_runs(store, path), import_runs(store, compact)
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
+def test_verls_file_logger_lines_after_torchruns_prefix_are_verls(store, tmp_path):
+    """verl's file logger (``{"step": N, "data": {...}}``) with ``[rank0]:`` before each line: read as verl's, so
+    its validation-only step 0 stays a validation row."""
+    path = CORPUS / "verl-jsonl__hanlindu__verl__gsm8k-ppo-crash" / "gsm8k.jsonl"
+    prefixed = tmp_path / path.name
+    prefixed.write_text("".join(f"[rank0]: {line}\n" for line in path.read_text().splitlines()))
+    [clean], [read] = import_runs(store, path), import_runs(store, prefixed)
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
 def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
     """A hand-written REINFORCE loop's ``sample_kl`` (1.6 at its first update): read as kl, and named as a reference
     that is not the starting policy."""

@@ -1,0 +1,159 @@
+"""Imports each train-split corpus log again as users' copies of it differ, and checks it reads as the original.
+
+    .venv/bin/python benchmarks/eval_log_variants.py [--verbose]
+
+A first log differs from the corpus in more than its metrics: Windows line ends, a BOM, a logger's prefix on every
+line, torchrun's ``[rank0]:``, colour codes, a table saved as TSV or by a European spreadsheet, a crash mid-write.
+Each variant below is applied to the train-split logs of the kinds it fits (console output, JSON lines, JSON
+documents, CSV tables), written beside copies of the files next to the log, and imported. It passes when the import
+makes as many runs, with as many steps (one fewer where the variant cut the log's end), as the original's; a
+compressed file passes when it is refused with a one-line error that says how to unpack it. Prints one line per
+variant and exits 0 (a measurement, not a gate: tests/unit holds the cases that must pass).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import io
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from eval_real_logs import CORPUS, load_readings  # noqa: E402
+
+from grpo_doctor.diagnostics.importers import LogFormatError, import_runs  # noqa: E402
+from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
+
+
+def kind_of(path: Path) -> str:
+    if path.suffix == ".jsonl":
+        return "jsonl"
+    if path.suffix == ".json":
+        return "json"
+    if path.suffix in (".csv", ".tsv"):
+        return "csv"
+    return "console"
+
+
+def _lines(data: bytes, f: Callable[[bytes], bytes]) -> bytes:
+    return b"\n".join(f(line) if line.strip() else line for line in data.split(b"\n"))
+
+
+def _indented(line: bytes) -> bytes:
+    try:
+        return json.dumps(json.loads(line), indent=2).encode()
+    except ValueError:
+        return line
+
+
+def _table(data: bytes, delimiter: str, decimal_comma: bool) -> bytes:
+    rows = list(csv.reader(io.StringIO(data.decode("utf-8-sig"))))
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
+    for row in rows:
+        writer.writerow([re.sub(r"^(-?\d+)\.(\d+)$", r"\1,\2", c) if decimal_comma else c for c in row])
+    return out.getvalue().encode()
+
+
+def _cut(data: bytes) -> bytes:
+    """The log as a crash leaves it: its last line half written."""
+    body = data.rstrip(b"\r\n")
+    last = body.rfind(b"\n") + 1
+    return body[:last + max(1, (len(body) - last) // 2)]
+
+
+TRACEBACK = b'\nTraceback (most recent call last):\n  File "train.py", line 412, in <module>\n' \
+            b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+
+# (name, the kinds it fits, how it changes the bytes)
+VARIANTS: list[tuple[str, tuple[str, ...], Callable[[bytes], bytes]]] = [
+    ("Windows line ends", ("console", "jsonl", "json", "csv"), lambda b: b.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")),
+    ("a UTF-8 BOM", ("console", "jsonl", "json", "csv"), lambda b: b"\xef\xbb\xbf" + b),
+    ("cut mid-write (a crash)", ("console", "jsonl", "csv"), lambda b: _cut(b)),
+    ("a traceback after the last step", ("console", "jsonl"), lambda b: b + TRACEBACK),
+    ("a stray Latin-1 byte", ("console",), lambda b: b.replace(b"\n", b" caf\xe9\n", 1)),
+    ("colour codes", ("console",), lambda b: _lines(b, lambda x: b"\x1b[32m" + x + b"\x1b[0m")),
+    ("torchrun's [rank0]: prefix", ("console", "jsonl"), lambda b: _lines(b, lambda x: b"[rank0]: " + x)),
+    ("srun --label's 0: prefix", ("console", "jsonl"), lambda b: _lines(b, lambda x: b"0: " + x)),
+    ("a logger's timestamp prefix", ("console", "jsonl"),
+     lambda b: _lines(b, lambda x: b"2025-09-23 09:01:00,984 - train - INFO - " + x)),
+    ("records dumped as indented JSON", ("jsonl",), lambda b: _lines(b, _indented)),
+    ("re-saved compact", ("json",), lambda b: json.dumps(json.loads(b)).encode()),
+    ("re-saved with indent 4", ("json",), lambda b: json.dumps(json.loads(b), indent=4).encode()),
+    ("saved as TSV", ("csv",), lambda b: _table(b, "\t", False)),
+    ("a European spreadsheet's ; and decimal commas", ("csv",), lambda b: _table(b, ";", True)),
+    ("gzip-compressed (refused, saying how to unpack)", ("console", "jsonl", "json", "csv"), gzip.compress),
+]
+CUT = "cut mid-write (a crash)"
+PACKED = "gzip-compressed (refused, saying how to unpack)"
+
+
+def shape(path: Path) -> tuple[int, int]:
+    """(runs, steps of the first run) of an import."""
+    with RunStore(":memory:") as store:
+        made = import_runs(store, path)
+        return len(made), len(store.metrics(made[0].run_id))
+
+
+def check(name: str, original: tuple[int, int], path: Path) -> str | None:
+    """None when the variant reads as the original; else what went wrong."""
+    try:
+        runs, steps = shape(path)
+    except LogFormatError as e:
+        return None if name == PACKED and "gunzip" in str(e) else str(e).split(": ", 1)[-1][:160]
+    if name == PACKED:
+        return "imported a compressed file"
+    if runs != original[0] or not 0 <= original[1] - steps <= (1 if name == CUT else 0):
+        return f"{runs} run(s), {steps} steps; the original {original[0]}, {original[1]}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--verbose", action="store_true", help="name each log that failed")
+    args = p.parse_args(argv)
+    logs = sorted({e["file"] for e in load_readings() if e.get("split") == "train"})
+    failed: dict[str, list[str]] = {name: [] for name, _, _ in VARIANTS}
+    tried = dict.fromkeys(failed, 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        for file in logs:
+            src = CORPUS / file
+            try:
+                original = shape(src)
+            except LogFormatError:
+                continue  # eval_real_logs reports it
+            kind = kind_of(src)
+            for i, (name, kinds, change) in enumerate(VARIANTS):
+                if kind not in kinds:
+                    continue
+                folder = Path(tmp) / str(i) / file.replace("/", "__")
+                folder.mkdir(parents=True)
+                for sibling in src.parent.iterdir():  # the config and scripts beside the log
+                    if sibling.is_file() and sibling != src:
+                        (folder / sibling.name).write_bytes(sibling.read_bytes())
+                variant = folder / (src.name + (".gz" if name == PACKED else ""))
+                variant.write_bytes(change(src.read_bytes()))
+                tried[name] += 1
+                problem = check(name, original, variant)
+                if problem:
+                    failed[name].append(f"{file}: {problem}")
+    total_ok = sum(tried.values()) - sum(map(len, failed.values()))
+    for name, _, _ in VARIANTS:
+        print(f"{name:<50} {tried[name] - len(failed[name]):>3}/{tried[name]:<3} read as the original")
+        for line in failed[name] if args.verbose else []:
+            print(f"    {line}")
+    print(f"all variants: {total_ok}/{sum(tried.values())}, of {len(logs)} train-split logs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
