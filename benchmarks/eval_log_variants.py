@@ -1,10 +1,11 @@
 """Imports each train-split corpus log again as users' copies of it differ, and checks it reads as the original.
 
-    .venv/bin/python benchmarks/eval_log_variants.py [--verbose]
+    .venv/bin/python benchmarks/eval_log_variants.py [--split train|test] [--verbose]
 
 A first log differs from the corpus in more than its metrics: Windows line ends, a BOM, a logger's prefix on every
 line, torchrun's ``[rank0]:``, colour codes, a table saved as TSV or by a European spreadsheet, a crash mid-write.
-Each variant below is applied to the train-split logs of the kinds it fits (console output, JSON lines, JSON
+Each variant below is applied to the split's logs (train by default: the variants were made to pass
+there; the test split's figure is untuned) of the kinds it fits (console output, JSON lines, JSON
 documents, CSV tables), written beside copies of the files next to the log, and imported. It passes when the import
 makes as many runs, with as many steps (one fewer where the variant cut the log's end), as the original's; a
 compressed file passes when it is refused with a one-line error that says how to unpack it. Prints one line per
@@ -119,9 +120,10 @@ def check(name: str, original: tuple[int, int], path: Path) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--split", choices=("train", "test"), default="train")
     p.add_argument("--verbose", action="store_true", help="name each log that failed")
     args = p.parse_args(argv)
-    logs = sorted({e["file"] for e in load_readings() if e.get("split") == "train"})
+    logs = sorted({e["file"] for e in load_readings() if e.get("split") == args.split})
     failed: dict[str, list[str]] = {name: [] for name, _, _ in VARIANTS}
     tried = dict.fromkeys(failed, 0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<50} {tried[name] - len(failed[name]):>3}/{tried[name]:<3} read as the original")
         for line in failed[name] if args.verbose else []:
             print(f"    {line}")
-    print(f"all variants: {total_ok}/{sum(tried.values())}, of {len(logs)} train-split logs")
+    print(f"all variants: {total_ok}/{sum(tried.values())}, of {len(logs)} {args.split}-split logs")
     return 0
 
 
