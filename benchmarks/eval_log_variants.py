@@ -8,8 +8,9 @@ Each variant below is applied to the split's logs (train by default: the variant
 there; the test split's figure is untuned) of the kinds it fits (console output, JSON lines, JSON
 documents, CSV tables), written beside copies of the files next to the log, and imported. It passes when the import
 makes as many runs, with as many steps (one fewer where the variant cut the log's end), as the original's; a
-compressed file passes when it is refused with a one-line error that says how to unpack it. Prints one line per
-variant and exits 0 (a measurement, not a gate: tests/unit holds the cases that must pass).
+compressed file passes when it is refused with a one-line error that says how to unpack it; a folder given instead
+of the file (a model's config, generation config and tokenizer files beside the log) when the import finds the log.
+Prints one line per variant and exits 0 (a measurement, not a gate: tests/unit holds the cases that must pass).
 """
 
 from __future__ import annotations
@@ -93,7 +94,18 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[bytes], bytes]]] = [
     ("saved as TSV", ("csv",), lambda b: _table(b, "\t", False)),
     ("a European spreadsheet's ; and decimal commas", ("csv",), lambda b: _table(b, ";", True)),
     ("gzip-compressed (refused, saying how to unpack)", ("console", "jsonl", "json", "csv"), gzip.compress),
+    ("its folder given, with the model's files beside it", ("console", "jsonl", "json", "csv"), lambda b: b),
 ]
+FOLDER = "its folder given, with the model's files beside it"
+# What a Hugging Face output folder holds beside a log (transformers' save_pretrained and a README).
+MODEL_FILES = {
+    "config.json": json.dumps({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 896, "model_type": "qwen2",
+                               "num_hidden_layers": 24, "torch_dtype": "bfloat16", "vocab_size": 151936}, indent=2),
+    "generation_config.json": json.dumps({"bos_token_id": 151643, "eos_token_id": 151645, "temperature": 0.7}),
+    "tokenizer_config.json": json.dumps({"add_bos_token": False, "model_max_length": 32768}, indent=2),
+    "special_tokens_map.json": json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}),
+    "README.md": "# my run\n\nTrained with GRPO.\n",
+}
 CUT = "cut mid-write (a crash)"
 PACKED = "gzip-compressed (refused, saying how to unpack)"
 
@@ -144,8 +156,12 @@ def main(argv: list[str] | None = None) -> int:
                         (folder / sibling.name).write_bytes(sibling.read_bytes())
                 variant = folder / (src.name + (".gz" if name == PACKED else ""))
                 variant.write_bytes(change(src.read_bytes()))
+                if name == FOLDER:
+                    for model_file, text in MODEL_FILES.items():
+                        if not (folder / model_file).exists():
+                            (folder / model_file).write_text(text)
                 tried[name] += 1
-                problem = check(name, original, variant)
+                problem = check(name, original, folder if name == FOLDER else variant)
                 if problem:
                     failed[name].append(f"{file}: {problem}")
     total_ok = sum(tried.values()) - sum(map(len, failed.values()))

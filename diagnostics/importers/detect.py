@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import re
 from pathlib import Path
 
 from grpo_doctor.diagnostics.importers._base import (
+    NEW_RUN,
     LogFormatError,
     Source,
     after_prefix,
@@ -106,6 +108,15 @@ def best_trainer_state(folder: Path) -> Path | None:
     return max(candidates, key=trainer_state_global_step)  # ties: the root file (listed first)
 
 
+def _has_steps(fmt: str, path: Path) -> bool:
+    """Whether a file read as ``fmt`` yields two training rows (read lazily: it stops there)."""
+    try:
+        rows = (row for row in FORMATS[fmt].parse(str(path), path, None).rows if row[0] != NEW_RUN)
+        return sum(1 for _ in itertools.islice(rows, 2)) == 2
+    except (LogFormatError, OSError, ValueError, RecursionError):
+        return False
+
+
 def _resolve_folder(folder: Path, fmt: str | None) -> tuple[str, Path]:
     if fmt in (None, "swift_jsonl") and (folder / "logging.jsonl").is_file():
         return "swift_jsonl", folder / "logging.jsonl"
@@ -136,6 +147,8 @@ def _resolve_folder(folder: Path, fmt: str | None) -> tuple[str, Path]:
             found.append((detect_file(child), child))
         except LogFormatError:
             continue
+    if len(found) > 1:  # a model's generation_config.json beside the log reads as a JSON line, but has no steps
+        found = [f for f in found if _has_steps(*f)] or found
     if len(found) == 1:
         return found[0]
     if len(found) > 1:

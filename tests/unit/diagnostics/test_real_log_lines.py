@@ -348,6 +348,18 @@ def test_verls_file_logger_lines_after_torchruns_prefix_are_verls(store, tmp_pat
     assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
 
+def test_a_run_folder_with_the_models_files_beside_the_log_is_read_through_the_log(store, tmp_path):
+    """An output folder where the loop saved its model (``generation_config.json`` is one JSON object on one line,
+    as a JSON-lines log starts) beside its metrics: the folder imports as the log."""
+    folder = tmp_path / "outputs"
+    folder.mkdir()
+    (folder / VINCE.name).write_bytes(VINCE.read_bytes())
+    (folder / "generation_config.json").write_text('{"bos_token_id": 151643, "eos_token_id": 151645}')
+    (folder / "config.json").write_text('{\n  "model_type": "qwen2",\n  "hidden_size": 896\n}\n')
+    [clean], [read] = import_runs(store, VINCE), import_runs(store, folder)
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
 def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
     """A hand-written REINFORCE loop's ``sample_kl`` (1.6 at its first update): read as kl, and named as a reference
     that is not the starting policy."""
