@@ -86,6 +86,8 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[bytes], bytes]]] = [
     ("colour codes", ("console",), lambda b: _lines(b, lambda x: b"\x1b[32m" + x + b"\x1b[0m")),
     ("torchrun's [rank0]: prefix", ("console", "jsonl"), lambda b: _lines(b, lambda x: b"[rank0]: " + x)),
     ("srun --label's 0: prefix", ("console", "jsonl"), lambda b: _lines(b, lambda x: b"0: " + x)),
+    ("printed by two ranks, torchrun-prefixed", ("console", "jsonl"),
+     lambda b: _lines(b, lambda x: b"[rank0]: " + x + b"\n[rank1]: " + x)),
     ("a logger's timestamp prefix", ("console", "jsonl"),
      lambda b: _lines(b, lambda x: b"2025-09-23 09:01:00,984 - train - INFO - " + x)),
     ("records dumped as indented JSON", ("jsonl",), lambda b: _lines(b, _indented)),

@@ -307,11 +307,27 @@ def decode_head(head: bytes) -> str | None:
     return None if text.count("\ufffd") > len(text) // 100 else text
 
 
+# torchrun's prefix on each process's lines (``[rank1]:``; ``[default1]:`` with --tee)
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:", re.M)
+
+
+def main_rank(head: str) -> str | None:
+    """The lowest rank of a log that holds several processes' output, each line prefixed with its rank (a loop that
+    prints on every rank prints each step once per process); None for one process's output."""
+    ranks = set(_RANK_PREFIX.findall(head))
+    return min(ranks, key=int) if len(ranks) > 1 else None
+
+
 def iter_lines(source: Source, path: str | Path, *, start: int = 0) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` pairs, streamed. Lines end at ``\\n``, ``\\r\\n`` or a bare ``\\r``
     (tqdm redraws); only ``\\n`` counts towards the line number. Bytes that are not UTF-8 read as U+FFFD (a
-    stray Latin-1 byte spoils one value, not the file). A line longer than 16 MiB is an error."""
-    encoding = text_encoding(read_head(path, 4))
+    stray Latin-1 byte spoils one value, not the file). Of a log of several ranks' output, the lowest rank's lines
+    are read (and the lines with no rank prefix). A line longer than 16 MiB is an error."""
+    head = read_head(path)
+    encoding = text_encoding(head[:4])
+    rank = main_rank(decode_head(head) or "")
+    if rank is not None:
+        source.note(f"the log holds several processes' output: rank {rank}'s lines are read")
     lineno = 1
     with open(path, encoding=encoding, errors="replace", newline="") as f:
         while True:
@@ -320,7 +336,9 @@ def iter_lines(source: Source, path: str | Path, *, start: int = 0) -> Iterator[
                 return
             if len(line) > MAX_LINE_CHARS and not line.endswith(("\n", "\r")):
                 raise source.error(f"line {lineno} is longer than {MAX_LINE_CHARS // 2**20} MiB")
-            yield lineno, line
+            other = rank is not None and (found := _RANK_PREFIX.match(line)) is not None and found[1] != rank
+            if not other:
+                yield lineno, line
             if line.endswith("\n"):
                 lineno += 1
 

@@ -360,6 +360,18 @@ def test_a_run_folder_with_the_models_files_beside_the_log_is_read_through_the_l
     assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
 
+@pytest.mark.parametrize("path", [VINCE, CORPUS / "handwritten-console__adv06__widgetanchor__glm41v-9b-grpo" /
+                                  "grpo_log.txt"], ids=["jsonl", "console"])
+def test_a_loop_that_prints_on_every_rank_is_read_from_rank_0(store, tmp_path, path):
+    """torchrun prefixes each process's lines with its rank; a loop that prints on both ranks prints each step
+    twice. Rank 0's lines are read: the same steps and values, and a note says so."""
+    both = tmp_path / path.name
+    both.write_text("".join(f"[rank0]: {line}\n[rank1]: {line}\n" for line in path.read_text().splitlines()))
+    [clean], [read] = import_runs(store, path), import_runs(store, both)
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+    assert any("rank 0's lines are read" in note for note in read.notes)
+
+
 def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
     """A hand-written REINFORCE loop's ``sample_kl`` (1.6 at its first update): read as kl, and named as a reference
     that is not the starting policy."""
