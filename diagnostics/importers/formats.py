@@ -34,11 +34,12 @@ _ALL = (
            lambda shown, path, _k: tensorboard.parse_tensorboard(shown, path)),
     Format("wandb_csv", "wandb history CSV export (train/global_step or _step column)",
            lambda shown, path, key: tabular.parse_csv(shown, path, wandb=True, step_key=key), step_key=True),
-    Format("csv", "CSV with a header row; the step column is found by name (train/global_step, global_step, "
-                  "step, _step, iteration), else the row order is the step",
+    Format("csv", "CSV (or TSV, or ; with decimal commas) with a header row; the step column is found by name "
+                  "(train/global_step, global_step, step, _step, iteration), else the row order is the step",
            lambda shown, path, key: tabular.parse_csv(shown, path, wandb=False, step_key=key), step_key=True),
-    Format("jsonl", "JSON lines with one object per step, or one JSON array of such objects; the step key is found "
-                    "by name, else the row order is the step",
+    Format("jsonl", "JSON lines with one object per step (after a logger's prefix too), one JSON array of such "
+                    "objects, or objects dumped indented one after another; the step key is found by name, else "
+                    "the row order is the step",
            lambda shown, path, key: tabular.parse_jsonl(shown, path, step_key=key),
            step_key=True),
     Format("grpo_doctor_jsonl", "GRPO Doctor's own JSONL export",
