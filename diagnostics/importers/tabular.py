@@ -360,13 +360,13 @@ def pretty_objects(path: Path) -> list[dict] | None:
     """A loop's records written one after another as indented JSON (``json.dump(m, f, indent=2)`` at each step): the
     objects, or None when the file is not two or more of them (or is too big to read whole)."""
     try:
-        if path.stat().st_size > DOCUMENT_MAX_BYTES:
-            return None
+        head = (decode_head(read_head(path, 4096)) or "").lstrip("\ufeff")
+        if path.stat().st_size > DOCUMENT_MAX_BYTES or \
+                next((line.strip() for line in head.splitlines() if line.strip()), "") != "{":
+            return None  # JSON lines, or too big
         text = path.read_text(encoding="utf-8-sig", errors="replace")
     except OSError:
         return None
-    if next((line.strip() for line in text.splitlines() if line.strip()), "") != "{":
-        return None  # JSON lines, or one document
     decoder, objects, pos = json.JSONDecoder(), [], 0
     while True:
         while pos < len(text) and text[pos] in " \t\r\n":
