@@ -388,15 +388,16 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
     document that is not one array of records (a dict of columns, or of a list of records) is read as its table."""
     by_order: bool | None = None
     order = 0
-    document = None if _is_array(path) else json_document(path)
+    array = _is_array(path)
+    document = None if array else json_document(path)
     table = json_table(document) if isinstance(document, dict) else None
-    objects = pretty_objects(path) if document is None and not _is_array(path) else None
+    objects = pretty_objects(path) if document is None and not array else None
     if table is not None:
         records = ((f"row {i}", r) for i, r in enumerate(table, start=1))
     elif objects is not None:
         records = ((f"object {i}", r) for i, r in enumerate(objects, start=1))
     else:
-        records = array_records(source, path) if _is_array(path) else (
+        records = array_records(source, path) if array else (
             (f"line {n}", r) for n, r in json_records(source, path))
     current_run, ended, rows = None, False, 0
     for where, record in records:
