@@ -66,9 +66,8 @@ _DECIMAL_COMMA = re.compile(r"^\s*[-+]?\d+,\d+(?:[eE][-+]?\d+)?\s*$")
 
 
 def csv_delimiter(lines: list[str]) -> str | None:
-    """A table's delimiter, from its first lines: a comma when the header has one; else a tab or a semicolon that
-    splits the header into two or more columns and 4 in 5 of the next rows into as many; None when none does (a
-    notebook's ``| Step | ... |`` table is the console reader's)."""
+    """A table's delimiter: a comma in the header; else a tab or a semicolon that splits the header and 4 in 5 of the
+    next rows alike into 2+ columns; else None (a notebook's ``| Step | ... |`` table is the console reader's)."""
     rows = [line for line in lines[:21] if line.strip()]
     if not rows or "," in rows[0]:
         return "," if rows else None
