@@ -28,6 +28,7 @@ from grpo_doctor.diagnostics.importers.hf import (
     trainer_state_global_step,
     unwrapped,
 )
+from grpo_doctor.diagnostics.importers.notebook import has_progress_table, is_notebook
 from grpo_doctor.diagnostics.importers.tabular import (
     csv_delimiter,
     header_is_ours,
@@ -187,6 +188,8 @@ def detect_file(path: Path) -> str:
         lines = lines[:-1]  # the last line is cut by the 64 KiB limit
     first = next((line.strip() for line in lines if line.strip()), "")
 
+    if is_notebook(text) or has_progress_table(text):
+        return "notebook"  # the log is in the saved outputs (checked before JSON: a notebook is one JSON document)
     if stripped.startswith("{"):
         record = _json_or_none(first)
         if isinstance(record, dict):

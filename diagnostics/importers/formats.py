@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_doctor.diagnostics.importers import console, hf, tabular, tensorboard, verl
+from grpo_doctor.diagnostics.importers import console, hf, notebook, tabular, tensorboard, verl
 from grpo_doctor.diagnostics.importers._base import ParsedLog
 
 
@@ -44,6 +44,9 @@ _ALL = (
            step_key=True),
     Format("grpo_doctor_jsonl", "GRPO Doctor's own JSONL export",
            lambda shown, path, _k: tabular.parse_grpo_doctor_jsonl(shown, path)),
+    Format("notebook", "a Jupyter notebook (.ipynb) with its saved outputs, or its HTML/markdown export: the "
+                       "trainer's progress table (Step | Training Loss | reward | ...), else the printed log lines",
+           lambda shown, path, _k: notebook.parse_notebook(shown, path)),
     Format("console", "a training loop's console output: lines of three or more key=value (key: value, "
                       "| key value |) pairs; the step from a step key, an (i/N) counter, or the line order",
            lambda shown, path, _k: console.parse_console(shown, path)),

@@ -312,6 +312,11 @@ def build(fmt: str, tmp: Path) -> tuple[Path, Path]:
     if fmt == "jsonl":
         p = write_jsonl(tmp / "metrics.jsonl")
         return p, p
+    if fmt == "notebook":  # TRL's executed GRPO notebook, with its progress table (tests/data/notebooks/)
+        p = tmp / "grpo.ipynb"
+        p.write_bytes((Path(__file__).resolve().parents[1] / "data" / "notebooks" / "grpo_trl_lora_qlora.ipynb")
+                      .read_bytes())
+        return p, p
     if fmt == "grpo_doctor_jsonl":
         with RunStore(":memory:") as s:
             run = s.create_run("orig", config={"num_generations": 4}, source="trl", status="finished")

@@ -141,8 +141,9 @@ def slow_webhook():
 
 
 def test_a_slow_webhook_never_holds_up_a_training_step(tmp_path, slow_webhook, monkeypatch, capsys):
-    """The TRL callback's on_log posts nothing itself: a webhook that trickles its answer costs a step under 50 ms,
-    and the post is given up at its deadline (here 2 s) and reported once."""
+    """The TRL callback's on_log posts nothing itself: a webhook that trickles its answer costs a step far less than
+    the post's deadline (here 2 s; a quarter of it on a loaded machine), and the post is given up at its deadline and
+    reported once."""
     import time
 
     from transformers import TrainerControl, TrainerState, TrainingArguments
@@ -163,7 +164,7 @@ def test_a_slow_webhook_never_holds_up_a_training_step(tmp_path, slow_webhook, m
         callback.on_log(args, state, control, logs=logs)
         if step >= 20:  # the alert is raised at step 20: the slow post starts there
             slowest = max(slowest, time.perf_counter() - started)
-    assert callback.alerter.sent and slowest < 0.05, slowest
+    assert callback.alerter.sent and slowest < 0.5, slowest  # a post made in on_log would hold the step 2 s
     started = time.perf_counter()
     callback.on_train_end(args, state, control)  # waits for the post: until its deadline, not for the server
     assert time.perf_counter() - started < 4

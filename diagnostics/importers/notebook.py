@@ -1,0 +1,225 @@
+"""Jupyter notebooks (``.ipynb``) and their HTML or markdown exports: the training log is in the cells' saved outputs.
+
+transformers' notebook callback draws an HTML progress table (``Step | Training Loss | ...``; Unsloth's adds a column
+for every logged metric: ``reward``, ``reward_std``, ``completions / mean_length``, ``kl``, ...). A trainer that prints
+its logs (a loop, TRL with ``disable_tqdm``, verl) writes them into the stream outputs. The table is read when there is
+one; otherwise the outputs' text is read as the console log it is. The settings come from the code: the literal
+keyword arguments of a ``GRPOConfig(...)`` (any ``*Config`` or ``TrainingArguments`` call)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import tempfile
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+from grpo_doctor.diagnostics.config.keys import normalise_config
+from grpo_doctor.diagnostics.importers._base import BAD, MISSING, NEW_RUN, LogFormatError, ParsedLog, Source, to_float
+
+_NOTEBOOK = re.compile(r'\A\ufeff?\s*\{\s*"(?:cells|metadata|nbformat)"\s*:')
+_STEP_HEADER = re.compile(r"<th>\s*Step\s*</th>", re.IGNORECASE)
+_CONFIG_CALL = re.compile(r"(?:Config|TrainingArguments|Arguments)$")
+_NO_LOG = "no log"  # transformers' cell for a metric not logged at that step
+
+
+def is_notebook(head: str) -> bool:
+    """Whether a file's head is a Jupyter notebook's JSON (nbformat 4 writes ``cells`` first, nbformat 3 ``metadata``)."""
+    return bool(_NOTEBOOK.match(head)) and '"cell_type"' in head
+
+
+def has_progress_table(text: str) -> bool:
+    """Whether text (a notebook's HTML or markdown export) holds the trainer's HTML progress table."""
+    return "<table" in text and bool(_STEP_HEADER.search(text))
+
+
+class _Tables(HTMLParser):
+    """Every table's rows, each a list of its cells' text (header cells and data cells alike)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tables: list[list[list[str]]] = []
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None and self._row is not None:
+            self._row.append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            if self._row:
+                self.tables[-1].append(self._row)
+            self._row = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def progress_tables(html: str) -> list[list[list[str]]]:
+    """The tables in ``html`` whose first row names a ``Step`` column: header row first, then the data rows."""
+    parser = _Tables()
+    parser.feed(html)
+    parser.close()
+    return [t for t in parser.tables if t and any(c.lower() == "step" for c in t[0])]
+
+
+def _joined(value) -> str:
+    return "".join(value) if isinstance(value, list) else str(value or "")
+
+
+def _load(path: Path) -> dict | None:
+    """The notebook's JSON, or None when the file is not a notebook but an export of one (HTML, markdown)."""
+    text = path.read_text(encoding="utf-8-sig", errors="replace")
+    if not is_notebook(text[:4096]):
+        return None
+    try:
+        notebook = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise LogFormatError(path, f"a Jupyter notebook that is not valid JSON ({e})") from None
+    if not isinstance(notebook, dict):
+        raise LogFormatError(path, "a Jupyter notebook that is not valid JSON (not an object)")
+    return notebook
+
+
+def _cells(notebook: dict) -> list[dict]:
+    cells = notebook.get("cells")
+    if cells is None:  # nbformat 3: cells inside worksheets
+        cells = [c for w in notebook.get("worksheets") or [] for c in (w.get("cells") or [])]
+    return [c for c in cells if isinstance(c, dict)] if isinstance(cells, list) else []
+
+
+def outputs(notebook: dict) -> Iterator[tuple[str, str]]:
+    """The code cells' saved outputs in order, as ``("html", text)`` for rich HTML output and ``("text", text)`` for
+    the rest (printed text, a result's plain text, an error's traceback)."""
+    for cell in _cells(notebook):
+        for out in cell.get("outputs") or []:
+            if not isinstance(out, dict):
+                continue
+            data = out.get("data") if isinstance(out.get("data"), dict) else {}
+            html = _joined(data.get("text/html", out.get("html", "")))
+            if html and "<table" in html:
+                yield "html", html
+            elif "text" in out:
+                yield "text", _joined(out["text"])
+            elif "text/plain" in data:
+                yield "text", _joined(data["text/plain"]) + "\n"
+            elif out.get("traceback"):
+                yield "text", "\n".join(map(str, out["traceback"])) + "\n"
+
+
+def code_config(notebook: dict) -> dict:
+    """The literal keyword arguments of the code's ``*Config(...)`` / ``TrainingArguments(...)`` calls (the last call
+    that sets a key wins, as re-running a cell does). Cells that are not plain Python (magics) are passed over."""
+    found: dict = {}
+    for cell in _cells(notebook):
+        if cell.get("cell_type") != "code":
+            continue
+        code = "\n".join(line for line in _joined(cell.get("source", cell.get("input", ""))).splitlines()
+                         if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if not _CONFIG_CALL.search(name):
+                continue
+            for kw in node.keywords:
+                try:
+                    found[kw.arg] = ast.literal_eval(kw.value)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    continue
+    return {k: v for k, v in found.items() if k}
+
+
+def parse_notebook(display: str, path: Path) -> ParsedLog:
+    source = Source(display)
+    notebook = _load(path)
+    if notebook is None:  # an export: the page itself is the output
+        parts = [("html", path.read_text(encoding="utf-8-sig", errors="replace"))]
+        config: dict = {}
+    else:
+        parts = list(outputs(notebook))
+        config = normalise_config(code_config(notebook), "trl")
+    tables = [t for kind, text in parts if kind == "html" for t in progress_tables(text)]
+    name = path.stem or path.name
+    if tables:
+        source.note(f"read the trainer's progress table{'s' if len(tables) > 1 else ''} in the notebook's outputs "
+                    f"({sum(len(t) - 1 for t in tables)} rows)")
+        return ParsedLog(path=display, format="notebook", source="trl", config=config,
+                         rows=_table_rows(source, tables), name=name, reader=source)
+    return _printed_log(display, path, [text for kind, text in parts if kind == "text"], config, name)
+
+
+def _table_rows(source: Source, tables: list[list[list[str]]]) -> Iterator[tuple[int, dict[str, float]]]:
+    """A row per step; a table whose steps start again at or before the last one's is another run."""
+    last = None
+    for n, (header, *body) in enumerate(tables, 1):
+        names = [re.sub(r"\s*/\s*", "/", h) for h in header]
+        at = [h.lower() for h in names].index("step")
+        first = True
+        for r, cells in enumerate(body, 1):
+            where = f"table {n}, row {r}"
+            step = to_float(cells[at]) if at < len(cells) else BAD
+            if step is BAD or step is MISSING or step != step or step != int(step):
+                source.skip_line(where, f"step {cells[at] if at < len(cells) else '(none)'!r} is not a step number")
+                continue
+            if first and last is not None and int(step) <= last:
+                yield NEW_RUN, {}
+            first, last = False, int(step)
+            row = {}
+            for key, cell in zip(names, cells):
+                if key == names[at] or cell.strip().lower() == _NO_LOG:
+                    continue
+                value = to_float(cell)
+                if value is BAD:
+                    source.skip_field(where, f"{key}: {cell!r} is not a number")
+                elif value is not MISSING:
+                    row[key] = value
+            yield int(step), row
+
+
+def _printed_log(display: str, path: Path, texts: list[str], config: dict, name: str) -> ParsedLog:
+    """The outputs' text, read as the console log it is (TRL's printed dicts, verl's step lines, a loop's lines)."""
+    from grpo_doctor.diagnostics.importers.detect import detect_file  # detect → formats → notebook: read lazily
+    from grpo_doctor.diagnostics.importers.formats import FORMATS
+
+    folder = tempfile.TemporaryDirectory(prefix="grpo-doctor-notebook-")
+    printed = Path(folder.name) / f"{name}.log"
+    printed.write_text("".join(texts), encoding="utf-8")
+    try:
+        fmt = detect_file(printed) if printed.stat().st_size else None
+    except LogFormatError:
+        fmt = None
+    if fmt is None or fmt == "notebook":
+        folder.cleanup()
+        raise LogFormatError(display, "a Jupyter notebook whose saved outputs hold no training log (no progress "
+                                      "table with a Step column, no log lines): save it after the training cell ran")
+    parsed = FORMATS[fmt].parse(display, printed, None)
+    parsed.config = {**config, **parsed.config}  # a printed config is what ran; the code's fills in the rest
+    if parsed.reader is not None:
+        parsed.reader.note(f"read the notebook's printed outputs as {fmt}")
+    parsed.name = name
+    parsed.rows = _then_remove(parsed.rows, folder)
+    return parsed
+
+
+def _then_remove(rows: Iterator, folder: tempfile.TemporaryDirectory) -> Iterator:
+    """The rows, then the temporary copy of the outputs removed (also when the reader stops early)."""
+    try:
+        yield from rows
+    finally:
+        folder.cleanup()
