@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in readings:
         if not (args.incoming / r["file"]).is_file():
             sys.exit(f"add_real_log_batch: {r['file']}: the reading's file is not in {args.incoming}")
+        if r.get("runs_in_file", 1) > 1 and "run" not in r:
+            sys.exit(f"add_real_log_batch: {r['file']}: runs_in_file is {r['runs_in_file']} but no 'run' says "
+                     "which run of the file the reading is about")
 
     repos = sorted({repository(f) for f in folders})
     test = sorted(random.Random(f"batch {args.batch}").sample(repos, math.ceil(len(repos) / 2)))
