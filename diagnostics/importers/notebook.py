@@ -154,7 +154,7 @@ def parse_notebook(display: str, path: Path) -> ParsedLog:
     else:
         parts = list(outputs(notebook))
         config = normalise_config(code_config(notebook), "trl")
-    tables = [t for kind, text in parts if kind == "html" for t in progress_tables(text)]
+    tables = redrawn([t for kind, text in parts if kind == "html" for t in progress_tables(text)])
     name = path.stem or path.name
     if tables:
         source.note(f"read the trainer's progress table{'s' if len(tables) > 1 else ''} in the notebook's outputs "
@@ -162,6 +162,13 @@ def parse_notebook(display: str, path: Path) -> ParsedLog:
         return ParsedLog(path=display, format="notebook", source="trl", config=config,
                          rows=_table_rows(source, tables), name=name, reader=source)
     return _printed_log(display, path, [text for kind, text in parts if kind == "text"], config, name)
+
+
+def redrawn(tables: list[list[list[str]]]) -> list[list[list[str]]]:
+    """The tables less those a later table repeats row for row: a notebook saved while training keeps an early draw of
+    the progress table beside the final one (the same run, not another)."""
+    return [t for i, t in enumerate(tables)
+            if not any(t[0] == u[0] and set(map(tuple, t[1:])) <= set(map(tuple, u[1:])) for u in tables[i + 1:])]
 
 
 def _table_rows(source: Source, tables: list[list[list[str]]]) -> Iterator[tuple[int, dict[str, float]]]:

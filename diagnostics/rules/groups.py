@@ -3,6 +3,8 @@ with β > 0 pulling the policy back to the reference."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from grpo_doctor.diagnostics.findings import Evidence
@@ -108,6 +110,33 @@ def _success_rate(series: RunSeries, step: int) -> tuple[str, float] | None:
     return None
 
 
+def _solved(series: RunSeries, name: str, ep: Episode) -> float | None:
+    """The reward of the episode's batches with no spread, when it is the top tenth of what the run has scored and the
+    reward rose to it: every completion of those batches was right (the model solves those prompts), not a run without
+    signal. None otherwise."""
+    if not series.has("reward") or not reward_rising(series, ep.last):
+        return None
+    steps, spread = series.finite(name)
+    alike = steps[(spread <= 1e-9) & (steps >= ep.onset) & (steps <= ep.last)]
+    at_steps, reward = series.finite("reward")
+    scored = reward[np.isin(at_steps, alike)]
+    so_far = reward[at_steps <= ep.last]
+    top = float(np.median(scored)) if len(scored) else math.nan
+    return top if top >= np.quantile(so_far, 0.9) else None
+
+
+def _solved_explain(series: RunSeries, ep: Episode, evidence: list[Evidence], top: float) -> Explanation:
+    evidence.append(Evidence(ep.last, "reward", top, "median reward of the batches with no spread: the top tenth of "
+                                                     "what the run has scored"))
+    causes = ["the model now solves these prompts: every completion of those batches got the top reward, so they "
+              "teach nothing more (the reward rose to get there)"]
+    fixes = [advice("harder prompts (a curriculum), or stop at the best checkpoint: the run has learned what these "
+                    "prompts teach")]
+    fixes += drop_uniform_groups(series.config, "drop uniform groups (dynamic sampling), so solved prompts stop "
+                                                "diluting the batch")
+    return Explanation("info", evidence, causes, fixes)
+
+
 def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     name = uniform_metric(series)
@@ -117,6 +146,9 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
             "10-step median: the policy-gradient loss is exactly 0 in most steps (every advantage 0)"
             if name == "policy_loss" else "10-step median: the update (loss and grad_norm) is exactly 0 in most steps")
     evidence = [smoothed_evidence(series, name, ep.last, note), at(series, name, ep.onset, "onset")]
+    top = _solved(series, name, ep) if name in SPREAD else None
+    if top is not None:  # success, not a lack of signal: those prompts have nothing left to teach
+        return _solved_explain(series, ep, evidence, top)
     causes, fixes = [], []
     G = cfg.get("num_generations")
     severe = (name == "frac_reward_zero_std" and observed >= 0.9) or name in SPREAD or name == "reward"
@@ -198,7 +230,8 @@ UNIFORM_GROUPS = Rule(
          "when loss and grad_norm are both 0; info while it has held for less than 10 steps); without it, the "
          "advantages' std is about 0, "
          "or the batch's rewards do not spread at all (reward_std or max − min exactly 0: every group uniform, "
-         "critical); with none of these, loss and grad_norm both exactly 0 in most steps (critical), or, with no "
+         "critical; info when those batches scored the top tenth of what the run has scored, after a rise: the model "
+         "solves those prompts); with none of these, loss and grad_norm both exactly 0 in most steps (critical), or, with no "
          "grad_norm, a policy-gradient loss exactly 0 in most steps (every advantage 0). Compare with the share "
          "expected by chance, p^G + (1−p)^G for a binary reward with success rate p: far above it means the samples "
          "lack variety; close to it means the task is too easy or too hard for this G.",

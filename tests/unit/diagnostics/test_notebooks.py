@@ -46,16 +46,21 @@ def test_a_notebooks_progress_table_and_its_config_are_read(store):
 
 
 def test_a_cell_marked_no_log_is_no_value_and_a_second_table_is_another_run(store, tmp_path):
+    """A table run again (other values at the same steps) is another run; the same table saved twice (a draw kept
+    beside the final one) is not."""
     notebook = json.loads(NOTEBOOK.read_text())
     table = table_output(notebook)
     html = "".join(table["data"]["text/html"]).replace("<td>-0.011600</td>", "<td>No Log</td>", 1)
     table["data"]["text/html"] = [html]
-    notebook["cells"].append({"cell_type": "code", "source": "trainer.train()", "metadata": {}, "outputs": [table]})
-    path = tmp_path / "twice.ipynb"
-    path.write_text(json.dumps(notebook))
-    rows = list(parse(path).rows)
-    assert rows[1] == (20, {})  # the step is there, with no value: not a field that "is not a number"
-    assert [step for step, _ in rows].count("new run") == 1  # trainer.train() run again: its steps start over
+    again = {**table, "data": {**table["data"], "text/html": [html.replace("<td>0.027900</td>", "<td>0.03</td>")]}}
+    for outputs, runs in (([again], 2), ([table], 1)):
+        notebook["cells"].append({"cell_type": "code", "source": "trainer.train()", "metadata": {}, "outputs": outputs})
+        path = tmp_path / "twice.ipynb"
+        path.write_text(json.dumps(notebook))
+        rows = list(parse(path).rows)
+        assert rows[1] == (20, {})  # the step is there, with no value: not a field that "is not a number"
+        assert [step for step, _ in rows].count("new run") == runs - 1
+        notebook["cells"].pop()
 
 
 def test_the_markdown_export_of_a_notebook_is_read_through_its_table(store, tmp_path):

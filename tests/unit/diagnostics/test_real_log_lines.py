@@ -628,3 +628,24 @@ def test_a_noisy_k1_kl_whose_median_wanders_past_the_band_is_no_blowup(store):
 
     [run] = import_runs(store, JUNYIJ)
     assert "kl_blowup" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
+
+
+NOTEBOOKS = {"letters": CORPUS / "notebook__bsvaz__teaching-an-llm-to-reason__qwen25-3b-letter-count" / "grpo_training.ipynb",
+             "prices": CORPUS / "notebook__holazzer__nb__qwen25-3b-amazon-price" / "Qwen2.5_(3B)-GRPO.ipynb"}
+
+
+def test_an_early_draw_of_the_progress_table_saved_beside_the_final_one_is_the_same_run(store):
+    """The notebook was saved once while training (a 3-row draw of the table) and again at the end: one run."""
+    [run] = import_runs(store, NOTEBOOKS["prices"])
+    assert list(store.metrics(run.run_id).index) == list(range(1, 137))
+
+
+def test_batches_alike_at_the_top_reward_after_a_rise_are_prompts_solved_not_a_lack_of_signal(store):
+    """A letter-counting run whose reward rose from 2.75 to 4.55 of 5: on 20 of its last 50 steps every completion
+    scored 5. That is the model solving those prompts (info), not a run without a learning signal (critical)."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    _smoke, run = import_runs(store, NOTEBOOKS["letters"])  # a 5-step smoke test, then the 300-step run
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "uniform_groups"]
+    assert found.severity == "info" and "solves these prompts" in found.causes[0]
+    assert [e.value for e in found.evidence if e.metric == "reward"] == [5.0]
