@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grpo_doctor.diagnostics.config.keys import normalise_config
 from grpo_doctor.diagnostics.importers._base import BAD, MISSING, NEW_RUN, LogFormatError, ParsedLog, Source, to_float
+from grpo_doctor.diagnostics.metrics.catalogue import canonical_name, mapped
 
 _NOTEBOOK = re.compile(r'\A\ufeff?\s*\{\s*"(?:cells|metadata|nbformat)"\s*:')
 _STEP_HEADER = re.compile(r"<th>\s*Step\s*</th>", re.IGNORECASE)
@@ -146,7 +147,6 @@ def code_config(notebook: dict) -> dict:
 
 
 def parse_notebook(display: str, path: Path) -> ParsedLog:
-    source = Source(display)
     notebook = _load(path)
     if notebook is None:  # an export: the page itself is the output
         parts = [("html", path.read_text(encoding="utf-8-sig", errors="replace"))]
@@ -156,12 +156,36 @@ def parse_notebook(display: str, path: Path) -> ParsedLog:
         config = normalise_config(code_config(notebook), "trl")
     tables = redrawn([t for kind, text in parts if kind == "html" for t in progress_tables(text)])
     name = path.stem or path.name
-    if tables:
-        source.note(f"read the trainer's progress table{'s' if len(tables) > 1 else ''} in the notebook's outputs "
-                    f"({sum(len(t) - 1 for t in tables)} rows)")
-        return ParsedLog(path=display, format="notebook", source="trl", config=config,
-                         rows=_table_rows(source, tables), name=name, reader=source)
-    return _printed_log(display, path, [text for kind, text in parts if kind == "text"], config, name)
+    printed = [text for kind, text in parts if kind == "text"]
+    if tables and _judged(h for t in tables for h in t[0]) > 1:  # more than the loss: the table is the log
+        return _table_log(display, tables, config, name)
+    try:
+        log = _printed_log(display, path, printed, config, name)
+    except LogFormatError:
+        if not tables:
+            raise
+        return _table_log(display, tables, config, name)
+    if not tables:
+        return log
+    # a plain trainer's table holds only the loss: the printed dicts, when they say more, are the log
+    rows = list(log.rows)
+    if _judged(k for _step, row in rows for k in row) > _judged(h for t in tables for h in t[0]):
+        log.rows = iter(rows)
+        return log
+    return _table_log(display, tables, config, name)
+
+
+def _judged(names) -> int:
+    """How many metrics the diagnoser judges among these column names or keys."""
+    return len({canonical_name(n) for n in (re.sub(r"\s*/\s*", "/", str(n)) for n in names) if mapped(n)})
+
+
+def _table_log(display: str, tables: list[list[list[str]]], config: dict, name: str) -> ParsedLog:
+    source = Source(display)
+    source.note(f"read the trainer's progress table{'s' if len(tables) > 1 else ''} in the notebook's outputs "
+                f"({sum(len(t) - 1 for t in tables)} rows)")
+    return ParsedLog(path=display, format="notebook", source="trl", config=config,
+                     rows=_table_rows(source, tables), name=name, reader=source)
 
 
 def redrawn(tables: list[list[list[str]]]) -> list[list[list[str]]]:

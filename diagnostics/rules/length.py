@@ -37,7 +37,7 @@ from grpo_doctor.diagnostics.rules.base import (
     start_step,
 )
 from grpo_doctor.diagnostics.rules.groups import SPREAD, uniform_metric
-from grpo_doctor.diagnostics.rules.reward import component_behind
+from grpo_doctor.diagnostics.rules.reward import accuracy_component, component_behind, reward_rising
 from grpo_doctor.diagnostics.series import (
     MIN_WINDOW_ROWS,
     SAMPLE_EMPTY,
@@ -86,6 +86,11 @@ def reward_per_token(series: RunSeries, upto: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------- length_shrink
+#: Shorter answers that keep at least this share of the start while the run learns are concision, not a collapse (in
+#: the corpus's train split, healthy runs shorten by 8-45%; its collapses end at 3-11% of the start).
+CONCISE = 0.5
+
+
 def _shrink_detect(series: RunSeries, since):
     """The W-step median of the rows after the starting window (never mixing the two: a sparse log's length that
     collapses between its first two points is named at the second) fell to 60% of the start."""
@@ -141,7 +146,18 @@ def _shrink_explain(series: RunSeries, ep: Episode) -> Explanation:
     if not causes:
         causes.append("per-sequence normalisation in the framework's loss (check loss_type; TRL's default "
                       "moved grpo → bnpo → dapo)")
+    if now >= CONCISE * start and _learning(series, ep.last):
+        causes.insert(0, f"still {now / start:.0%} of the start while the reward rises: answers usually get shorter as "
+                         "the model drops rambling; a collapse when they fall below half or the accuracy falls")
+        return Explanation("info", evidence, causes, fixes)
     return Explanation("warning", evidence, causes, fixes)
+
+
+def _learning(series: RunSeries, step: int) -> bool:
+    """The reward rises, and the accuracy reward, when there is one, has not fallen below its start."""
+    accuracy = accuracy_component(series)
+    return reward_rising(series, step) and (accuracy is None or smoothed(series, accuracy, step) >= series.head(
+        accuracy, W))
 
 
 LENGTH_SHRINK = Rule(
@@ -150,7 +166,8 @@ LENGTH_SHRINK = Rule(
     references=("docs/troubleshooting.md#outputs-shrink",
                 "docs/field-reports.md#length-has-four-causes"),
     read="The 10-step median of completions/mean_length fell 40% or more below the median of the first 10 "
-         "steps. Read clipped_ratio (truncation punished), loss_type (grpo's per-sequence normalisation) and "
+         "steps (info while it keeps half the start and the reward rises, with no accuracy reward below its start: "
+         "concision). Read clipped_ratio (truncation punished), loss_type (grpo's per-sequence normalisation) and "
          "whether the reward rises as length falls (the reward pays for brevity).",
 )
 

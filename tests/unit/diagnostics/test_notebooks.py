@@ -83,12 +83,12 @@ def test_the_markdown_export_of_a_notebook_is_read_through_its_table(store, tmp_
 
 
 def test_log_dicts_a_notebooks_cells_printed_are_read_as_trls_console(store, tmp_path):
-    """A notebook without the table (TRL with disable_tqdm, a Kaggle run): its stream outputs hold the printed log
-    dicts, read as the same console log would be."""
+    """A notebook whose progress table holds only the loss (TRL's own table) while its cell printed the log dicts (a
+    Kaggle run, a callback that prints): the dicts say more, and are read as the same console log would be."""
     notebook = json.loads(NOTEBOOK.read_text())
     cell = next(c for c in notebook["cells"] if table_output(notebook) in c.get("outputs", []))
-    cell["outputs"] = [{"name": "stdout", "output_type": "stream",
-                        "text": TRL_CONSOLE.read_text().splitlines(keepends=True)}]
+    cell["outputs"].append({"name": "stdout", "output_type": "stream",
+                            "text": TRL_CONSOLE.read_text().splitlines(keepends=True)})
     path = tmp_path / "printed.ipynb"
     path.write_text(json.dumps(notebook))
     [run] = import_runs(store, path)

@@ -631,7 +631,10 @@ def test_a_noisy_k1_kl_whose_median_wanders_past_the_band_is_no_blowup(store):
 
 
 NOTEBOOKS = {"letters": CORPUS / "notebook__bsvaz__teaching-an-llm-to-reason__qwen25-3b-letter-count" / "grpo_training.ipynb",
-             "prices": CORPUS / "notebook__holazzer__nb__qwen25-3b-amazon-price" / "Qwen2.5_(3B)-GRPO.ipynb"}
+             "prices": CORPUS / "notebook__holazzer__nb__qwen25-3b-amazon-price" / "Qwen2.5_(3B)-GRPO.ipynb",
+             "gsm8k": CORPUS / "notebook__hmzbo__fine-tune-llms-with-grpo__qwen25-3b-gsm8k-rtx3060" / "grpo_unsloth.ipynb",
+             "physics": CORPUS / ("notebook__anirudh-muthusundaram__grpo-fine-tuning-of-qwen3-1-7b-on-phybench-physics-"
+                                  "benchmark-with-cot-reasoning__qwen3-1p7b-phybench") / "grpo_train.ipynb"}
 
 
 def test_an_early_draw_of_the_progress_table_saved_beside_the_final_one_is_the_same_run(store):
@@ -649,3 +652,20 @@ def test_batches_alike_at_the_top_reward_after_a_rise_are_prompts_solved_not_a_l
     [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "uniform_groups"]
     assert found.severity == "info" and "solves these prompts" in found.causes[0]
     assert [e.value for e in found.evidence if e.metric == "reward"] == [5.0]
+
+
+def test_answers_that_keep_half_their_length_while_the_reward_rises_are_concision(store):
+    """GSM8K answers going from ~230 to ~125 tokens while the reward rises from -0.27 to 1.8 (correct 6% -> 70%): a
+    shorter answer, named as info, not a collapse warned about."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, NOTEBOOKS["gsm8k"])
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "length_shrink"]
+    assert found.severity == "info" and found.causes[0].startswith("still 56% of the start")
+
+
+def test_a_notebook_whose_table_holds_only_the_loss_is_read_through_the_dicts_its_cell_printed(store):
+    """TRL's own table (Step, Training Loss) beside the 550 log dicts the cell printed: the dicts are the log."""
+    [run] = import_runs(store, NOTEBOOKS["physics"])
+    frame = store.metrics(run.run_id)
+    assert len(frame) == 550 and frame["completions/clipped_ratio"].min() == 1.0
