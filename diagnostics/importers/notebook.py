@@ -157,8 +157,13 @@ def parse_notebook(display: str, path: Path) -> ParsedLog:
     tables = redrawn([t for kind, text in parts if kind == "html" for t in progress_tables(text)])
     name = path.stem or path.name
     printed = [text for kind, text in parts if kind == "text"]
-    if tables and _judged(h for t in tables for h in t[0]) > 1:  # more than the loss: the table is the log
-        return _table_log(display, tables, config, name)
+    rich = [t for t in tables if _judged(t[0]) > 1]
+    if rich:  # more than the loss: the tables are the log; one of the loss alone is another trainer's (SFT first)
+        log = _table_log(display, rich, config, name)
+        if len(rich) < len(tables):
+            log.reader.note(f"left out {len(tables) - len(rich)} table(s) of the loss alone (another trainer's: an "
+                            "SFT warm-up before GRPO)")
+        return log
     try:
         log = _printed_log(display, path, printed, config, name)
     except LogFormatError:

@@ -89,6 +89,8 @@ def reward_per_token(series: RunSeries, upto: int) -> float:
 #: Shorter answers that keep at least this share of the start while the run learns are concision, not a collapse (in
 #: the corpus's train split, healthy runs shorten by 8-45%; its collapses end at 3-11% of the start).
 CONCISE = 0.5
+#: Below this share of the start the answers have collapsed, whatever the cap or the reward did.
+COLLAPSED = 0.25
 
 
 def _shrink_detect(series: RunSeries, since):
@@ -146,11 +148,28 @@ def _shrink_explain(series: RunSeries, ep: Episode) -> Explanation:
     if not causes:
         causes.append("per-sequence normalisation in the framework's loss (check loss_type; TRL's default "
                       "moved grpo → bnpo → dapo)")
-    if now >= CONCISE * start and _learning(series, ep.last):
-        causes.insert(0, f"still {now / start:.0%} of the start while the reward rises: answers usually get shorter as "
-                         "the model drops rambling; a collapse when they fall below half or the accuracy falls")
-        return Explanation("info", evidence, causes, fixes)
+    if _learning(series, ep.last) and now >= COLLAPSED * start:
+        finished = _finishes_inside_the_cap(series, ep.last)
+        if finished is not None:
+            return Explanation("info", evidence, [
+                f"the model learned to finish inside the cap: {finished[0]:.0%} of completions were truncated at the "
+                f"start, {finished[1]:.0%} now, while the reward rises"],
+                [advice("nothing to change: read a few late completions to see that they end on their own")])
+        if now >= CONCISE * start:
+            causes.insert(0, f"still {now / start:.0%} of the start while the reward rises: answers usually get "
+                             "shorter as the model drops rambling; a collapse when they fall below half or the accuracy "
+                             "falls")
+            return Explanation("info", evidence, causes, fixes)
     return Explanation("warning", evidence, causes, fixes)
+
+
+def _finishes_inside_the_cap(series: RunSeries, step: int) -> tuple[float, float] | None:
+    """(truncated share at the start, now) when a fifth or more were cut at the start and half of that or less are
+    now: the start's length was the cap's, and the answers now end on their own."""
+    if not series.has(CLIPPED):
+        return None
+    then, now = series.head(CLIPPED, W), smoothed(series, CLIPPED, step)
+    return (then, now) if then >= 0.2 and now <= 0.5 * then else None
 
 
 def _learning(series: RunSeries, step: int) -> bool:
@@ -166,8 +185,10 @@ LENGTH_SHRINK = Rule(
     references=("docs/troubleshooting.md#outputs-shrink",
                 "docs/field-reports.md#length-has-four-causes"),
     read="The 10-step median of completions/mean_length fell 40% or more below the median of the first 10 "
-         "steps (info while it keeps half the start and the reward rises, with no accuracy reward below its start: "
-         "concision). Read clipped_ratio (truncation punished), loss_type (grpo's per-sequence normalisation) and "
+         "steps (info while the reward rises, with no accuracy reward below its start, and the length keeps half the "
+         "start, or a quarter of it while the share truncated at the start has halved: concision, answers that now "
+         "end inside the cap). "
+         "Read clipped_ratio (truncation punished), loss_type (grpo's per-sequence normalisation) and "
          "whether the reward rises as length falls (the reward pays for brevity).",
 )
 

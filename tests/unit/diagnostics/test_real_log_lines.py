@@ -634,7 +634,8 @@ NOTEBOOKS = {"letters": CORPUS / "notebook__bsvaz__teaching-an-llm-to-reason__qw
              "prices": CORPUS / "notebook__holazzer__nb__qwen25-3b-amazon-price" / "Qwen2.5_(3B)-GRPO.ipynb",
              "gsm8k": CORPUS / "notebook__hmzbo__fine-tune-llms-with-grpo__qwen25-3b-gsm8k-rtx3060" / "grpo_unsloth.ipynb",
              "physics": CORPUS / ("notebook__anirudh-muthusundaram__grpo-fine-tuning-of-qwen3-1-7b-on-phybench-physics-"
-                                  "benchmark-with-cot-reasoning__qwen3-1p7b-phybench") / "grpo_train.ipynb"}
+                                  "benchmark-with-cot-reasoning__qwen3-1p7b-phybench") / "grpo_train.ipynb",
+             "warm-up": CORPUS / "notebook__surtrj__qwen3-4b-grpo-math__qwen3-4b-base-dapo-math" / "Qwen3_(4B)_GRPO.ipynb"}
 
 
 def test_an_early_draw_of_the_progress_table_saved_beside_the_final_one_is_the_same_run(store):
@@ -669,3 +670,17 @@ def test_a_notebook_whose_table_holds_only_the_loss_is_read_through_the_dicts_it
     [run] = import_runs(store, NOTEBOOKS["physics"])
     frame = store.metrics(run.run_id)
     assert len(frame) == 550 and frame["completions/clipped_ratio"].min() == 1.0
+
+
+def test_an_sft_warm_ups_table_of_the_loss_alone_is_not_a_run_and_answers_that_stop_at_the_cap_are_fine(store):
+    """SFT (Step | Training Loss, 4 rows), then GRPO's table: one run, the GRPO one. Its answers fall from 1645 to ~630
+    tokens as the truncated share falls from 62% to 0% and the reward rises: they end inside the cap now (info)."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, NOTEBOOKS["warm-up"])
+    assert list(store.metrics(run.run_id).index) == list(range(1, 301))
+    assert any("left out 1 table(s) of the loss alone" in note for note in run.notes)
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "length_shrink"]
+    assert found.severity == "info" and found.causes == [
+        "the model learned to finish inside the cap: 62% of completions were truncated at the start, 0% now, while the "
+        "reward rises"]

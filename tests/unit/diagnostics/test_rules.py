@@ -156,10 +156,13 @@ FIXTURES = [
     Fixture("outputs shrink under grpo loss", {"length_shrink": "warning"},
             metrics={"completions/mean_length": ramp(N, 200, 80)}, config={"loss_type": "grpo"},
             cause="per-sequence", fix={"loss_type": "dr_grpo"}),
-    Fixture("outputs shrink because truncation is punished", {"length_shrink": "warning"},
-            metrics={"completions/mean_length": ramp(N, 400, 150),
-                     "completions/clipped_ratio": ramp(N, 0.4, 0.0)},
+    Fixture("outputs shrink because truncation is punished", {"length_shrink": "warning", "reward_flat": "warning"},
+            metrics={"completions/mean_length": ramp(N, 400, 150), "completions/clipped_ratio": ramp(N, 0.4, 0.0),
+                     "reward": 0.3 + noise(N, 0.03, 7)},  # shorter, and no better for it
             cause="truncated", fix={"max_completion_length": 1024, "mask_truncated_completions": True}),
+    Fixture("outputs shrink as the answers learn to end inside the cap", {"length_shrink": "info"},
+            metrics={"completions/mean_length": ramp(N, 400, 150), "completions/clipped_ratio": ramp(N, 0.4, 0.0)},
+            cause="learned to finish inside the cap"),  # the base run's reward rises meanwhile
     Fixture("outputs explode to the cap", {"length_explode": "warning", "truncation": "warning"},
             metrics={"completions/mean_length": ramp(N, 150, 505, 20),
                      "completions/clipped_ratio": ramp(N, 0.0, 0.95, 20),
