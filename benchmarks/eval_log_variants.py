@@ -6,8 +6,8 @@ A first log differs from the corpus in more than its metrics: Windows line ends,
 line, torchrun's ``[rank0]:``, colour codes, a table saved as TSV or by a European spreadsheet, a crash mid-write.
 Each variant below is applied to the split's logs (train by default: the variants were made to pass
 there; the test split's figure is untuned) of the kinds it fits (console output, JSON lines, JSON
-documents, CSV tables), written beside copies of the files next to the log, and imported. It passes when the import
-makes as many runs, with as many steps (one fewer where the variant cut the log's end), as the original's; a
+documents, CSV tables, Jupyter notebooks), written beside copies of the files next to the log, and imported. It
+passes when the import makes as many runs, with as many steps (one fewer where the variant cut the log's end), as the original's; a
 compressed file passes when it is refused with a one-line error that says how to unpack it; a folder given instead
 of the file (a model's config, generation config and tokenizer files beside the log) when the import finds the log.
 Prints one line per variant and exits 0 (a measurement, not a gate: tests/unit holds the cases that must pass).
@@ -41,6 +41,8 @@ def kind_of(path: Path) -> str:
         return "jsonl"
     if path.suffix == ".json":
         return "json"
+    if path.suffix == ".ipynb":
+        return "notebook"
     if path.suffix in (".csv", ".tsv"):
         return "csv"
     return "console"
@@ -78,8 +80,8 @@ TRACEBACK = b'\nTraceback (most recent call last):\n  File "train.py", line 412,
 
 # (name, the kinds it fits, how it changes the bytes)
 VARIANTS: list[tuple[str, tuple[str, ...], Callable[[bytes], bytes]]] = [
-    ("Windows line ends", ("console", "jsonl", "json", "csv"), lambda b: b.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")),
-    ("a UTF-8 BOM", ("console", "jsonl", "json", "csv"), lambda b: b"\xef\xbb\xbf" + b),
+    ("Windows line ends", ("console", "jsonl", "json", "csv", "notebook"), lambda b: b.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")),
+    ("a UTF-8 BOM", ("console", "jsonl", "json", "csv", "notebook"), lambda b: b"\xef\xbb\xbf" + b),
     ("cut mid-write (a crash)", ("console", "jsonl", "csv"), lambda b: _cut(b)),
     ("a traceback after the last step", ("console", "jsonl"), lambda b: b + TRACEBACK),
     ("a stray Latin-1 byte", ("console",), lambda b: b.replace(b"\n", b" caf\xe9\n", 1)),
@@ -91,12 +93,13 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[bytes], bytes]]] = [
     ("a logger's timestamp prefix", ("console", "jsonl"),
      lambda b: _lines(b, lambda x: b"2025-09-23 09:01:00,984 - train - INFO - " + x)),
     ("records dumped as indented JSON", ("jsonl",), lambda b: _lines(b, _indented)),
-    ("re-saved compact", ("json",), lambda b: json.dumps(json.loads(b)).encode()),
-    ("re-saved with indent 4", ("json",), lambda b: json.dumps(json.loads(b), indent=4).encode()),
+    ("re-saved compact", ("json", "notebook"), lambda b: json.dumps(json.loads(b)).encode()),
+    ("re-saved with indent 4", ("json", "notebook"), lambda b: json.dumps(json.loads(b), indent=4).encode()),
     ("saved as TSV", ("csv",), lambda b: _table(b, "\t", False)),
     ("a European spreadsheet's ; and decimal commas", ("csv",), lambda b: _table(b, ";", True)),
-    ("gzip-compressed (refused, saying how to unpack)", ("console", "jsonl", "json", "csv"), gzip.compress),
-    ("its folder given, with the model's files beside it", ("console", "jsonl", "json", "csv"), lambda b: b),
+    ("gzip-compressed (refused, saying how to unpack)", ("console", "jsonl", "json", "csv", "notebook"), gzip.compress),
+    ("its folder given, with the model's files beside it", ("console", "jsonl", "json", "csv", "notebook"),
+     lambda b: b),
 ]
 FOLDER = "its folder given, with the model's files beside it"
 # What a Hugging Face output folder holds beside a log (transformers' save_pretrained and a README).
