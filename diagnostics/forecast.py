@@ -4,7 +4,8 @@ For each metric below, the limit is the one its rule acts on (and for KL and a s
 only once the metric is past its healthy level: a KL above its 0.05 target, a length 30% below its start): entropy
 toward a fifth of its start (an entropy collapse), KL toward 1 nat per token (a critical blow-up), the mean
 completion length toward three times its start or 80% of the cap, or toward 30% of its start (an explosion, a
-collapse), the truncated share toward a majority, ``frac_reward_zero_std`` toward 0.9.
+collapse; not from a start the cap set, once the truncated share has halved), the truncated share toward a majority,
+``frac_reward_zero_std`` toward 0.9.
 
 The fit is robust: over the metric's latest ``WINDOW`` logged rows (and at least ``MIN_ROWS``), Mann–Kendall's
 trend test must be significant in the limit's direction (one-sided, z > ``Z``), and the Theil–Sen line (the median
@@ -49,7 +50,17 @@ def _entropy_floor(series) -> float | None:
 
 def _length_floor(series) -> float | None:
     start = _start(series, "completions/mean_length")
-    return 0.3 * start if start and start > 0 else None
+    return 0.3 * start if start and start > 0 and not _ends_inside_the_cap(series) else None
+
+
+def _ends_inside_the_cap(series) -> bool:
+    """A fifth or more of the completions were truncated at the start and half of that or less are now: the starting
+    length was the cap's, and a length falling from it is answers that now end on their own (length_shrink's info)."""
+    if not series.has("completions/clipped_ratio"):
+        return False
+    _, values = series.finite("completions/clipped_ratio")
+    then, now = _start(series, "completions/clipped_ratio"), float(np.median(values[-10:]))
+    return then is not None and then >= 0.2 and now <= 0.5 * then
 
 
 def _length_watch(series) -> float | None:

@@ -150,3 +150,13 @@ def test_a_real_log_cut_before_its_crossing_forecasts_it_within_20_percent(read,
     crossing = _crossing(steps, values, item["limit"], direction)
     assert item["now_step"] == upto < crossing
     assert abs(item["eta_step"] - crossing) <= 0.2 * crossing, (item, crossing)
+
+
+def test_a_length_falling_from_the_caps_as_answers_learn_to_end_is_no_collapse_forecast():
+    """As in a train-split notebook (Qwen3-4B on DAPO-Math): 62% of the answers were cut at the cap at the start, the
+    mean length falls as they learn to end on their own. The same fall with no truncation is forecast."""
+    length = np.linspace(1650, 1000, 60)
+    assert [f.metric for f in forecasts(run_with(**{"completions/mean_length": length}))] == \
+        ["completions/mean_length"]
+    ending = {"completions/mean_length": length, "completions/clipped_ratio": np.linspace(0.62, 0.05, 60)}
+    assert [f.metric for f in forecasts(run_with(**ending))] == []
