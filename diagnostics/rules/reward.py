@@ -118,19 +118,28 @@ def _gain_tolerance(series: RunSeries, name: str) -> float:
 
 # ---------------------------------------------------------------------------------------- reward_flat
 def _flat_detect(series: RunSeries, since):
-    lo, steps, _ = rows(series, "reward", since)
-    best = series.running("reward", 2 * W, "median", "max", lo)  # a reward that rose and fell is not flat
+    steps, flat = _flat(series, "reward", since)
+    task = accuracy_component(series) if len(components(series)) >= 2 else None
+    if task is not None and len(steps):  # the shaping terms may rise while the task's own reward never does
+        task_steps, task_flat = _flat(series, task, 0)
+        flat |= np.isin(steps, task_steps[task_flat])
+    return steps, flat
+
+
+def _flat(series: RunSeries, name: str, since):
+    lo, steps, _ = rows(series, name, since)
+    best = series.running(name, 2 * W, "median", "max", lo)  # a reward that rose and fell is not flat
     idx = row_index(lo, len(steps))
-    covered = steps - start_step(series, "reward") + series.interval_of("reward")  # steps 1..100 cover 100 steps
-    judged = (idx >= max(series.rows(2 * W, "reward"), MIN_ROWS) - 1) & (covered >= MIN_STEPS)
+    covered = steps - start_step(series, name) + series.interval_of(name)  # steps 1..100 cover 100 steps
+    judged = (idx >= max(series.rows(2 * W, name), MIN_ROWS) - 1) & (covered >= MIN_STEPS)
     # a real rise lifts the windows' means too: a median alone jumps between the modes of a reward that is either
     # a failure's -1 or a score near 0.5 (one prompt, two completions a step), and its best window is no gain
-    best_mean = series.running("reward", 2 * W, "mean", "max", lo)
-    tolerance = _gain_tolerance(series, "reward")
-    start = start_window(series, "reward")
+    best_mean = series.running(name, 2 * W, "mean", "max", lo)
+    tolerance = _gain_tolerance(series, name)
+    start = start_window(series, name)
     with np.errstate(invalid="ignore"):
-        flat = (best - series.head("reward", start) < tolerance) | \
-            (best_mean - series.head("reward", start, "mean") < tolerance / MEDIAN_NOISE)
+        flat = (best - series.head(name, start) < tolerance) | \
+            (best_mean - series.head(name, start, "mean") < tolerance / MEDIAN_NOISE)
         return steps, judged & flat
 
 
@@ -143,6 +152,16 @@ def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
                                          "above the start by more than the noise"),
     ]
     causes, fixes = [], []
+    task = accuracy_component(series) if len(components(series)) >= 2 else None
+    if task is not None and reward_rising(series, ep.last):  # flat is the task's own reward, under rising shaping
+        w = start_window(series, task)
+        evidence[1].note = f"median of the last {2 * W} logged steps: higher, through the shaping terms"
+        evidence += [Evidence(start_step(series, task), task, series.head(task, w), "the task's reward at the start"),
+                     Evidence(ep.last, task, smoothed(series, task, ep.last, 2 * W), "now: no higher")]
+        causes.append(f"only the shaping terms rise: {task.split('/')[1]}, the task's own reward, has not risen "
+                      "above its start (the model learns the format, not the task)")
+        fixes.append(advice(f"run {task.split('/')[1]} on a few late completions: does it ever find a right answer "
+                            "(a parser that never matches scores every answer 0)?"))
     spread = smoothed(series, "reward_std", ep.last) if series.has("reward_std") else math.nan
     uniform = smoothed(series, "frac_reward_zero_std", ep.last) if series.has("frac_reward_zero_std") else math.nan
     kl = smoothed(series, "kl", ep.last) if series.has("kl") else math.nan
@@ -172,13 +191,14 @@ def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
 
 REWARD_FLAT = Rule(
     id="reward_flat", title="Reward is flat: no upward trend",
-    follows_from=("uniform_groups", "truncation", "kl_blowup", "entropy_collapse", "reward_collapse"),
+    follows_from=("uniform_groups", "truncation", "kl_blowup", "entropy_collapse", "reward_collapse", "reward_hacking"),
     requires=("reward",), detect=_flat_detect, explain=_flat_explain, open_after=W, clear_after=2 * W,
     references=("docs/troubleshooting.md#reward-flat",
                 "docs/field-reports.md#no-learning-signal",
                 "docs/field-reports.md#lora-weights-never-reach-vllm"),
     read="After 100 steps (and 20 logged points), no 20-step median of the reward has risen above the median of "
-         "the first 10 steps by more than the noise, or no 20-step mean above their mean. Read reward_std and "
+         "the first 10 steps by more than the noise, or no 20-step mean above their mean; the same of the accuracy "
+         "reward, where one is logged beside other reward functions (shaping may rise while the task never does). Read reward_std and "
          "frac_reward_zero_std next: 0 spread means the reward cannot tell completions apart; otherwise raise lr or G.",
 )
 

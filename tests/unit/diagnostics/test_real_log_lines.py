@@ -635,7 +635,8 @@ NOTEBOOKS = {"letters": CORPUS / "notebook__bsvaz__teaching-an-llm-to-reason__qw
              "gsm8k": CORPUS / "notebook__hmzbo__fine-tune-llms-with-grpo__qwen25-3b-gsm8k-rtx3060" / "grpo_unsloth.ipynb",
              "physics": CORPUS / ("notebook__anirudh-muthusundaram__grpo-fine-tuning-of-qwen3-1-7b-on-phybench-physics-"
                                   "benchmark-with-cot-reasoning__qwen3-1p7b-phybench") / "grpo_train.ipynb",
-             "warm-up": CORPUS / "notebook__surtrj__qwen3-4b-grpo-math__qwen3-4b-base-dapo-math" / "Qwen3_(4B)_GRPO.ipynb"}
+             "warm-up": CORPUS / "notebook__surtrj__qwen3-4b-grpo-math__qwen3-4b-base-dapo-math" / "Qwen3_(4B)_GRPO.ipynb",
+             "phi-4": CORPUS / "notebook__tkg31302__reasoning-in-llms__phi4-gsm8k-cap200" / "gsm-grpo-main.ipynb"}
 
 
 def test_an_early_draw_of_the_progress_table_saved_beside_the_final_one_is_the_same_run(store):
@@ -684,3 +685,14 @@ def test_an_sft_warm_ups_table_of_the_loss_alone_is_not_a_run_and_answers_that_s
     assert found.severity == "info" and found.causes == [
         "the model learned to finish inside the cap: 62% of completions were truncated at the start, 0% now, while the "
         "reward rises"]
+
+
+def test_a_reward_that_rises_only_through_its_shaping_terms_is_flat_for_the_task(store):
+    """Phi-4 on GSM8K: the XML-count term lifts the total from 0 to ~0.11, while the correctness reward stays at 0 for
+    200 steps. The task's reward is flat, and the finding says so."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, NOTEBOOKS["phi-4"])
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "reward_flat"]
+    assert found.severity == "warning" and found.onset_step <= 100
+    assert found.causes[0].startswith("only the shaping terms rise: correctness_reward_func")
