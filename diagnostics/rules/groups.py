@@ -110,6 +110,15 @@ def _success_rate(series: RunSeries, step: int) -> tuple[str, float] | None:
     return None
 
 
+def one_group_a_step(cfg) -> bool:
+    """Each logged step is one prompt's group: per_device_train_batch_size × gradient_accumulation_steps completions
+    no more than G (Unsloth's notebooks raise a batch of 1 to G), both recorded."""
+    G, B = cfg.get("num_generations"), cfg.get("per_device_train_batch_size")
+    accum = cfg.get("gradient_accumulation_steps") if cfg.recorded("gradient_accumulation_steps") else 1
+    known = cfg.recorded("num_generations") and cfg.recorded("per_device_train_batch_size")
+    return known and all(isinstance(v, (int, float)) and v > 0 for v in (G, B, accum)) and B * accum <= G
+
+
 def _solved(series: RunSeries, name: str, ep: Episode) -> float | None:
     """The reward of the episode's batches with no spread, when it is the top tenth of what the run has scored and the
     reward rose to it: every completion of those batches was right (the model solves those prompts), not a run without
@@ -151,7 +160,9 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
         return _solved_explain(series, ep, evidence, top)
     causes, fixes = [], []
     G = cfg.get("num_generations")
-    severe = (name == "frac_reward_zero_std" and observed >= 0.9) or name in SPREAD or name == "reward"
+    # a spread of 0 is every group of the batch alike, unless the batch is one group (as noisy as a share of one)
+    severe = (name == "frac_reward_zero_std" and observed >= 0.9) or (name in SPREAD and not one_group_a_step(cfg)) \
+        or name == "reward"
     stalled = no_gradient(series, ep.last)
     if stalled is not None:
         severe = True

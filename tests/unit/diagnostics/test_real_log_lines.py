@@ -636,7 +636,8 @@ NOTEBOOKS = {"letters": CORPUS / "notebook__bsvaz__teaching-an-llm-to-reason__qw
              "physics": CORPUS / ("notebook__anirudh-muthusundaram__grpo-fine-tuning-of-qwen3-1-7b-on-phybench-physics-"
                                   "benchmark-with-cot-reasoning__qwen3-1p7b-phybench") / "grpo_train.ipynb",
              "warm-up": CORPUS / "notebook__surtrj__qwen3-4b-grpo-math__qwen3-4b-base-dapo-math" / "Qwen3_(4B)_GRPO.ipynb",
-             "phi-4": CORPUS / "notebook__tkg31302__reasoning-in-llms__phi4-gsm8k-cap200" / "gsm-grpo-main.ipynb"}
+             "phi-4": CORPUS / "notebook__tkg31302__reasoning-in-llms__phi4-gsm8k-cap200" / "gsm-grpo-main.ipynb",
+             "glsl": CORPUS / "notebook__onlyjokers__unsloth-training__gemma3-1b-glsl-446" / "GLSLMakergemma3_1B.ipynb"}
 
 
 def test_an_early_draw_of_the_progress_table_saved_beside_the_final_one_is_the_same_run(store):
@@ -696,3 +697,13 @@ def test_a_reward_that_rises_only_through_its_shaping_terms_is_flat_for_the_task
     [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "reward_flat"]
     assert found.severity == "warning" and found.onset_step <= 100
     assert found.causes[0].startswith("only the shaping terms rise: correctness_reward_func")
+
+
+def test_a_batch_of_one_group_with_no_spread_is_one_uniform_group_not_every_group(store):
+    """Unsloth raises a batch of 1 to G = 4: each step is one prompt's group, so a reward_std of 0 on 126 of 446 steps
+    is that many uniform groups (at G = 4, common by chance while the reward rises), not batches of them (critical)."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, NOTEBOOKS["glsl"])
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "uniform_groups"]
+    assert found.severity == "info"
