@@ -182,7 +182,12 @@ def parse_notebook(display: str, path: Path) -> ParsedLog:
 
 def _judged(names) -> int:
     """How many metrics the diagnoser judges among these column names or keys."""
-    return len({canonical_name(n) for n in (re.sub(r"\s*/\s*", "/", str(n)) for n in names) if mapped(n)})
+    return len({canonical_name(n) for n in map(_column, names) if mapped(n)})
+
+
+def _column(header: str) -> str:
+    """A column's name as logged: Unsloth's table spells ``completions/mean_length`` as ``completions / mean_length``."""
+    return re.sub(r"\s*/\s*", "/", str(header))
 
 
 def _table_log(display: str, tables: list[list[list[str]]], config: dict, name: str) -> ParsedLog:
@@ -204,7 +209,7 @@ def _table_rows(source: Source, tables: list[list[list[str]]]) -> Iterator[tuple
     """A row per step; a table whose steps start again at or before the last one's is another run."""
     last = None
     for n, (header, *body) in enumerate(tables, 1):
-        names = [re.sub(r"\s*/\s*", "/", h) for h in header]
+        names = [_column(h) for h in header]
         at = [h.lower() for h in names].index("step")
         first = True
         for r, cells in enumerate(body, 1):
