@@ -119,11 +119,16 @@ def _gain_tolerance(series: RunSeries, name: str) -> float:
 # ---------------------------------------------------------------------------------------- reward_flat
 def _flat_detect(series: RunSeries, since):
     steps, flat = _flat(series, "reward", since)
-    task = accuracy_component(series) if len(components(series)) >= 2 else None
+    task = _task_reward(series)
     if task is not None and len(steps):  # the shaping terms may rise while the task's own reward never does
-        task_steps, task_flat = _flat(series, task, 0)
+        task_steps, task_flat = _flat(series, task, since)
         flat |= np.isin(steps, task_steps[task_flat])
     return steps, flat
+
+
+def _task_reward(series: RunSeries) -> str | None:
+    """The accuracy reward function, when it is logged beside others (shaping terms)."""
+    return accuracy_component(series) if len(components(series)) >= 2 else None
 
 
 def _flat(series: RunSeries, name: str, since):
@@ -152,7 +157,7 @@ def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
                                          "above the start by more than the noise"),
     ]
     causes, fixes = [], []
-    task = accuracy_component(series) if len(components(series)) >= 2 else None
+    task = _task_reward(series)
     if task is not None and reward_rising(series, ep.last):  # flat is the task's own reward, under rising shaping
         w = start_window(series, task)
         evidence[1].note = f"median of the last {2 * W} logged steps: higher, through the shaping terms"
