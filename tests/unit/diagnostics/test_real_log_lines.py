@@ -637,7 +637,9 @@ NOTEBOOKS = {"letters": CORPUS / "notebook__bsvaz__teaching-an-llm-to-reason__qw
                                   "benchmark-with-cot-reasoning__qwen3-1p7b-phybench") / "grpo_train.ipynb",
              "warm-up": CORPUS / "notebook__surtrj__qwen3-4b-grpo-math__qwen3-4b-base-dapo-math" / "Qwen3_(4B)_GRPO.ipynb",
              "phi-4": CORPUS / "notebook__tkg31302__reasoning-in-llms__phi4-gsm8k-cap200" / "gsm-grpo-main.ipynb",
-             "glsl": CORPUS / "notebook__onlyjokers__unsloth-training__gemma3-1b-glsl-446" / "GLSLMakergemma3_1B.ipynb"}
+             "glsl": CORPUS / "notebook__onlyjokers__unsloth-training__gemma3-1b-glsl-446" / "GLSLMakergemma3_1B.ipynb",
+             "qwen3-math": CORPUS / "notebook__1337-artificial-intelligence__hackai-2025__qwen3-1p7b-math-grpo"
+             / "alignment_grpo_qwen3_math.ipynb"}
 
 
 def test_an_early_draw_of_the_progress_table_saved_beside_the_final_one_is_the_same_run(store):
@@ -707,3 +709,20 @@ def test_a_batch_of_one_group_with_no_spread_is_one_uniform_group_not_every_grou
     [run] = import_runs(store, NOTEBOOKS["glsl"])
     [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "uniform_groups"]
     assert found.severity == "info"
+
+
+def test_a_reward_function_that_stops_firing_is_named_and_one_saturated_at_its_top_is_not(store):
+    """Qwen3 on math: the accuracy reward scores 0.5 at first, then 0 for every completion on 18 of the last 20 steps
+    once the tags are learned (the task reward no longer tells answers apart): named, as info. The letter-count run's
+    counting reward sits at its top (1.0) with no spread on 18 of its last 20 steps once solved: not this."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, NOTEBOOKS["qwen3-math"])
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "reward_component_constant"]
+    assert found.severity == "info" and found.onset_step <= 30
+    assert [e.metric for e in found.evidence][1:] == ["rewards/accuracy_reward/mean"]
+    assert "stopped telling completions apart" in found.causes[0]
+    for run in import_runs(store, NOTEBOOKS["letters"]):
+        named = [e.metric for f in diagnose(store, run.run_id, save=False).findings
+                 if f.rule == "reward_component_constant" for e in f.evidence]
+        assert "rewards/counting_reward_func/mean" not in named

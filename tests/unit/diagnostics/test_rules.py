@@ -135,7 +135,7 @@ FIXTURES = [
                      "rewards/correctness/mean": np.ones(N), "loss": np.zeros(N), "grad_norm": np.zeros(N),
                      "advantage/std": np.zeros(N), "advantage/abs_max": np.zeros(N)},
             cause="cannot discriminate", first_fix={}),  # no lr, G or temperature makes a constant reward vary
-    Fixture("reward collapses after rising", {"reward_collapse": "critical"},
+    Fixture("reward collapses after rising", {"reward_collapse": "critical", "reward_component_constant": "info"},
             metrics={"reward": np.concatenate([ramp(100, 0.2, 0.9), np.full(50, 0.2)]) + noise(N, 0.01),
                      "rewards/correctness/mean": np.concatenate([ramp(100, 0.2, 0.9), np.full(50, 0.2)])},
             config={"beta": 0.0}, fix={"beta": 0.04}, cause="learning rate too high"),
