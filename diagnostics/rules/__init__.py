@@ -14,11 +14,13 @@ from grpo_doctor.diagnostics.rules import (
                            optim,
                            policy,
                            reward,
+                           reward_functions,
 )
 from grpo_doctor.diagnostics.rules.base import Rule
 
-RULES: tuple[Rule, ...] = (optim.NONFINITE, *reward.RULES, *groups.RULES, *kl.RULES, *length.RULES,
-                           *(r for r in optim.RULES if r is not optim.NONFINITE), *policy.RULES, *expected.RULES)
+RULES: tuple[Rule, ...] = (optim.NONFINITE, *reward.RULES, *reward_functions.RULES, *groups.RULES, *kl.RULES,
+                           *length.RULES, *(r for r in optim.RULES if r is not optim.NONFINITE), *policy.RULES,
+                           *expected.RULES)
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 
 __all__ = ["RULES", "BY_ID", "Rule"]

@@ -1,0 +1,156 @@
+"""The rule on the per-function rewards (``rewards/<fn>/mean``): a reward function that scores every completion alike,
+from the start or, later, at its lowest score."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grpo_doctor.diagnostics.findings import Evidence
+from grpo_doctor.diagnostics.fixes import advice
+from grpo_doctor.diagnostics.rules.base import Episode, Explanation, Rule, W, needs, smoothed_evidence, start_step
+from grpo_doctor.diagnostics.rules.reward import MIN_STEPS, components, reward_rising
+from grpo_doctor.diagnostics.series import RunSeries
+
+# A component at its first value (std 0) in this share of its rows so far scores all alike. Judged on the rows so far
+# only: a function that scores alike for the first steps and varies later was a finding until then (as a live run
+# would have shown it), and not one that the later rows erase. (0.9 named penalties that rarely fire.)
+CONSTANT_SHARE = 1.0
+
+
+def _no_spread(series: RunSeries, name: str, steps: np.ndarray) -> np.ndarray:
+    """At each of the component's rows: its std is 0 there (True where no std is logged)."""
+    std = name[:-len("mean")] + "std"
+    if not series.has(std):
+        return np.ones(len(steps), dtype=bool)
+    std_steps, std_values = series.finite(std)
+    zero = np.zeros(len(steps), dtype=bool)
+    pos = np.searchsorted(std_steps, steps)
+    ok = (pos < len(std_steps)) & (std_steps[np.minimum(pos, len(std_steps) - 1)] == steps)
+    zero[ok] = std_values[pos[ok]] == 0
+    return zero
+
+
+def _constant_rows(series: RunSeries, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, share so far): at each logged row, the share of the component's rows up to it where its mean is its
+    first value and its std (if logged) is 0: the completions all scored alike there."""
+    steps, values = series.finite(name)
+    same = (values == values[0] if len(values) else np.zeros(0, bool)) & _no_spread(series, name, steps)
+    return steps, np.cumsum(same) / np.arange(1, len(same) + 1)
+
+
+FLOOR_SHARE = 0.85  # of the last 2W rows at the component's lowest score so far, with no spread: it stopped firing
+
+
+def _floor_rows(series: RunSeries, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, at the floor): at each row from the 2W-th on, whether FLOOR_SHARE of the last 2W rows scored the
+    component's lowest value so far, every completion alike. A function that scored and then stops (a task reward
+    that no answer earns once the format is learned) gives no signal, as one that never fired; one saturated at its
+    top is a solved term, not this."""
+    steps, values = series.finite(name)
+    n, w = len(values), series.rows(2 * W, name)
+    floor = np.minimum.accumulate(values) if n else values
+    alike = _no_spread(series, name, steps)
+    count = np.zeros(n)
+    for k in range(min(w, n)):  # rows i−k of each window, compared with row i's floor
+        count[k:] += (values[:n - k] == floor[k:]) & alike[:n - k]
+    return steps, (np.arange(n) >= w - 1) & (count >= FLOOR_SHARE * w) & (values == floor)
+
+
+def _constant_components(series: RunSeries, upto: int | None = None) -> list[str]:
+    """Reward functions at their first value, with a std of 0, in every row up to ``upto``: they score every
+    completion alike."""
+    out = []
+    for name in components(series):
+        steps, share = _constant_rows(series, name)
+        n = len(steps) if upto is None else int(np.searchsorted(steps, upto, side="right"))
+        if n and share[n - 1] >= CONSTANT_SHARE:
+            out.append(name)
+    return out
+
+
+def _constant_detect(series: RunSeries, since):
+    """Per component, whether it has held its first value (with std 0) in every row so far, once it has W steps of
+    rows, or sits at its floor (``_floor_rows``)."""
+    out_steps, out_active = [], []
+    for name in components(series):
+        steps, share = _constant_rows(series, name)
+        lo = series.first_row_after(name, since) if since is not None else 0
+        enough = np.arange(len(steps)) >= series.rows(W, name) - 1
+        out_steps.append(steps[lo:])
+        out_active.append((((share >= CONSTANT_SHARE) & enough) | _floor_rows(series, name)[1])[lo:])
+    if not out_steps:
+        return np.empty(0, np.int64), np.empty(0, bool)
+    if all(len(s_) == len(out_steps[0]) and np.array_equal(s_, out_steps[0]) for s_ in out_steps[1:]):
+        return out_steps[0], np.logical_or.reduce(out_active)  # the usual case: every component on the same rows
+    steps = np.unique(np.concatenate(out_steps))
+    active = np.zeros(len(steps), dtype=bool)
+    for s_, a_ in zip(out_steps, out_active):
+        active[np.searchsorted(steps, s_[a_])] = True
+    return steps, active
+
+
+def _at_floor(series: RunSeries, upto: int) -> list[str]:
+    """Reward functions that have scored their lowest value, every completion alike, in most recent rows up to
+    ``upto``."""
+    out = []
+    for name in components(series):
+        steps, floor = _floor_rows(series, name)
+        n = int(np.searchsorted(steps, upto, side="right"))
+        if n and floor[n - 1]:
+            out.append(name)
+    return out
+
+
+def _constant_explain(series: RunSeries, ep: Episode) -> Explanation:
+    names = _constant_components(series, ep.last)
+    if not names and (floors := _at_floor(series, ep.last)):
+        return _floor_explain(series, ep, floors)
+    names = names or components(series)[:1]
+    evidence = [smoothed_evidence(series, "reward", ep.last, "the total reward")] if series.has("reward") else []
+    evidence += [Evidence(ep.last, n, series.value_at(n, ep.last), f"the same value, with no spread, at every step "
+                                                                 f"since step {start_step(series, n)}") for n in names]
+    span = ep.last - start_step(series, names[0]) + series.interval_of(names[0]) if names else 0
+    fns = ", ".join(n.split("/")[1] for n in names)
+    causes = [f"{fns} gives every completion the same score: it adds no learning signal (a parser that never "
+              "matches, a check that always fails or always passes)"]
+    fixes = [advice(f"run {fns} on a few sampled completions: does it ever return another value?"),
+             advice("fix or drop it; if it is the task's own reward, nothing is being learned about the task")]
+    rose = reward_rising(series, ep.last)
+    if rose:
+        causes.append("the other reward functions still teach: the total reward is rising")
+    return Explanation("warning" if span >= MIN_STEPS and not rose else "info", evidence, causes, fixes)
+
+
+def _floor_explain(series: RunSeries, ep: Episode, names: list[str]) -> Explanation:
+    evidence = [smoothed_evidence(series, "reward", ep.last, "the total reward")] if series.has("reward") else []
+    evidence += [Evidence(ep.last, n, series.value_at(n, ep.last), f"its lowest score, every completion alike, in "
+                                                                  f"{FLOOR_SHARE:.0%} or more of the last {2 * W} "
+                                                                  f"logged steps") for n in names]
+    fns = ", ".join(n.split("/")[1] for n in names)
+    causes = [f"{fns} now gives every completion its lowest score: it has stopped telling completions apart (no "
+              "answer earns it, or every answer is penalised), so it adds no learning signal"]
+    fixes = [advice(f"run {fns} on a few recent completions: what would it take to score more?"),
+             advice("if it is the task's own reward, the task is too hard for the model now: easier prompts, a "
+                    "partial-credit reward, or more completions per prompt")]
+    if reward_rising(series, ep.last):
+        causes.append("the other reward functions still teach: the total reward is rising")
+    # info, however long it lasts: a bonus for a rare event sits at its floor most steps and still teaches when it
+    # fires; a task that no longer teaches at all is reward_flat's to say
+    return Explanation("info", evidence, causes, fixes)
+
+
+REWARD_COMPONENT_CONSTANT = Rule(
+    id="reward_component_constant", title="A reward function gives every completion the same score",
+    follows_from=("reward_collapse",), requires=(), detect=_constant_detect, explain=_constant_explain, open_after=1,
+    gate=lambda series: None if components(series) else needs("per-function rewards (rewards/<fn>/mean)"),
+    references=("docs/field-reports.md#no-learning-signal",
+                "docs/field-reports.md#per-function-std-vs-group-std"),
+    read="A per-function reward (rewards/<fn>/mean) has had one value (and a std of 0, if logged) at every logged "
+         "step so far, for 10 steps or more: it scores every completion alike (a function that varies later ends the "
+         "finding there). Info at first; a "
+         "warning once it has held for 100 steps while the total reward is not rising. Also (info) a function at its "
+         "lowest score so far, with no spread, in 85% of the last 20 steps: it has stopped firing.",
+)
+
+
+RULES = (REWARD_COMPONENT_CONSTANT,)
