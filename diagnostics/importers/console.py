@@ -272,7 +272,9 @@ def _heading(line: str, kind: str | None, heading: int | None) -> int | None:
 def _steps_count_the_rest(kinds: list[tuple[str, int | None]], kind: str) -> bool:
     """Whether, between consecutive rows of ``kind``, the rows without a step number about as many as the step
     went up by (in most gaps, counting those with no row between): those rows are then the steps themselves. A loop
-    whose steps follow one another with an odd line between some of them (a resampled group) is stepped by them."""
+    whose steps follow one another with an odd line between some of them (a resampled group) is stepped by them; so
+    is one whose steps are one apart with a line between each (a reward function's own line per step): steps one
+    apart leave no step for that line to be."""
     gaps, counted, between, last = 0, 0, 0, None
     for k, step in kinds:
         if k == "order":
@@ -280,7 +282,7 @@ def _steps_count_the_rest(kinds: list[tuple[str, int | None]], kind: str) -> boo
             continue
         if k != kind:
             continue
-        if last is not None and step > last:
+        if last is not None and step > last + 1:
             gaps += 1
             counted += between > 0 and abs(between - (step - last)) <= max(1, 0.1 * (step - last))
         last, between = step, 0

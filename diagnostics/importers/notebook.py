@@ -3,7 +3,8 @@
 transformers' notebook callback draws an HTML progress table (``Step | Training Loss | ...``; Unsloth's adds a column
 for every logged metric: ``reward``, ``reward_std``, ``completions / mean_length``, ``kl``, ...). A trainer that prints
 its logs (a loop, TRL with ``disable_tqdm``, verl) writes them into the stream outputs. The table is read when there is
-one; otherwise the outputs' text is read as the console log it is. The settings come from the code: the literal
+one (with what the printed lines add at its steps: a callback that prints every key beside a table that shows some);
+otherwise the outputs' text is read as the console log it is. The settings come from the code: the literal
 keyword arguments of a ``GRPOConfig(...)`` (any ``*Config`` or ``TrainingArguments`` call)."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import tempfile
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+
+import numpy as np
 
 from grpo_doctor.diagnostics.config.keys import normalise_config
 from grpo_doctor.diagnostics.importers._base import BAD, MISSING, NEW_RUN, LogFormatError, ParsedLog, Source, to_float
@@ -163,7 +166,7 @@ def parse_notebook(display: str, path: Path) -> ParsedLog:
         if len(rich) < len(tables):
             log.reader.note(f"left out {len(tables) - len(rich)} table(s) of the loss alone (another trainer's: an "
                             "SFT warm-up before GRPO)")
-        return log
+        return _with_printed(log, display, path, printed, config, name)
     try:
         log = _printed_log(display, path, printed, config, name)
     except LogFormatError:
@@ -178,6 +181,42 @@ def parse_notebook(display: str, path: Path) -> ParsedLog:
         log.rows = iter(rows)
         return log
     return _table_log(display, tables, config, name)
+
+
+def _with_printed(log: ParsedLog, display: str, path: Path, texts: list[str], config: dict, name: str) -> ParsedLog:
+    """The table's rows, with the judged metrics that lines the cells printed add at the same steps (a callback that
+    prints every logged key, ``grad_norm`` among them, beside a table that shows some): when the table is one run and
+    the printed lines are its steps (``_same_steps``)."""
+    rows = list(log.rows)
+    log.rows = iter(rows)
+    if not texts or any(step is NEW_RUN for step, _row in rows):
+        return log
+    try:
+        printed = _printed_log(display, path, texts, config, name)
+    except LogFormatError:
+        return log
+    at: dict[int, dict[str, float]] = {}
+    for step, row in printed.rows:
+        if step is not NEW_RUN:
+            at.setdefault(step, {}).update(row)
+    have = {canonical_name(_column(k)) for _step, row in rows for k in row}
+    new = sorted({k for row in at.values() for k in row if mapped(k) and canonical_name(k) not in have})
+    if not new or not _same_steps(rows, at):
+        return log
+    log.rows = iter([(step, {**{k: at[step][k] for k in new if k in at.get(step, {})}, **row}) for step, row in rows])
+    log.reader.note(f"added {', '.join(new)} from the lines the cells printed at the table's steps")
+    return log
+
+
+def _same_steps(rows: list[tuple[int, dict[str, float]]], at: dict[int, dict[str, float]]) -> bool:
+    """Whether the printed rows ``at`` their steps are the table's: half the table's steps or more printed, and at
+    three or more of them a metric both show, the same value in nine cases of ten (the table rounds). Lines read in
+    line order (a reward function's line per completion) step differently, and fail this."""
+    pairs = [(row[k], at[step][k]) for step, row in rows if step in at for k in row if k in at[step]]
+    if sum(step in at for step, _row in rows) < len(rows) / 2 or len(pairs) < 3:
+        return False
+    table, printed = np.array(pairs).T
+    return float(np.mean(np.isclose(table, printed, rtol=1e-3, atol=1e-4))) >= 0.9
 
 
 def _judged(names) -> int:

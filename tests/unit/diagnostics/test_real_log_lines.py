@@ -639,7 +639,9 @@ NOTEBOOKS = {"letters": CORPUS / "notebook__bsvaz__teaching-an-llm-to-reason__qw
              "phi-4": CORPUS / "notebook__tkg31302__reasoning-in-llms__phi4-gsm8k-cap200" / "gsm-grpo-main.ipynb",
              "glsl": CORPUS / "notebook__onlyjokers__unsloth-training__gemma3-1b-glsl-446" / "GLSLMakergemma3_1B.ipynb",
              "qwen3-math": CORPUS / "notebook__1337-artificial-intelligence__hackai-2025__qwen3-1p7b-math-grpo"
-             / "alignment_grpo_qwen3_math.ipynb"}
+             / "alignment_grpo_qwen3_math.ipynb",
+             "supervisor": CORPUS / "notebook__abhilash2429__oversight-arena__qwen25-3b-supervisor-675"
+             / "train grpo.ipynb"}
 
 
 def test_an_early_draw_of_the_progress_table_saved_beside_the_final_one_is_the_same_run(store):
@@ -726,3 +728,33 @@ def test_a_reward_function_that_stops_firing_is_named_and_one_saturated_at_its_t
         named = [e.metric for f in diagnose(store, run.run_id, save=False).findings
                  if f.rule == "reward_component_constant" for e in f.evidence]
         assert "rewards/counting_reward_func/mean" not in named
+
+
+def test_a_notebooks_printed_step_lines_add_what_its_table_leaves_out(store, tmp_path):
+    """Unsloth's table shows reward, length and KL; the cell's callback also printed every logged key per step
+    (``[trainer] step=    1  t=   9.3s  loss=0  grad_norm=5.514 ...``), with the reward function's own line
+    (``[reward_fn] ep=0 diff=hard n=8 mean=+1.380 ...``) before each. grad_norm and frac_reward_zero_std join the table's
+    rows at their steps (the reward and KL the two share agree). The same printed lines alone are stepped by their
+    ``step=``: steps one apart leave no step for the reward function's line to be."""
+    [run] = import_runs(store, NOTEBOOKS["supervisor"])
+    frame = store.metrics(run.run_id)
+    assert len(frame) == 675 and frame.loc[1, "grad_norm"] == pytest.approx(5.514)
+    assert frame.loc[47, "grad_norm"] == pytest.approx(6678, rel=1e-3) and "frac_reward_zero_std" in frame
+    cell = next(c for c in json.loads(NOTEBOOKS["supervisor"].read_text())["cells"]
+                if any("[trainer] step=" in "".join(o.get("text", [])) for o in c.get("outputs", [])))
+    text = "".join("".join(o["text"]) for o in cell["outputs"] if o.get("output_type") == "stream")
+    lines = [line for line in text.split("\n") if line.startswith(("[trainer] step=", "[reward_fn]"))]
+    printed = tmp_path / "printed.log"
+    printed.write_text("\n".join(lines[:200]) + "\n")
+    [alone] = import_runs(store, printed)
+    steps = store.metrics(alone.run_id).index
+    assert list(steps) == list(range(1, sum(line.startswith("[trainer]") for line in lines[:200]) + 1))
+
+
+def test_a_notebooks_printed_lines_that_are_not_its_tables_steps_add_nothing(store):
+    """A GSM8K notebook printed a line per reward function (``{'xml_count_rewards/mean': ..., 'frac_reward_zero_std':
+    ...}``), five for each of the table's 350 steps: read in line order they are no steps of the table, and its rows
+    stay the table's own (no frac_reward_zero_std of 1 from a format reward's line)."""
+    [run] = import_runs(store, NOTEBOOKS["gsm8k"])
+    frame = store.metrics(run.run_id)
+    assert len(frame) == 350 and "frac_reward_zero_std" not in frame
