@@ -110,13 +110,16 @@ GAIN_SIGMAS = 4.0  # how far below its level now a window median must be to coun
 def last_gain(series, name: str = "reward", w: int = GAIN_WINDOW) -> int | None:
     """Where a flat reward last really gained: the step from which its ``w``-row rolling median has stayed within
     ``GAIN_SIGMAS`` noise-σ of such a median below the level it holds now (the median of its last 2w rows). A reward
-    that never rose beyond the noise has held its level from its first window. None while there are too few rows."""
+    that never rose beyond the noise has held its level from its first window. None while there are too few rows, or
+    while the latest window is itself below that level (the reward is falling: it holds no level yet)."""
     steps, values = series.finite(name)
     if len(values) < 2 * w:
         return None
     med = rolling(values, w, "median", w - 1)  # vectorised: this runs on every diagnosis of a live run
     noise = 1.25 * robust_sigma(values) / math.sqrt(w)
     below = np.flatnonzero(med < np.median(values[-2 * w:]) - GAIN_SIGMAS * noise)
+    if len(below) and below[-1] == len(med) - 1:  # the latest window is itself below: falling now, no level held
+        return None
     return int(steps[w - 1 + (below[-1] + 1 if len(below) else 0)])
 
 

@@ -87,3 +87,7 @@ def test_a_flat_reward_burns_from_its_last_real_gain():
     series = RunSeries({"id": 2, "name": "f", "source": "jsonl", "config": {}})
     series.add({"reward": (steps, flat)})
     assert last_gain(series) < 60  # never really gained: from its first windows
+    falling = np.where(steps <= 280, 0.5, 0.1) + 0.02 * rng.standard_normal(300)  # flat, then down in its last window
+    series = RunSeries({"id": 3, "name": "d", "source": "jsonl", "config": {}})
+    series.add({"reward": (steps, falling)})
+    assert last_gain(series) is None  # below the level of its last 2w rows even now: no stretch at a level to date
