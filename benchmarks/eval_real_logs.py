@@ -314,6 +314,11 @@ KNOWN_FAILURES = {
         "batch 26: a healthy Gemma-3-1B notebook warned length_shrink: its first 10 steps run long (median 848 tokens, "
         "some at the 1,280 cap, before the format is learned; 50-step means 486 -> 310-380) and it logs no "
         "clipped_ratio to show the cap's share, so the fall to 212 reads as -75% from the start",
+    "notebook__dinesh052__test__qwen25-7b-crisis-negotiator-768/train_a100.ipynb":
+        "batch 29: a healthy notebook (two groups of four a step, logged every 2nd) warned reward_collapse: its first "
+        "15 rows are quieter (0.18-0.29) than the rest (0.05-0.65), so 3-row dips below its start read as breaks "
+        "(judging by the noise of recent rows removed the later ones, not the one at step 38, and named a train "
+        "collapse late); it is also flat for 400 steps before it learns",
 }
 
 

@@ -26,12 +26,14 @@ from grpo_doctor.diagnostics.metrics.catalogue import canonical_name, mapped
 _NOTEBOOK = re.compile(r'\A\ufeff?\s*\{\s*"(?:cells|metadata|nbformat)"\s*:')
 _STEP_HEADER = re.compile(r"<th>\s*Step\s*</th>", re.IGNORECASE)
 _CONFIG_CALL = re.compile(r"(?:Config|TrainingArguments|Arguments)$")
+_JUPYTER_KEYS = ('"cell_type"', '"kernelspec"', '"language_info"', '"nbformat"')
 _NO_LOG = "no log"  # transformers' cell for a metric not logged at that step
 
 
 def is_notebook(head: str) -> bool:
-    """Whether a file's head is a Jupyter notebook's JSON (nbformat 4 writes ``cells`` first, nbformat 3 ``metadata``)."""
-    return bool(_NOTEBOOK.match(head)) and '"cell_type"' in head
+    """Whether a file's head is a Jupyter notebook's JSON (nbformat 4 writes ``cells`` first, nbformat 3 ``metadata``;
+    Kaggle writes ``metadata`` first, its widget states able to fill the head before a cell: the kernel's name says)."""
+    return bool(_NOTEBOOK.match(head)) and any(key in head for key in _JUPYTER_KEYS)
 
 
 def has_progress_table(text: str) -> bool:

@@ -641,7 +641,8 @@ NOTEBOOKS = {"letters": CORPUS / "notebook__bsvaz__teaching-an-llm-to-reason__qw
              "qwen3-math": CORPUS / "notebook__1337-artificial-intelligence__hackai-2025__qwen3-1p7b-math-grpo"
              / "alignment_grpo_qwen3_math.ipynb",
              "supervisor": CORPUS / "notebook__abhilash2429__oversight-arena__qwen25-3b-supervisor-675"
-             / "train grpo.ipynb"}
+             / "train grpo.ipynb",
+             "kaggle": CORPUS / "notebook__v21-vani__wraith__qwen25-15b-boss-combo-750" / "training.ipynb"}
 
 
 def test_an_early_draw_of_the_progress_table_saved_beside_the_final_one_is_the_same_run(store):
@@ -758,3 +759,15 @@ def test_a_notebooks_printed_lines_that_are_not_its_tables_steps_add_nothing(sto
     [run] = import_runs(store, NOTEBOOKS["gsm8k"])
     frame = store.metrics(run.run_id)
     assert len(frame) == 350 and "frac_reward_zero_std" not in frame
+
+
+def test_a_kaggle_notebook_whose_widget_states_fill_the_head_is_a_notebook(store):
+    """Kaggle saves the notebook's metadata first, and its widget states (78 KB here) push the first cell past the
+    64 KiB a format is told by: the kernel's name says it is a notebook, not a JSON table of its cells."""
+    from grpo_doctor.diagnostics.importers import detect_format
+
+    assert NOTEBOOKS["kaggle"].read_text().find('"cell_type"') > 65536
+    assert detect_format(NOTEBOOKS["kaggle"]) == "notebook"
+    [run] = import_runs(store, NOTEBOOKS["kaggle"])
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(10, 751, 10)) and frame.loc[10, "reward"] == pytest.approx(2.2625)
