@@ -266,13 +266,18 @@ LENGTH_EXPLODE = Rule(
 
 
 # ---------------------------------------------------------------------------------------- truncation
+AT_CAP = 0.95  # of the cap: a mean length this close to it is most completions cut
+
+
 def _truncation_detect(series: RunSeries, since):
     if series.has(CLIPPED):
         return level(series, CLIPPED, since, lambda m: m >= 0.8, min_periods=1)
-    # No clipped_ratio (old TRL, hand-written loops): steps whose mean length is the cap cut every completion.
+    # No clipped_ratio (old TRL, hand-written loops): a step whose mean length is within 5% of the cap cut most of its
+    # completions (an answer that ends on its own stops well short of a cap that others reach: a mean of 190 of 200
+    # leaves no room for many of them)
     lo, steps, values = rows(series, LENGTH, since)
     cap, _ = length_cap(series)
-    at_cap = (values >= cap - 0.5).astype(np.float64)
+    at_cap = (values >= AT_CAP * cap).astype(np.float64)
     with np.errstate(invalid="ignore"):
         return steps, rolling.rolling(at_cap, series.rows(W, LENGTH), "mean", lo) >= 0.8  # a whole window of evidence
 
@@ -289,7 +294,7 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
     if series.has(CLIPPED):
         evidence = [smoothed_evidence(series, CLIPPED, ep.last, "share of completions cut at the cap")]
     else:
-        evidence = [smoothed_evidence(series, LENGTH, ep.last, "the mean length is the cap: every completion cut")]
+        evidence = [smoothed_evidence(series, LENGTH, ep.last, "the mean length is at the cap: most completions cut")]
     for name, note in (("completions/mean_terminated_length", "mean length of the completions that ended"),
                        (LENGTH, "mean length")):
         if series.has(name):
@@ -323,8 +328,8 @@ TRUNCATION = Rule(
                 "docs/field-reports.md#shorter-outputs-from-truncation",
                 "docs/field-reports.md#high-truncation-in-reasoning-models"),
     read="The 10-step median of completions/clipped_ratio is 0.8 or more (0.6 is normal for distilled "
-         "reasoning models, 0.98 is not); without clipped_ratio, 80% of the last 10 steps have a mean length equal to "
-         "the cap (recorded, or the ceiling the mean hits exactly again and again). Critical when "
+         "reasoning models, 0.98 is not); without clipped_ratio, 80% of the last 10 steps have a mean length within "
+         "5% of the cap (recorded, or the ceiling the mean hits exactly again and again). Critical when "
          "frac_reward_zero_std is also ≥ 0.9: truncation has "
          "zeroed the reward signal.",
 )

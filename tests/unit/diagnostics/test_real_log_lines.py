@@ -642,7 +642,9 @@ NOTEBOOKS = {"letters": CORPUS / "notebook__bsvaz__teaching-an-llm-to-reason__qw
              / "alignment_grpo_qwen3_math.ipynb",
              "supervisor": CORPUS / "notebook__abhilash2429__oversight-arena__qwen25-3b-supervisor-675"
              / "train grpo.ipynb",
-             "kaggle": CORPUS / "notebook__v21-vani__wraith__qwen25-15b-boss-combo-750" / "training.ipynb"}
+             "kaggle": CORPUS / "notebook__v21-vani__wraith__qwen25-15b-boss-combo-750" / "training.ipynb",
+             "cap200": CORPUS / "notebook__manojpatil123__grpo-fine-tuning__qwen25-3b-gsm8k-250"
+             / "Qwen2_5_(3B)_GRPO_Final.ipynb"}
 
 
 def test_an_early_draw_of_the_progress_table_saved_beside_the_final_one_is_the_same_run(store):
@@ -771,3 +773,15 @@ def test_a_kaggle_notebook_whose_widget_states_fill_the_head_is_a_notebook(store
     [run] = import_runs(store, NOTEBOOKS["kaggle"])
     frame = store.metrics(run.run_id)
     assert list(frame.index) == list(range(10, 751, 10)) and frame.loc[10, "reward"] == pytest.approx(2.2625)
+
+
+def test_a_mean_length_within_5_percent_of_the_cap_is_most_completions_cut(store):
+    """An old Unsloth table logs completion_length, no clipped_ratio: its mean sits at 191-195 of the code's
+    max_completion_length = 200 (exactly 200 on 33 of 250 steps). Most completions are cut: truncation is named."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, NOTEBOOKS["cap200"])
+    frame = store.metrics(run.run_id)
+    assert "completions/clipped_ratio" not in frame and (frame["completions/mean_length"] == 200).sum() < 0.8 * 250
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "truncation"]
+    assert found.onset_step <= 40 and found.evidence[0].note.startswith("the mean length is at the cap")
