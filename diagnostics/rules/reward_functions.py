@@ -31,11 +31,11 @@ def _no_spread(series: RunSeries, name: str, steps: np.ndarray) -> np.ndarray:
 
 
 def _constant_rows(series: RunSeries, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, share so far): at each logged row, the share of the component's rows up to it where its mean is its
-    first value and its std (if logged) is 0: the completions all scored alike there."""
+    """(steps, alike so far): at each logged row, whether CONSTANT_SHARE of the component's rows up to it have its
+    first value as their mean and a std (if logged) of 0: the completions all scored alike there."""
     steps, values = series.finite(name)
     same = (values == values[0] if len(values) else np.zeros(0, bool)) & _no_spread(series, name, steps)
-    return steps, np.cumsum(same) / np.arange(1, len(same) + 1)
+    return steps, np.cumsum(same) / np.arange(1, len(same) + 1) >= CONSTANT_SHARE
 
 
 FLOOR_SHARE = 0.85  # of the last 2W rows at the component's lowest score so far, with no spread: it stopped firing
@@ -56,14 +56,13 @@ def _floor_rows(series: RunSeries, name: str) -> tuple[np.ndarray, np.ndarray]:
     return steps, (np.arange(n) >= w - 1) & (count >= FLOOR_SHARE * w) & (values == floor)
 
 
-def _constant_components(series: RunSeries, upto: int | None = None) -> list[str]:
-    """Reward functions at their first value, with a std of 0, in every row up to ``upto``: they score every
-    completion alike."""
+def _holding(series: RunSeries, upto: int, flags) -> list[str]:
+    """Reward functions whose ``flags(series, name)`` (steps, flag per row) holds at their last row up to ``upto``."""
     out = []
     for name in components(series):
-        steps, share = _constant_rows(series, name)
-        n = len(steps) if upto is None else int(np.searchsorted(steps, upto, side="right"))
-        if n and share[n - 1] >= CONSTANT_SHARE:
+        steps, flag = flags(series, name)
+        n = int(np.searchsorted(steps, upto, side="right"))
+        if n and flag[n - 1]:
             out.append(name)
     return out
 
@@ -73,11 +72,11 @@ def _constant_detect(series: RunSeries, since):
     rows, or sits at its floor (``_floor_rows``)."""
     out_steps, out_active = [], []
     for name in components(series):
-        steps, share = _constant_rows(series, name)
+        steps, alike = _constant_rows(series, name)
         lo = series.first_row_after(name, since) if since is not None else 0
         enough = np.arange(len(steps)) >= series.rows(W, name) - 1
         out_steps.append(steps[lo:])
-        out_active.append((((share >= CONSTANT_SHARE) & enough) | _floor_rows(series, name)[1])[lo:])
+        out_active.append(((alike & enough) | _floor_rows(series, name)[1])[lo:])
     if not out_steps:
         return np.empty(0, np.int64), np.empty(0, bool)
     if all(len(s_) == len(out_steps[0]) and np.array_equal(s_, out_steps[0]) for s_ in out_steps[1:]):
@@ -89,21 +88,9 @@ def _constant_detect(series: RunSeries, since):
     return steps, active
 
 
-def _at_floor(series: RunSeries, upto: int) -> list[str]:
-    """Reward functions that have scored their lowest value, every completion alike, in most recent rows up to
-    ``upto``."""
-    out = []
-    for name in components(series):
-        steps, floor = _floor_rows(series, name)
-        n = int(np.searchsorted(steps, upto, side="right"))
-        if n and floor[n - 1]:
-            out.append(name)
-    return out
-
-
 def _constant_explain(series: RunSeries, ep: Episode) -> Explanation:
-    names = _constant_components(series, ep.last)
-    if not names and (floors := _at_floor(series, ep.last)):
+    names = _holding(series, ep.last, _constant_rows)
+    if not names and (floors := _holding(series, ep.last, _floor_rows)):
         return _floor_explain(series, ep, floors)
     names = names or components(series)[:1]
     evidence = [smoothed_evidence(series, "reward", ep.last, "the total reward")] if series.has("reward") else []
