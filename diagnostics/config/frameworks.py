@@ -34,6 +34,10 @@ _TRL = {"num_iterations": 1, "beta": 0.0, "loss_type": "dapo", "scale_rewards": 
         "mask_truncated_completions": False, "advantage": "grpo", "kl_estimator": "k3",
         "importance_sampling_level": "token"}
 TRL_OLD_DEFAULTS = {**_TRL, "beta": 0.04, "loss_type": "grpo", "temperature": 0.9}
+# TRL's PPOTrainer and RLOOTrainer before the GRPO-style rewrite (PPOConfig / RLOOConfig on OnPolicyConfig): four PPO
+# epochs per rollout, clip range 0.2, temperature 0.7, and a k1 KL penalty of 0.05 summed into the reward.
+TRL_ON_POLICY_DEFAULTS = {"num_iterations": 4, "epsilon": 0.2, "temperature": 0.7, "beta": 0.05,
+                          "kl_estimator": "k1", "kl_in_reward": True, "max_grad_norm": 1.0}
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("trl", "TRL GRPOConfig", ("trl", "hf", "transformers", "tensorboard", "wandb", "unsloth"),

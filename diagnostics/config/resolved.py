@@ -3,7 +3,9 @@ read off the logged metrics (the logged learning rate, the length cap visible in
 then the framework's defaults, which are only *assumed* and said to be.
 
 TRL's GRPO defaults changed between versions (β 0.04 → 0, ``loss_type`` grpo → bnpo → dapo,
-``max_completion_length`` 256 → 512), so the version window read from the metric names picks the default.
+``max_completion_length`` 256 → 512), so the version window read from the metric names picks the default. TRL's
+PPOTrainer and RLOOTrainer log ``objective/kl`` instead of ``kl``: their runs get PPOConfig's defaults, and their β
+(``kl_coef``) is read off ``objective/non_score_reward``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from grpo_doctor.diagnostics.config.frameworks import OURS, TRL_OLD_DEFAULTS, framework
+from grpo_doctor.diagnostics.config.frameworks import OURS, TRL_OLD_DEFAULTS, TRL_ON_POLICY_DEFAULTS, framework
 from grpo_doctor.diagnostics.config.keys import checked
 
 # TRL's metric keys by the version that added them (TRL's release notes and its trainer's logging code).
@@ -35,6 +37,8 @@ def trl_version(metric_names: Iterable[str]) -> tuple[str | None, bool]:
     """What the metric names say about the TRL version, and whether it is 0.16 or older (only the old
     ``completion_length`` key). A missing key proves nothing (the Liger path logs no ``entropy``)."""
     names = set(metric_names)
+    if "kl/per_sequence" in names:
+        return "TRL PPOTrainer / RLOOTrainer (logs objective/kl, not GRPO's kl)", False
     if "completion_length" in names and not names & {"completions/mean_length", "completions/clipped_ratio"}:
         return "TRL <= 0.16 (logs completion_length, not completions/*)", True
     found = None
@@ -59,6 +63,8 @@ class LoggedFacts:
     # loss / kl at each step: where the policy term's value is 0 (every group scored alike, or ratio 1 with centred
     # advantages) the loss is the β·KL term alone, so many steps share one ratio, β
     beta_ratios: list = field(default_factory=list)
+    # -objective/non_score_reward / objective/kl at each step (old TRL PPO/RLOO): β, the same at every step
+    penalty_ratios: list = field(default_factory=list)
 
 
 @dataclass
@@ -134,9 +140,11 @@ def run_config(source: str, config: Mapping | None, metric_names: Iterable[str],
     if fw.name == "trl":
         version_text, old = trl_version(names)
         assumed = dict(TRL_OLD_DEFAULTS) if old else assumed
+        if "kl/per_sequence" in names:  # PPO (a critic's value loss) or RLOO: not GRPOConfig's defaults
+            assumed = {**TRL_ON_POLICY_DEFAULTS, "advantage": "gae" if "value_loss" in names else "rloo"}
     assumed = {k: v for k, v in assumed.items() if values.get(k) is None}
     cfg = RunConfig(values, fw.name, assumed, version_text, ignored=ignored)
-    if values.get("beta") is None and "kl" in names:
+    if values.get("beta") is None and names & {"kl", "kl/per_sequence"}:
         assumed.pop("beta", None)  # kl is only logged when β ≠ 0 (docs/field-reports.md#kl-missing)
         cfg.inferred["beta"] = "> 0 (kl is logged; value not recorded)"
     if facts is not None:
@@ -159,14 +167,8 @@ def _read_facts(cfg: RunConfig, fw, facts: LoggedFacts) -> None:
         cfg.assumed.pop("max_completion_length", None)
         cfg.logged_how["max_completion_length"] = (f"the mean completion length hits exactly this ceiling at "
                                                    f"{facts.at_longest_mean} steps: every completion cut there")
-    found = logged_beta(facts) if not cfg.recorded("beta") else None
-    if found is not None:
-        beta, shared, steps = found
-        cfg.logged["beta"] = beta
-        cfg.assumed.pop("beta", None)
-        cfg.inferred.pop("beta", None)
-        cfg.logged_how["beta"] = (f"loss = {beta:g} × kl at {shared} of {steps} steps: where the policy term is 0 "
-                                  f"the loss is β·KL alone")
+    if not cfg.recorded("beta"):
+        _read_beta(cfg, facts)
     if (fw.clipping_implies_several_updates and facts.clipped and not facts.importance_sampling
             and not cfg.recorded("num_iterations")):
         cfg.assumed.pop("num_iterations", None)
@@ -174,11 +176,28 @@ def _read_facts(cfg: RunConfig, fw, facts: LoggedFacts) -> None:
                                           "above 0: several updates per rollout)")
 
 
-def logged_beta(facts: LoggedFacts) -> tuple[float, int, int] | None:
-    """(β, steps that share it, steps) from loss / kl: the ratio that the most steps share (within ``BETA_SAME``), when
-    ``BETA_STEPS`` steps and a tenth of all share it. Where the policy term's value is 0 the loss is β·KL alone, so
-    those steps agree exactly; elsewhere the policy term scatters the ratio. None when no value stands out."""
-    ratios = np.sort(np.asarray(facts.beta_ratios, dtype=np.float64))
+def _read_beta(cfg: RunConfig, facts: LoggedFacts) -> None:
+    """β from the KL penalty beside the KL (old TRL PPO/RLOO), else from the steps whose loss is β·KL alone."""
+    penalty, found = logged_beta(facts.penalty_ratios), None
+    if penalty is not None:
+        beta, shared, steps = penalty
+        how = f"objective/non_score_reward = −{beta:g} × objective/kl at {shared} of {steps} steps"
+    elif (found := logged_beta(facts.beta_ratios)) is not None:
+        beta, shared, steps = found
+        how = f"loss = {beta:g} × kl at {shared} of {steps} steps: where the policy term is 0 the loss is β·KL alone"
+    else:
+        return
+    cfg.logged["beta"], cfg.logged_how["beta"] = beta, how
+    cfg.assumed.pop("beta", None)
+    cfg.inferred.pop("beta", None)
+
+
+def logged_beta(ratios: list) -> tuple[float, int, int] | None:
+    """(β, steps that share it, steps) from per-step ratios (loss / kl, or penalty / kl): the ratio that the most steps
+    share (within ``BETA_SAME``), when ``BETA_STEPS`` steps and a tenth of all share it. Where the policy term's value is
+    0 the loss is β·KL alone, so those steps agree exactly; elsewhere the policy term scatters the ratio. None when no
+    value stands out."""
+    ratios = np.sort(np.asarray(ratios, dtype=np.float64))
     if len(ratios) < BETA_STEPS:
         return None
     ends = np.searchsorted(ratios, ratios * (1 + BETA_SAME), side="right")
@@ -220,10 +239,19 @@ def update_facts(facts: LoggedFacts, fresh: Mapping, asof) -> None:
             facts.clipped = bool((values[np.isfinite(values)] > 1e-9).any())
     if any(name in fresh for name in IS_METRICS):
         facts.importance_sampling = True
+    if "non_score_reward" in fresh and len(facts.penalty_ratios) < BETA_ROWS:
+        steps, penalty = fresh["non_score_reward"]
+        facts.penalty_ratios += _ratios(-np.asarray(penalty, dtype=np.float64), asof("kl/per_sequence", steps),
+                                        BETA_ROWS - len(facts.penalty_ratios))
     if "loss" in fresh and len(facts.beta_ratios) < BETA_ROWS:
         steps, loss = fresh["loss"]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            kl = asof("kl", steps)
-            ratio = np.asarray(loss, dtype=np.float64) / kl
-        keep = (kl > 1e-6) & np.isfinite(ratio) & (ratio > 0)
-        facts.beta_ratios += ratio[keep].tolist()[:BETA_ROWS - len(facts.beta_ratios)]
+        facts.beta_ratios += _ratios(np.asarray(loss, dtype=np.float64), asof("kl", steps),
+                                     BETA_ROWS - len(facts.beta_ratios))
+
+
+def _ratios(numerator: np.ndarray, kl: np.ndarray, most: int) -> list:
+    """numerator / kl at the steps where both are finite and positive (at most ``most``)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = numerator / kl
+    keep = (kl > 1e-6) & np.isfinite(ratio) & (ratio > 0)
+    return ratio[keep].tolist()[:most]

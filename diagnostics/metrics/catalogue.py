@@ -196,6 +196,9 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("kl/per_sequence", "KL to the reference summed over each completion's tokens, averaged over "
            "completions: old TRL PPO/RLOO's objective/kl (nats per completion, not per token)", group="kl",
            aliases=("objective/kl",), note="divide by the completion length to compare with a per-token KL"),
+    Metric("non_score_reward", "the KL penalty summed into the reward, −β × the per-sequence KL: old TRL PPO/RLOO's "
+           "objective/non_score_reward", group="kl", aliases=("objective/non_score_reward",),
+           note="its ratio to objective/kl is β (kl_coef)"),
     Metric("rollout_kl", "KL between the rollout engine's and the trainer's log-probs of the same tokens (0 when "
            "they agree)", group="kl",
            aliases=("rollout_corr/kl", "mismatch_kl", "vllm_kl", "rollout_corr/k3_kl", "optim/kl_sample_train_v1"),

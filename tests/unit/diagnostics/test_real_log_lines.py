@@ -785,3 +785,16 @@ def test_a_mean_length_within_5_percent_of_the_cap_is_most_completions_cut(store
     assert "completions/clipped_ratio" not in frame and (frame["completions/mean_length"] == 200).sum() < 0.8 * 250
     [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "truncation"]
     assert found.onset_step <= 40 and found.evidence[0].note.startswith("the mean length is at the cap")
+
+
+def test_a_trl_ppo_log_is_read_as_ppo_with_the_kl_coef_it_logs(store):
+    """TRL's PPOTrainer logs objective/kl (per sequence) and objective/non_score_reward = −kl_coef × it, not GRPO's
+    kl: the run is PPO, β is read off the two (0.05 at every step), and nothing says KL is absent because β = 0."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "trl-state__ukhan1219__pychess__distilgpt2-chess-ppo" / "trainer_state.json"
+    [run] = import_runs(store, path)
+    diagnosis = diagnose(store, run.run_id, save=False)
+    assert diagnosis.version.startswith("TRL PPOTrainer") and diagnosis.assumed["advantage"] == "gae"
+    assert "beta" not in diagnosis.assumed and "objective/non_score_reward = −0.05" in diagnosis.logged["beta"]
+    assert "kl_absent" not in {f.rule for f in diagnosis.findings}
