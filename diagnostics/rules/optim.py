@@ -205,6 +205,7 @@ SINGLE_GENERATION = Rule(
 
 # ---------------------------------------------------------------------------------------- entropy
 ENTROPY = ENTROPY_MEASURED  # entropy's measured values (an exact 0.0 means no token was measured)
+EARLY_BREAK = 2.0  # nats per token: far above any LLM's sampling entropy at its start (0.3 – 1.5)
 
 
 def _as_entropy(evidence: Evidence) -> Evidence:
@@ -264,8 +265,14 @@ ENTROPY_COLLAPSE = Rule(
 
 def _entropy_blowup_detect(series: RunSeries, since):
     steps, idx, med = medians(series, ENTROPY, since)
+    values = series.finite(ENTROPY)[1]
+    if not len(idx):
+        return steps, np.zeros(0, dtype=bool)
+    # a break inside the first windows has no settled start to double: rows at 5 × the first one and past 2 nats
+    early = (idx < series.rows(3 * W, ENTROPY) - 1) & (values[idx] >= max(EARLY_BREAK, 5 * values[0]))
     with np.errstate(invalid="ignore"):
-        return steps, (idx >= series.rows(3 * W, ENTROPY) - 1) & (med >= 2 * series.head(ENTROPY, W)) & (med >= 1.0)
+        later = (idx >= series.rows(3 * W, ENTROPY) - 1) & (med >= 2 * series.head(ENTROPY, W)) & (med >= 1.0)
+        return steps, early | later
 
 
 def _entropy_blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -296,7 +303,8 @@ ENTROPY_BLOWUP = Rule(
     references=("docs/field-reports.md#entropy-blow-up",
                 "docs/field-reports.md#entropy-rising-slightly"),
     read="Entropy's 10-step median doubled from its start and passed 1 nat per token (critical when the "
-         "reward falls). A slight rise below 1 is exploration and expected.",
+         "reward falls); within the first 30 steps, before the start has settled, entropy at 5 times its first row "
+         "and past 2 nats. A slight rise below 1 is exploration and expected.",
 )
 
 

@@ -798,3 +798,13 @@ def test_a_trl_ppo_log_is_read_as_ppo_with_the_kl_coef_it_logs(store):
     assert diagnosis.version.startswith("TRL PPOTrainer") and diagnosis.assumed["advantage"] == "gae"
     assert "beta" not in diagnosis.assumed and "objective/non_score_reward = −0.05" in diagnosis.logged["beta"]
     assert "kl_absent" not in {f.rule for f in diagnosis.findings}
+
+
+def test_an_entropy_that_breaks_within_the_first_steps_is_named_there(store):
+    """A verl run whose entropy goes 0.46, 1.34, 2.63, 2.73, 6.05 … 11.6 in its 21 steps: no settled start to double,
+    but five times the first row and past 2 nats is a blow-up, named by step 5 (the reader's deadline)."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, CORPUS / "verl-console__foo1szz__verl__qwen25-1p5b-math-lr3e-5" / "train.out")
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["entropy_blowup"].onset_step <= 5 and found["entropy_blowup"].status == "open"
