@@ -55,7 +55,8 @@ def framework_snippet(fix: Fix) -> tuple[str, str] | None:
         return "bash", "\n".join(f"{key}={_flag(v)}" for key, v in changes.items())
     if fix.framework == "ms-swift":  # command-line flags
         return "bash", " \\\n".join(f"--{key} {_flag(v)}" for key, v in changes.items())
-    return "python", "GRPOConfig(\n" + "".join(f"    {key}={v!r},\n" for key, v in changes.items()) + ")"  # TRL
+    cls = "PPOConfig(  # or RLOOConfig" if fix.framework == "trl-ppo" else "GRPOConfig("
+    return "python", cls + "\n" + "".join(f"    {key}={v!r},\n" for key, v in changes.items()) + ")"  # TRL
 
 
 #: GRPOConfig fields a resume from a checkpoint does not change, and why (transformers restores the optimizer,

@@ -49,6 +49,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               {"num_iterations": 1, "epsilon": 0.2, "scale_rewards": "group", "max_grad_norm": 1.0,
                "loss_type": "dapo", "advantage": "grpo"},
               translates_fixes=True, token_weighted_advantage_mean=True),
+    # TRL's PPOTrainer / RLOOTrainer (objective/kl in the log, kl_coef in the config): four PPO epochs a rollout, so
+    # clipping above 0 is expected
+    Framework("trl-ppo", "TRL PPOConfig / RLOOConfig", ("trl-ppo",), TRL_ON_POLICY_DEFAULTS, translates_fixes=True,
+              clipping_implies_several_updates=True),
     Framework(OURS, "grpo-doctor", (OURS,)),
     # A plain table (CSV, JSON lines) or a loop's console output says nothing about the trainer that wrote it: nothing
     # is assumed.
@@ -64,18 +68,21 @@ def framework(name: str | None) -> Framework:
 
 
 def config_dialect(name: str | None) -> str:
-    """Which framework's config keys a source's config is written in: ``verl``, ``ms-swift``, else ``trl``
-    (TensorBoard, wandb and plain tables carry HF ``TrainingArguments`` when they carry any)."""
+    """Which framework's config keys a source's config is written in: ``verl``, ``ms-swift``, ``trl-ppo``, else
+    ``trl`` (TensorBoard, wandb and plain tables carry HF ``TrainingArguments`` when they carry any)."""
     found = framework(name).name
-    return found if found in ("verl", "ms-swift") else "trl"
+    return found if found in ("verl", "ms-swift", "trl-ppo") else "trl"
 
 
 def dialect_of(config: Mapping) -> str:
     """Which framework's keys a config dict is written in, from its keys: verl's Hydra tree (nested or dotted),
-    ms-swift's arguments (``rlhf_type``; ``train_type`` with ``model_type``), else HF/TRL's."""
+    ms-swift's arguments (``rlhf_type``; ``train_type`` with ``model_type``), TRL's PPOConfig / RLOOConfig
+    (``kl_coef`` with ``num_ppo_epochs`` or ``rloo_k``), else HF/TRL's GRPOConfig."""
     if "actor_rollout_ref" in config or "algorithm" in config or any(
             str(k).startswith("actor_rollout_ref.") for k in config):
         return "verl"
     if "rlhf_type" in config or ("train_type" in config and "model_type" in config):
         return "ms-swift"
+    if "kl_coef" in config and ("num_ppo_epochs" in config or "rloo_k" in config):
+        return "trl-ppo"
     return "trl"

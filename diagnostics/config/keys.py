@@ -31,7 +31,18 @@ class Field:
     verl: str | None
 
     def key(self, framework: str) -> str | None:
+        if framework == "trl-ppo":
+            return TRL_PPO_KEYS.get(self.name)
         return {"trl": self.trl, "ms-swift": self.ms_swift, "verl": self.verl}[framework]
+
+
+# TRL's PPOConfig / RLOOConfig names for the fields they have (the rest are GRPO's alone)
+TRL_PPO_KEYS = {"beta": "kl_coef", "epsilon": "cliprange", "num_iterations": "num_ppo_epochs",
+                "max_completion_length": "response_length", "num_generations": "rloo_k",
+                "kl_estimator": "kl_estimator", "temperature": "temperature", "learning_rate": "learning_rate",
+                "per_device_train_batch_size": "per_device_train_batch_size",
+                "gradient_accumulation_steps": "gradient_accumulation_steps", "max_grad_norm": "max_grad_norm",
+                "logging_steps": "logging_steps", "max_steps": "max_steps"}
 
 
 def _same(name: str, description: str, verl: str | None, *, swift: str | None = "same",

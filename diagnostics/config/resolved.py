@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from grpo_doctor.diagnostics.config.frameworks import OURS, TRL_OLD_DEFAULTS, TRL_ON_POLICY_DEFAULTS, framework
+from grpo_doctor.diagnostics.config.frameworks import OURS, TRL_OLD_DEFAULTS, framework
 from grpo_doctor.diagnostics.config.keys import checked
 
 # TRL's metric keys by the version that added them (TRL's release notes and its trainer's logging code).
@@ -37,8 +37,6 @@ def trl_version(metric_names: Iterable[str]) -> tuple[str | None, bool]:
     """What the metric names say about the TRL version, and whether it is 0.16 or older (only the old
     ``completion_length`` key). A missing key proves nothing (the Liger path logs no ``entropy``)."""
     names = set(metric_names)
-    if "kl/per_sequence" in names:
-        return "TRL PPOTrainer / RLOOTrainer (logs objective/kl, not GRPO's kl)", False
     if "completion_length" in names and not names & {"completions/mean_length", "completions/clipped_ratio"}:
         return "TRL <= 0.16 (logs completion_length, not completions/*)", True
     found = None
@@ -135,13 +133,17 @@ def run_config(source: str, config: Mapping | None, metric_names: Iterable[str],
         return RunConfig(values, OURS, ignored=ignored)
     fw = framework(source if source in ("csv", "jsonl") else values.pop("framework", None) or source)
     values.pop("framework", None)
+    if fw.name == "trl" and "kl/per_sequence" in names:  # objective/kl: TRL's PPOTrainer or RLOOTrainer, not GRPO
+        fw = framework("trl-ppo")
     version_text = None
     assumed = dict(fw.defaults)
     if fw.name == "trl":
         version_text, old = trl_version(names)
         assumed = dict(TRL_OLD_DEFAULTS) if old else assumed
-        if "kl/per_sequence" in names:  # PPO (a critic's value loss) or RLOO: not GRPOConfig's defaults
-            assumed = {**TRL_ON_POLICY_DEFAULTS, "advantage": "gae" if "value_loss" in names else "rloo"}
+    elif fw.name == "trl-ppo":  # PPO trains a critic (its value loss is logged); RLOO has none
+        ppo = "value_loss" in names
+        version_text = f"TRL {'PPOTrainer' if ppo else 'RLOOTrainer'} (logs objective/kl{', loss/value_avg' * ppo})"
+        assumed["advantage"] = "gae" if ppo else "rloo"
     assumed = {k: v for k, v in assumed.items() if values.get(k) is None}
     cfg = RunConfig(values, fw.name, assumed, version_text, ignored=ignored)
     if values.get("beta") is None and names & {"kl", "kl/per_sequence"}:

@@ -146,7 +146,8 @@ def parse_trainer_state(display: str, path: Path) -> ParsedLog:
         args = load_args_json(folder)
         if args:
             break
-    framework = "ms-swift" if dialect_of(args) == "ms-swift" else "trl"
+    framework = dialect_of(args)
+    framework = framework if framework in ("ms-swift", "trl-ppo") else "trl"
     raw = {k: v for k, v in state.items() if k != "global_step" and v is not None}
     raw.update(training_args_bin(source, path.parent))
     raw.update(args)

@@ -827,6 +827,8 @@ def test_fixes_in_each_frameworks_terms():
         "algorithm.use_kl_in_reward=false"))
     assert framework_snippet(Fix("d", changes, "ms-swift", {"beta": 0.08, "overlong_filter": True})) == (
         "bash", "--beta 0.08 \\\n--overlong_filter true")
+    assert framework_snippet(Fix("d", {"beta": 0.1}, "trl-ppo", {"kl_coef": 0.1})) == (
+        "python", "PPOConfig(  # or RLOOConfig\n    kl_coef=0.1,\n)")
     assert framework_snippet(Fix("d", changes)) is None
 
 

@@ -393,6 +393,17 @@ def test_trl_config_normalisation():
     assert normalise_config({"scale_rewards": False}, "trl")["scale_rewards"] == "none"
 
 
+def test_trl_ppo_and_rloo_configs_are_read_in_their_own_names():
+    """PPOConfig / RLOOConfig call β kl_coef, ε cliprange and μ num_ppo_epochs; GRPOConfig's names are not theirs."""
+    from grpo_doctor.diagnostics.config.frameworks import dialect_of
+
+    ppo = {"kl_coef": 0.03, "cliprange": 0.1, "num_ppo_epochs": 2, "response_length": 53, "beta": 9}
+    assert dialect_of(ppo) == "trl-ppo" and dialect_of({"kl_coef": 0.03, "rloo_k": 4}) == "trl-ppo"
+    got = normalise_config(ppo, "trl-ppo")
+    assert (got["beta"], got["epsilon"], got["num_iterations"], got["max_completion_length"]) == (0.03, 0.1, 2, 53)
+    assert framework_key("beta", "trl-ppo") == "kl_coef" and framework_key("loss_type", "trl-ppo") is None
+
+
 # ============================================================================ NaN/Infinity stream filter
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6)

@@ -789,7 +789,8 @@ def test_a_mean_length_within_5_percent_of_the_cap_is_most_completions_cut(store
 
 def test_a_trl_ppo_log_is_read_as_ppo_with_the_kl_coef_it_logs(store):
     """TRL's PPOTrainer logs objective/kl (per sequence) and objective/non_score_reward = −kl_coef × it, not GRPO's
-    kl: the run is PPO, β is read off the two (0.05 at every step), and nothing says KL is absent because β = 0."""
+    kl: the run is PPO, β is read off the two (0.05 at every step), nothing says KL is absent because β = 0, and fixes
+    are written in PPOConfig's names."""
     from grpo_doctor.diagnostics.engine import diagnose
 
     path = CORPUS / "trl-state__ukhan1219__pychess__distilgpt2-chess-ppo" / "trainer_state.json"
@@ -798,6 +799,8 @@ def test_a_trl_ppo_log_is_read_as_ppo_with_the_kl_coef_it_logs(store):
     assert diagnosis.version.startswith("TRL PPOTrainer") and diagnosis.assumed["advantage"] == "gae"
     assert "beta" not in diagnosis.assumed and "objective/non_score_reward = −0.05" in diagnosis.logged["beta"]
     assert "kl_absent" not in {f.rule for f in diagnosis.findings}
+    fixes = [fix for f in diagnosis.findings for fix in f.fixes if fix.framework_changes]
+    assert fixes and all(fix.framework == "trl-ppo" for fix in fixes)
 
 
 def test_an_entropy_that_breaks_within_the_first_steps_is_named_there(store):
