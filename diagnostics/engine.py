@@ -179,7 +179,7 @@ class Diagnoser:
             if track.finding is None or track.key != key:
                 track.finding, track.key = self._finding(rule, track, got_past), key
             found.append(track.finding)
-        found = link_consequences(found, {rule.id: rule for rule in self.rules})
+        found = link_consequences(found, {rule.id: rule for rule in self.rules}, self.series.interval)
         found = sorted(found, key=most_severe_first)
         return [self._with_burned(f) for f in reconcile_fixes(found)]
 
@@ -233,16 +233,17 @@ class Diagnoser:
                          forecasts=forecasts(self.series))
 
 
-def link_consequences(found: list[Finding], rules: dict[str, Rule]) -> list[Finding]:
+def link_consequences(found: list[Finding], rules: dict[str, Rule], interval: int = 1) -> list[Finding]:
     """Root cause first: a finding whose symptom follows from another finding that holds from an earlier or the same
-    step (at warning or above) is marked as its consequence and shown as info under it. Each finding is a copy: the
-    tracks keep the rule's own explanation."""
+    logged row, or the next one (at warning or above; two rules' windows seldom open on the same row of a sparse log),
+    is marked as its consequence and shown as info under it. Each finding is a copy: the tracks keep the rule's own
+    explanation."""
     by_rule = {f.rule: f for f in found}
     out = []
     for f in found:
         causes = [by_rule[c] for c in rules[f.rule].follows_from if c in by_rule]
         cause = next((c for c in causes if RANK[c.severity] >= RANK["warning"] and c.onset_step is not None
-                      and f.onset_step is not None and c.onset_step <= f.onset_step), None)
+                      and f.onset_step is not None and c.onset_step <= f.onset_step + interval), None)
         if cause is not None and f.severity != "expected":
             f = replace(f, severity="info", caused_by=cause.rule,
                         causes=[f"a consequence of {cause.rule} (from step {cause.onset_step}): fix that first",

@@ -811,3 +811,15 @@ def test_an_entropy_that_breaks_within_the_first_steps_is_named_there(store):
     [run] = import_runs(store, CORPUS / "verl-console__foo1szz__verl__qwen25-1p5b-math-lr3e-5" / "train.out")
     found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
     assert found["entropy_blowup"].onset_step <= 5 and found["entropy_blowup"].status == "open"
+
+
+def test_a_consequence_one_logged_row_before_its_cause_is_still_its_consequence(store):
+    """A TRL console logged every 10 steps: grad_norm is exactly 0 from step 90 (every group scores the ceiling), and
+    uniform_groups' window opens one row later, at 100. The gradient's collapse is that consequence, not a warning."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "trl-console__wesius__math-rl-capstone__lfm2-350m-exp1-exp2" / "all_experiments.log"
+    run = import_runs(store, path)[0]
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["grad_collapse"].onset_step < found["uniform_groups"].onset_step
+    assert found["grad_collapse"].severity == "info" and found["grad_collapse"].caused_by == "uniform_groups"
