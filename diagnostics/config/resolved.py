@@ -180,9 +180,8 @@ def _read_facts(cfg: RunConfig, fw, facts: LoggedFacts) -> None:
 
 def _read_beta(cfg: RunConfig, facts: LoggedFacts) -> None:
     """β from the KL penalty beside the KL (old TRL PPO/RLOO), else from the steps whose loss is β·KL alone."""
-    penalty, found = logged_beta(facts.penalty_ratios), None
-    if penalty is not None:
-        beta, shared, steps = penalty
+    if (found := logged_beta(facts.penalty_ratios)) is not None:
+        beta, shared, steps = found
         how = f"objective/non_score_reward = −{beta:g} × objective/kl at {shared} of {steps} steps"
     elif (found := logged_beta(facts.beta_ratios)) is not None:
         beta, shared, steps = found
