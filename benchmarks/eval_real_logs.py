@@ -319,6 +319,10 @@ KNOWN_FAILURES = {
         "15 rows are quieter (0.18-0.29) than the rest (0.05-0.65), so 3-row dips below its start read as breaks "
         "(judging by the noise of recent rows removed the later ones, not the one at step 38, and named a train "
         "collapse late); it is also flat for 400 steps before it learns",
+    "handwritten-jsonl__beingamanforever__rdan-grpo__qwen3-4b-rdan-430/metrics.jsonl":
+        "batch 34: a healthy ROLL-framework run warned grad_spikes: isolated pre-clip grad-norm spikes (8.2, 7.2, 27.1 "
+        "and 15.8 against a median of 0.8) that recover the next step; its reward is reward/selected_mean among "
+        "reward/*_rate keys, read as reward functions, so no reward trend shows the run learning past them",
 }
 
 
