@@ -213,7 +213,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("approx_kl", "drift between the rollout policy and the updated policy (ppo_kl)", group="kl",
            ranges=_fixed(None, APPROX_KL_HIGH, "docs/health-ranges.md#policy-ratio-kl",
                          note="usually 1e-3 – 1e-2 per update; far above it the update steps are too large"),
-           aliases=("actor/ppo_kl", "ppo_kl", "train/ppo_kl", "policy/approxkl_avg")),
+           aliases=("actor/ppo_kl", "ppo_kl", "train/ppo_kl", "policy/approxkl_avg", "actor/approxkl")),
     # ---- lengths
     Metric("completions/mean_length", "mean completion length (tokens, EOS included)", unit="tokens",
            group="length",
@@ -259,7 +259,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("clip_ratio/region_mean", "share of tokens whose ratio was clipped (low or high)",
            group="clip", ranges=_clip_ratio_range,
            aliases=("clip_ratio", "actor/pg_clipfrac", "ppo_clip_ratio", "policy/clipfrac_avg",
-                    "train/pg_clipfrac", "pg_clipfrac", "clip_fraction", "clip_frac"), domain=SHARE),
+                    "train/pg_clipfrac", "pg_clipfrac", "clip_fraction", "clip_frac", "actor/clipfrac"), domain=SHARE),
     Metric("clip_ratio/low_mean", "share of tokens with r < 1−ε_low and A < 0", group="clip",
            ranges=_clip_ratio_range, domain=SHARE),
     Metric("clip_ratio/dual_clip_mean", "share of tokens with A < 0 whose ratio exceeded the dual-clip bound "

@@ -823,3 +823,12 @@ def test_a_consequence_one_logged_row_before_its_cause_is_still_its_consequence(
     found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
     assert found["grad_collapse"].onset_step < found["uniform_groups"].onset_step
     assert found["grad_collapse"].severity == "info" and found["grad_collapse"].caused_by == "uniform_groups"
+
+
+def test_rolls_policy_ratio_kl_and_clip_fraction_are_read(store):
+    """Alibaba ROLL's tracker logs the per-update KL as actor/approxkl and the clipped share as actor/clipfrac (verl's
+    are actor/ppo_kl and actor/pg_clipfrac): both are the catalogue's, not left unmapped."""
+    path = CORPUS / "handwritten-jsonl__beingamanforever__rdan-grpo__qwen3-4b-rdan-430" / "metrics.jsonl"
+    [run] = import_runs(store, path)
+    frame = store.metrics(run.run_id)
+    assert frame["approx_kl"].median() < 0.01 and frame["clip_ratio/region_mean"].max() < 0.01
