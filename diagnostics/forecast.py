@@ -4,7 +4,8 @@ For each metric below, the limit is the one its rule acts on (and for KL and a s
 only once the metric is past its healthy level: a KL above its 0.05 target, a length 30% below its start): entropy
 toward a fifth of its start (an entropy collapse), KL toward 1 nat per token (a critical blow-up), the mean
 completion length toward three times its start or 80% of the cap, or toward 30% of its start (an explosion, a
-collapse; not from a start the cap set, once the truncated share has halved), the truncated share toward a majority,
+collapse; not from a start the cap set, once the truncated share has halved, nor while the reward rises: shorter answers
+that score better are concision), the truncated share toward a majority,
 ``frac_reward_zero_std`` toward 0.9.
 
 The fit is robust: over the metric's latest ``WINDOW`` logged rows (and at least ``MIN_ROWS``), Mann–Kendall's
@@ -41,6 +42,9 @@ class Target:
     # The level the metric must already have passed, in the limit's direction, before a forecast is made: a KL
     # warming up from 0 rises log-linearly in every healthy run, so only a KL past its 0.05 target is forecast.
     watch: Callable[[object], float | None] = lambda series: None
+    # Forecast only while the reward is not rising over the fitted rows: answers that shorten while the reward rises
+    # are concision (length_shrink calls them info above a quarter of their start), not a collapse
+    while_reward_stalls: bool = False
 
 
 def _entropy_floor(series) -> float | None:
@@ -95,7 +99,7 @@ TARGETS = (
     Target("completions/mean_length", +1, False, _length_ceiling,
            "outputs exploding (three times their start, or 80% of the length cap)"),
     Target("completions/mean_length", -1, False, _length_floor, "outputs collapsing to 30% of their start",
-           _length_watch),
+           _length_watch, True),
     Target("completions/clipped_ratio", +1, False, lambda series: 0.5, "a majority of completions truncated"),
     Target("frac_reward_zero_std", +1, False, lambda series: 0.9, "nine groups in ten scoring all alike"),
 )
@@ -178,11 +182,21 @@ def forecast_one(series, target: Target) -> Forecast | None:
     watch = target.watch(series)
     if watch is not None and target.direction * (float(np.median(values[-3:])) - watch) < 0:
         return None  # not yet past the level where this trend stops being ordinary
+    if target.while_reward_stalls and _reward_rising(series, x[0]):
+        return None
     eta = (goal - intercept) / slope
     if eta - now_x > HORIZON * max(x[-1] - x[0], 1.0):
         return None
     return Forecast(target.metric, limit, int(math.ceil(eta)), int(now_x), math.exp(now) if target.log else now,
                     {"slope": slope, "log": target.log, "rows": len(values), "z": z}, target.what)
+
+
+def _reward_rising(series, since: float) -> bool:
+    """The reward's rows from ``since`` on trend upward (Mann–Kendall z above ``Z``, the forecasts' own bar)."""
+    if not series.has("reward"):
+        return False
+    steps, values = series.finite("reward")
+    return kendall_z(values[steps >= since][-WINDOW:]) > Z
 
 
 def forecasts(series) -> list[Forecast]:

@@ -46,8 +46,9 @@ def restarted(served, browser) -> dict:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "readme-run-page.png"), clip={"x": 0, "y": 0, "width": 1400, "height": 1450})
     restart.first.click()
-    page.get_by_text(re.compile(r"Started kl_blowup-fix-\d+")).first.wait_for(timeout=30_000)
-    started = re.search(r"Started (kl_blowup-fix-\d+)", page.inner_text("body")).group(1)
+    # the notice's own text, read as soon as it is there: the page's next rerun may replace it
+    notice = page.get_by_text(re.compile(r"Started kl_blowup-fix-\d+")).first
+    started = re.search(r"Started (kl_blowup-fix-\d+)", notice.inner_text(timeout=30_000)).group(1)
     page.close()
     child = wait_for(lambda: run_named(str(served.db), started), 120, f"{started} in the store",
                      lambda: tail(processes.runs_dir(str(served.db)) / f"{started}.log"))

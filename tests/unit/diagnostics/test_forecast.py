@@ -160,3 +160,18 @@ def test_a_length_falling_from_the_caps_as_answers_learn_to_end_is_no_collapse_f
         ["completions/mean_length"]
     ending = {"completions/mean_length": length, "completions/clipped_ratio": np.linspace(0.62, 0.05, 60)}
     assert [f.metric for f in forecasts(run_with(**ending))] == []
+
+
+def test_answers_that_shorten_while_the_reward_rises_are_no_collapse_forecast(tmp_path, run_cli):
+    """A train-split tinker-cookbook run (gpt-oss-20b, healthy): its answers shorten from ~5,800 tokens while the
+    reward rises, concision that length_shrink calls info. Cut at step 21 it was forecast to collapse to 30% of its
+    start near step 50 (the lengths never got there); with the reward flat the same fall is still forecast."""
+    log = REAL / "handwritten-jsonl__joanvelja__tinker-cookbook__gptoss-20b-v3b" / "gptoss-20b-v3b-metrics.jsonl"
+    cut = tmp_path / log.name
+    cut.write_text("".join(line + "\n" for line in log.read_text().splitlines() if json.loads(line)["step"] <= 21))
+    code, out, _ = run_cli("diagnose", cut, "--json")
+    assert code == 0 and [f["forecast"]["metric"] for f in json.loads(out)["forecasts"]] == []
+    length, rising = np.linspace(1650, 1000, 60), np.linspace(0.2, 0.6, 60)
+    assert forecasts(run_with(**{"completions/mean_length": length, "reward": rising})) == []
+    assert [f.metric for f in forecasts(run_with(**{"completions/mean_length": length, "reward": rising[::-1]}))] == \
+        ["completions/mean_length"]
