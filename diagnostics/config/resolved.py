@@ -172,7 +172,7 @@ def _read_facts(cfg: RunConfig, fw, facts: LoggedFacts) -> None:
     if not cfg.recorded("beta"):
         _read_beta(cfg, facts)
     if (fw.clipping_implies_several_updates and facts.clipped and not facts.importance_sampling
-            and not cfg.recorded("num_iterations")):
+            and not cfg.recorded("num_iterations") and (cfg.assumed.get("num_iterations") or 1) <= 1):
         cfg.assumed.pop("num_iterations", None)
         cfg.inferred["num_iterations"] = ("> 1 or steps_per_generation > gradient_accumulation_steps (clip ratios "
                                           "above 0: several updates per rollout)")

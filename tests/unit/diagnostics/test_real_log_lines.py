@@ -797,6 +797,7 @@ def test_a_trl_ppo_log_is_read_as_ppo_with_the_kl_coef_it_logs(store):
     [run] = import_runs(store, path)
     diagnosis = diagnose(store, run.run_id, save=False)
     assert diagnosis.version.startswith("TRL PPOTrainer") and diagnosis.assumed["advantage"] == "gae"
+    assert diagnosis.assumed["num_iterations"] == 4 and "num_iterations" not in diagnosis.inferred  # clipping: expected
     assert "beta" not in diagnosis.assumed and "objective/non_score_reward = −0.05" in diagnosis.logged["beta"]
     assert "kl_absent" not in {f.rule for f in diagnosis.findings}
     fixes = [fix for f in diagnosis.findings for fix in f.fixes if fix.framework_changes]
