@@ -274,12 +274,12 @@ def _truncation_detect(series: RunSeries, since):
         return level(series, CLIPPED, since, lambda m: m >= 0.8, min_periods=1)
     # No clipped_ratio (old TRL, hand-written loops): a step whose mean length is within 5% of the cap cut most of its
     # completions (an answer that ends on its own stops well short of a cap that others reach: a mean of 190 of 200
-    # leaves no room for many of them)
+    # leaves no room for many of them); 80% of the rows of a 10-step window, or of the first 3 rows or more, at the cap
     lo, steps, values = rows(series, LENGTH, since)
     cap, _ = length_cap(series)
     at_cap = (values >= AT_CAP * cap).astype(np.float64)
     with np.errstate(invalid="ignore"):
-        return steps, rolling.rolling(at_cap, series.rows(W, LENGTH), "mean", lo) >= 0.8  # a whole window of evidence
+        return steps, rolling.rolling(at_cap, series.rows(W, LENGTH), "mean", lo, min_periods=3) >= 0.8
 
 
 def _truncation_gate(series: RunSeries) -> Skip | None:
@@ -328,8 +328,8 @@ TRUNCATION = Rule(
                 "docs/field-reports.md#shorter-outputs-from-truncation",
                 "docs/field-reports.md#high-truncation-in-reasoning-models"),
     read="The 10-step median of completions/clipped_ratio is 0.8 or more (0.6 is normal for distilled "
-         "reasoning models, 0.98 is not); without clipped_ratio, 80% of the last 10 steps have a mean length within "
-         "5% of the cap (recorded, or the ceiling the mean hits exactly again and again). Critical when "
+         "reasoning models, 0.98 is not); without clipped_ratio, 80% of the last 10 steps (or of the first 3 or more) "
+         "have a mean length within 5% of the cap (recorded, or the ceiling the mean hits exactly again and again). Critical when "
          "frac_reward_zero_std is also ≥ 0.9: truncation has "
          "zeroed the reward signal.",
 )

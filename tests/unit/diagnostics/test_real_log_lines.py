@@ -833,3 +833,15 @@ def test_rolls_policy_ratio_kl_and_clip_fraction_are_read(store):
     [run] = import_runs(store, path)
     frame = store.metrics(run.run_id)
     assert frame["approx_kl"].median() < 0.01 and frame["clip_ratio/region_mean"].max() < 0.01
+
+
+def test_every_completion_at_the_cap_from_the_first_step_is_named_within_5_steps(store):
+    """A notebook (Gemma-3-1B on TL;DR) logs no clipped_ratio, and its mean length is exactly the 32-token cap at
+    every step from step 1: three rows of it are truncation, from step 3 (the reading's deadline is 5), not from the
+    end of a whole 10-row window."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "notebook__tsamtsam__glicko-rlhf__gemma3-1b-tldr-100steps" / "gemma_grpo_tldr.ipynb"
+    [run] = import_runs(store, path)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["truncation"].onset_step <= 5
