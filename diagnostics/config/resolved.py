@@ -194,10 +194,10 @@ def _read_beta(cfg: RunConfig, facts: LoggedFacts) -> None:
 
 
 def logged_beta(ratios: list) -> tuple[float, int, int] | None:
-    """(β, steps that share it, steps) from per-step ratios (loss / kl, or penalty / kl): the ratio that the most steps
-    share (within ``BETA_SAME``), when ``BETA_STEPS`` steps and a tenth of all share it. Where the policy term's value is
-    0 the loss is β·KL alone, so those steps agree exactly; elsewhere the policy term scatters the ratio. None when no
-    value stands out."""
+    """(β, steps that share it, steps) from per-step ratios (loss / kl, or penalty / kl): the ratio that the most
+    steps share (within ``BETA_SAME``), when ``BETA_STEPS`` steps and a tenth of all share it. Where the policy term's
+    value is 0 the loss is β·KL alone, so those steps agree exactly; elsewhere the policy term scatters the ratio. None
+    when no value stands out."""
     ratios = np.sort(np.asarray(ratios, dtype=np.float64))
     if len(ratios) < BETA_STEPS:
         return None

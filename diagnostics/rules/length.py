@@ -329,9 +329,8 @@ TRUNCATION = Rule(
                 "docs/field-reports.md#high-truncation-in-reasoning-models"),
     read="The 10-step median of completions/clipped_ratio is 0.8 or more (0.6 is normal for distilled "
          "reasoning models, 0.98 is not); without clipped_ratio, 80% of the last 10 steps (or of the first 3 or more) "
-         "have a mean length within 5% of the cap (recorded, or the ceiling the mean hits exactly again and again). Critical when "
-         "frac_reward_zero_std is also ≥ 0.9: truncation has "
-         "zeroed the reward signal.",
+         "have a mean length within 5% of the cap (recorded, or the ceiling the mean hits exactly again and again). "
+         "Critical when frac_reward_zero_std is also ≥ 0.9: truncation has zeroed the reward signal.",
 )
 
 

@@ -32,6 +32,7 @@ from grpo_doctor.diagnostics.rules.base import (
     needs,
     not_applicable,
     reward_fell,
+    row_index,
     rows,
     smoothed,
     smoothed_evidence,
@@ -264,10 +265,10 @@ ENTROPY_COLLAPSE = Rule(
 
 
 def _entropy_blowup_detect(series: RunSeries, since):
-    steps, idx, med = medians(series, ENTROPY, since)
-    values = series.finite(ENTROPY)[1]
-    if not len(idx):
+    lo, steps, values = rows(series, ENTROPY, since)  # medians() without reading the values a second time
+    if not len(steps):
         return steps, np.zeros(0, dtype=bool)
+    idx, med = row_index(lo, len(steps)), series.roll(ENTROPY, W, "median", lo)
     # a break inside the first windows has no settled start to double: rows at 5 × the first one and past 2 nats
     early = (idx < series.rows(3 * W, ENTROPY) - 1) & (values[idx] >= max(EARLY_BREAK, 5 * values[0]))
     with np.errstate(invalid="ignore"):
