@@ -11,7 +11,8 @@ that score better are concision), the truncated share toward a majority,
 The fit is robust: over the metric's latest ``WINDOW`` logged rows (and at least ``MIN_ROWS``), Mann–Kendall's
 trend test must be significant in the limit's direction (one-sided, z > ``Z``), and the Theil–Sen line (the median
 of pairwise slopes; on the logarithm for entropy and KL, which move log-linearly) gives the step at which the limit
-is crossed. Nothing is said when the trend is not significant, when the metric is already past the limit (its rule
+is crossed. A log-linear trend must also hold over the latest half of the rows on its own: an entropy that fell and
+holds, or a KL warming up and levelling off, extrapolated at its early rate, crosses nothing. Nothing is said when the trend is not significant, when the metric is already past the limit (its rule
 speaks then), or when the crossing is further ahead than ``HORIZON`` times the rows fitted. Pure numpy.
 """
 
@@ -169,8 +170,8 @@ def forecast_one(series, target: Target) -> Forecast | None:
     y = np.log(values) if target.log else values
     x = steps.astype("float64")
     z = kendall_z(y)
-    if target.direction * z <= Z:
-        return None
+    if target.direction * z <= Z or target.log and target.direction * kendall_z(y[-max(MIN_ROWS, len(y) // 2):]) <= Z:
+        return None  # no trend; or a log-linear one levelling off (its latest half must still trend on its own)
     slope, intercept = theil_sen(x, y)
     if target.direction * slope <= 0:
         return None

@@ -96,29 +96,28 @@ def test_the_run_page_chart_draws_the_forecast_dashed_to_its_crossing():
 
 
 REAL = Path(__file__).resolve().parents[2] / "data" / "real_logs"
-SHIBUKI = REAL / "handwritten-csv__shibukizero__assignment5-alignment__length-normalization" \
-    / "grpo_length_normalization_train_points.csv"
+PYCHESS = REAL / "trl-state__ukhan1219__pychess__distilgpt2-chess-ppo" / "trainer_state.json"
 QHY = REAL / "trl-state__qhy991__grpo-clean-2__pure-model-parallel-lr2e-5-r64" / "trainer_state.json"
 DUMBKIN = REAL / "verl-jsonl__dumbkin31__exploration-in-grpo__math-mixed-cuts-h200-s1" / "metrics.jsonl"
 
 
-def _csv(upto: int, tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
-    """One run (``masked_mean``) of a two-run CSV, cut at a step; and its whole token_entropy column."""
-    header, *rows = SHIBUKI.read_text().splitlines()
-    mine = [r.split(",") for r in rows if r.startswith("masked_mean,")]
-    cut = tmp_path / SHIBUKI.name
-    cut.write_text("\n".join([header, *(",".join(r) for r in mine if int(r[2]) <= upto)]) + "\n")
-    return cut, np.array([int(r[2]) for r in mine]), np.array([float(r[5]) for r in mine])
-
-
-def _trainer_state(upto: int, tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
-    state = json.loads(QHY.read_text())
-    rows = [r for r in state["log_history"] if "completions/mean_length" in r]
+def _cut_state(path: Path, key: str, upto: int, tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    """A trainer_state cut at a step; and the whole log's column ``key``."""
+    state = json.loads(path.read_text())
+    rows = [r for r in state["log_history"] if key in r]
     state["log_history"] = [row for row in state["log_history"] if row.get("step", 0) <= upto]
     cut = tmp_path / "cut" / "trainer_state.json"
     cut.parent.mkdir()
     cut.write_text(json.dumps(state))
-    return cut, np.array([r["step"] for r in rows]), np.array([r["completions/mean_length"] for r in rows])
+    return cut, np.array([r["step"] for r in rows]), np.array([r[key] for r in rows])
+
+
+def _ppo_state(upto: int, tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    return _cut_state(PYCHESS, "policy/entropy_avg", upto, tmp_path)
+
+
+def _trainer_state(upto: int, tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    return _cut_state(QHY, "completions/mean_length", upto, tmp_path)
 
 
 def _jsonl(upto: int, tmp_path: Path) -> tuple[Path, np.ndarray, np.ndarray]:
@@ -135,10 +134,10 @@ def _crossing(steps, values, limit, direction) -> int:
 
 
 @pytest.mark.parametrize("read, upto, metric, direction", [
-    (_csv, 140, "entropy", -1),                      # token entropy 0.93 → a fifth of its start near step 155
+    (_ppo_state, 43, "entropy", -1),                 # PPO entropy 0.40 → a fifth of its start near step 102
     (_trainer_state, 135, "completions/mean_length", +1),  # length 157 → three times that near step 150
     (_jsonl, 35, "kl", +1),                          # verl's KL 0.13 at step 35 → past 1 nat at step 55
-], ids=["csv-entropy-collapse", "trl-length-explosion", "verl-kl-blowup"])
+], ids=["ppo-entropy-collapse", "trl-length-explosion", "verl-kl-blowup"])
 def test_a_real_log_cut_before_its_crossing_forecasts_it_within_20_percent(read, upto, metric, direction, tmp_path,
                                                                            run_cli):
     """Train-split corpus logs, cut before the limit is crossed: diagnose --json forecasts the crossing step within
@@ -175,3 +174,20 @@ def test_answers_that_shorten_while_the_reward_rises_are_no_collapse_forecast(tm
     assert forecasts(run_with(**{"completions/mean_length": length, "reward": rising})) == []
     assert [f.metric for f in forecasts(run_with(**{"completions/mean_length": length, "reward": rising[::-1]}))] == \
         ["completions/mean_length"]
+
+
+def test_a_trend_levelling_off_in_the_latest_half_of_the_fit_is_no_forecast(tmp_path, run_cli):
+    """A train-split console log (CS336 GRPO on MATH, healthy): token entropy falls from 0.82 to ~0.3 in 20 steps,
+    then holds there. Cut at step 28 the 29-row fit was forecast to reach a fifth of its start near step 64 (it never
+    did): the fall is significant over the window but not over its latest half. A KL still doubling at a steady rate
+    is forecast; the same rise flattening out is not."""
+    log = REAL / "handwritten-console__tianshi-xu__assignment5-alignment__rl-grpo-base" / "rl_grpo_base.log"
+    lines = log.read_text().splitlines(keepends=True)
+    cut = tmp_path / log.name
+    cut.write_text("".join(lines[:next(i for i, line in enumerate(lines) if "rollout batch 29 generated" in line)]))
+    code, out, _ = run_cli("diagnose", cut, "--json")
+    assert code == 0 and json.loads(out)["forecasts"] == []
+    steady = 0.06 * np.exp(STEPS[:40] / 20)                 # 0.06 → 0.44, doubling every 14 steps
+    levelling = 0.06 + 0.3 * (1 - np.exp(-STEPS[:40] / 6))  # 0.06 → 0.36, flat over its last 20 steps
+    assert [f.metric for f in forecasts(run_with(kl=steady))] == ["kl"]
+    assert forecasts(run_with(kl=levelling)) == []
