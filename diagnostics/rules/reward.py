@@ -217,10 +217,10 @@ def score_metric(series: RunSeries) -> str:
 
 def _collapse_detect(series: RunSeries, since):
     """Fallen back by 80% of a clear gain, or lost three quarters of a positive level the run held (its best 20-step
-    median, or the median of its first 10 steps), by more than 6 × the noise of a median, to below where the run
-    started (a plateau that drops out from under the run; a reward that dips from its best to a level still above its
-    start has not collapsed); or, read on the last 3 steps, lost half that level by twice as much noise (a run that
-    breaks in a few steps, faster than a 10-step median)."""
+    median where that is a clear gain, else the median of its first 10 steps), by more than 6 × the noise of a median,
+    to below where the run started (a plateau that drops out from under the run; a reward that dips from its best to a
+    level still above its start has not collapsed); or, read on the last 3 steps, lost half that level by twice as
+    much noise (a run that breaks in a few steps, faster than a 10-step median)."""
     name = score_metric(series)
     lo, steps, _ = rows(series, name, since)
     peak = series.running(name, 2 * W, "median", "max", lo)
@@ -232,7 +232,9 @@ def _collapse_detect(series: RunSeries, since):
     with np.errstate(invalid="ignore"):
         rose = gain > noise
         fell_back = rose & (peak - now >= 0.8 * gain)
-        held = np.fmax(peak, start)  # the start's 10-step median is a level held too: a run can break before 20 steps
+        # the start's 10-step median is a level held too (a run can break before 20 steps); a best 20-step median no
+        # clearer than that is a lucky window of a noisy reward, not a level the run held
+        held = np.where(rose, np.fmax(peak, start), start)
         fell_off = (held > 0) & (held - now >= np.maximum(0.75 * held, noise)) & (now < start)
         broke = (held > 0) & (held - fast >= np.maximum(0.5 * held, 2 * noise)) & (fast < start)
         return steps, fell_back | fell_off | broke

@@ -140,6 +140,31 @@ def test_a_reward_that_dips_but_stays_above_its_start_has_not_collapsed(store):
     assert "reward_collapse" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
 
 
+def test_a_lucky_window_of_a_noisy_reward_is_no_level_the_run_held(store):
+    """A 2,400-step TRL console, one prompt a step (rewards -1.2 to 2.0, mean 0.93 over every stretch of the run): one
+    20-step median reaches 2.0 at step 1669, no clearer above the start than the noise, and the dips after it back to
+    the run's usual swings were called a critical collapse from step 1835."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "trl-console__wallacexuhanxiao__finqa-tool-calling-grpo-gspo__stage7-grpo-long2400-r32" \
+        / "train_stage7_grpo_long2400_r32.log"
+    [run] = import_runs(store, log)
+    found = {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
+    assert "reward_collapse" not in found and {"uniform_groups", "reward_flat"} <= found
+
+
+def test_a_kl_that_settles_at_twice_its_target_as_the_run_learns_is_info(store):
+    """A healthy 1,000-step Unsloth notebook (one prompt a step, β 0.04): as the reward jumps from 0.5 to 2 between
+    steps 150 and 220, KL's 10-step median doubles twice, from 0.02 to 0.1, and then holds at 0.08 for 800 steps.
+    Under 4 x the target's top (0.2) that is a remark, not a warning."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "notebook__madhurachanna__math-phi4__qwen25-3b-gsm8k-rtx2070-1000" / "Qwen2_5_(3B)_GRPO.ipynb"
+    [run] = import_runs(store, log)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).problems()}
+    assert found["kl_blowup"].severity == "info" and 200 <= found["kl_blowup"].onset_step <= 220
+
+
 def test_a_wandb_chart_export_of_two_runs_is_two_runs(store, tmp_path):
     """W&B's "Export CSV" of a chart ("Step", "<run> - <metric>", and __MIN/__MAX band columns), here holding the
     rewards of two real runs (the G=8 baseline and the G=4 ablation of one repository): a run per run-name prefix,
