@@ -56,7 +56,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework(OURS, "grpo-doctor", (OURS,)),
     # A plain table (CSV, JSON lines) or a loop's console output says nothing about the trainer that wrote it: nothing
     # is assumed.
-    Framework(UNKNOWN, "the trainer's config", ("csv", "jsonl", "console", UNKNOWN)),
+    Framework(UNKNOWN, "the trainer's config", ("csv", "jsonl", "console", "xtuner", UNKNOWN)),
 )}
 _BY_ALIAS = {alias: f.name for f in FRAMEWORKS.values() for alias in f.aliases}
 

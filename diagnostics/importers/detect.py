@@ -40,6 +40,7 @@ from grpo_doctor.diagnostics.importers.tabular import (
 )
 from grpo_doctor.diagnostics.importers.tensorboard import event_files, looks_like_events
 from grpo_doctor.diagnostics.importers.verl import CONFIG_MARKERS, STEP_LINE
+from grpo_doctor.diagnostics.importers.xtuner import looks_like_xtuner
 
 DEEP_SCAN_BYTES = 32 * 2**20  # a log whose head shows no known lines is read this far before it is refused
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
@@ -208,6 +209,8 @@ def detect_file(path: Path) -> str:
     if any(STEP_LINE.search(line) for line in lines[:2000]) or any(m in text for m in CONFIG_MARKERS[:2]) \
             or any(m in text for m in _VERL_MARKERS):
         return "verl_console"
+    if looks_like_xtuner(text):
+        return "xtuner"
     if _has_log_dict(lines):
         return "trl_console"
     if any(m in text for m in _TRL_MARKERS):

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_doctor.diagnostics.importers import console, hf, notebook, tabular, tensorboard, verl
+from grpo_doctor.diagnostics.importers import console, hf, notebook, tabular, tensorboard, verl, xtuner
 from grpo_doctor.diagnostics.importers._base import ParsedLog
 
 
@@ -30,6 +30,9 @@ _ALL = (
            lambda shown, path, _k: verl.parse_verl_jsonl(shown, path)),
     Format("verl_console", "verl console output: step:N - key:value - key:value ...",
            lambda shown, path, _k: verl.parse_verl_console(shown, path)),
+    Format("xtuner", "XTuner's RL trainer console ([XTuner][RANK 0]...[RLTrainer]): a row per rollout, from its data "
+                     "statistics, entropy, mismatch metrics and optimizer steps",
+           lambda shown, path, _k: xtuner.parse_xtuner(shown, path)),
     Format("tensorboard", "TensorBoard events.out.tfevents.* (a file or a folder of them)",
            lambda shown, path, _k: tensorboard.parse_tensorboard(shown, path)),
     Format("wandb_csv", "wandb history CSV export (train/global_step or _step column)",

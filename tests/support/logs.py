@@ -168,6 +168,18 @@ def write_console(path: Path) -> Path:
     return path
 
 
+XTUNER_LOG = Path(__file__).resolve().parents[1] / "data" / "real_logs" / \
+    "other__liushz__cogrpo-verl__xtuner-qwen25-7b-dapo-math-async" / "show.txt"
+XTUNER_LINES = (1, 2, 3, 780, *range(1307, 1386), 1421, *range(1465, 1481))  # rollouts 5 and 6, two evaluations
+
+
+def write_xtuner(path: Path) -> Path:
+    """Two rollouts of a real XTuner RL console: its data statistics, entropy, mismatch JSON, optimizer steps."""
+    lines = XTUNER_LOG.read_bytes().decode("utf-8").split("\n")
+    path.write_text("".join(lines[n - 1] + "\n" for n in XTUNER_LINES), encoding="utf-8")
+    return path
+
+
 def write_verl_console(path: Path) -> Path:
     import pprint
 
@@ -299,6 +311,9 @@ def build(fmt: str, tmp: Path) -> tuple[Path, Path]:
         return p, p
     if fmt == "console":
         p = write_console(tmp / "train.out")
+        return p, p
+    if fmt == "xtuner":
+        p = write_xtuner(tmp / "show.txt")
         return p, p
     if fmt == "tensorboard":
         folder = write_tensorboard(tmp / "tb")

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from support.logs import write_xtuner
 
 from grpo_doctor.diagnostics.importers import import_runs, parse
 from grpo_doctor.diagnostics.store import RunStore
@@ -870,3 +871,25 @@ def test_every_completion_at_the_cap_from_the_first_step_is_named_within_5_steps
     [run] = import_runs(store, path)
     found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
     assert found["truncation"].onset_step <= 5
+
+
+XTUNER = CORPUS / "other__liushz__cogrpo-verl__xtuner-qwen25-7b-dapo-math-async" / "show.txt"
+
+
+def test_an_xtuner_rl_console_is_a_row_per_rollout(store, tmp_path):
+    """XTuner's RL trainer prints each rollout's data statistics as an indented block, its entropy on a line of its
+    own, mismatch metrics as JSON, one line per optimizer step and a timing block. Rollouts 5 and 6 of a real log (and
+    the evaluations before training and after rollout 5): a row per rollout, the optimizer steps' grad_norm averaged
+    and their max_ratio the largest (the generic console reader made 84 rows of optimizer steps, restarting 328 times)."""
+    [run] = import_runs(store, write_xtuner(tmp_path / XTUNER.name))
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == [0, 5, 6]
+    steps = [line for line in lines_of(XTUNER, *range(1359, 1375))]
+    grad = [float(re.search(r"grad_norm=([\d.]+)", line)[1]) for line in steps]
+    ratio = [float(re.search(r"max_ratio=([\d.]+)", line)[1]) for line in steps]
+    five, six = frame.loc[5], frame.loc[6]
+    assert (five["reward"], five["completions/mean_length"], five["entropy"]) == (0.5046, 17979.8275, 0.7635)
+    assert five["grad_norm"] == pytest.approx(sum(grad) / len(grad)) and five["max_ratio"] == max(ratio)
+    assert five["step_time"] == 4572.21 and five["eval/accuracy"] == pytest.approx(0.41354166666666664)
+    assert five["rollout_kl"] > 0 and frame.loc[0, "eval/accuracy"] == pytest.approx(0.37395833333333334)
+    assert (six["reward"], six["entropy"]) == (0.5122, 0.7471)
