@@ -18,8 +18,10 @@ MAX_LINE_CHARS = 16 * 1024 * 1024  # a longer line is not a log line (and would 
 
 # Step keys, in order of preference (error messages list them in this order).
 STEP_KEYS = ("train/global_step", "global_step", "step", "_step", "iteration")
-# Failing those, a column named like a step counter (grpo_step, train_step, iter, update).
-STEP_LIKE = re.compile(r"(?:^|[_/ .-])(?:global_)?(?:step|steps|iter|iteration|update)$", re.IGNORECASE)
+# Failing those, a column named like a step counter (grpo_step, train_step, iter, update, batch_index), and not like
+# a statistic of steps (avg_steps: the mean length of an agent's episodes; num_steps, total_steps).
+STEP_LIKE = re.compile(r"^(?!(?:avg|mean|median|num|n|total|max|min)[_/ .-])(?:.*[_/ .-])?(?:global_)?"
+                       r"(?:step|steps|iter|iteration|update|batch_index|batch_idx)$", re.IGNORECASE)
 
 # Keys of HF's end-of-training summary row ({'train_runtime': ..., 'train_loss': ...}).
 SUMMARY_KEYS = frozenset(

@@ -18,8 +18,8 @@ import numpy as np
 from grpo_doctor.diagnostics.importers._base import ParsedLog, Source, iter_lines, short, strip_ansi
 from grpo_doctor.diagnostics.importers.hf import run_name_for
 
-MARKER = re.compile(r"^\[XTuner\]\[RANK \d+\]\[[^\]]*\]\[\w+\]\[(RLTrainer|TrainingWorker|RolloutWorker)\]", re.M)
-_PREFIX = re.compile(r"^\[XTuner\]\[RANK (\d+)\]\[[^\]]*\]\[\w+\]\[\w+\] ?")
+MARKER = re.compile(r"\[XTuner\]\[RANK \d+\]\[[^\]]*\]\[\w+\]\[(RLTrainer|TrainingWorker|RolloutWorker)\]")
+_PREFIX = re.compile(r"\[XTuner\]\[RANK (\d+)\]\[[^\]]*\]\[\w+\]\[\w+\] ?")
 _STATS = re.compile(r"^Rollout (\d+) data statistics:")
 _TIMING = re.compile(r"^Rollout (\d+) training finished and timing listed:")
 _BLOCK_LINE = re.compile(r"^\s+- ([\w/@.\- ]+?)\s*:\s*(\S+?)s?\s*$")
@@ -66,12 +66,15 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
     current: _Rollout | None = None  # the rollout whose statistics were printed last
     block: tuple[_Rollout, str | None] | None = None  # an indented block being read: its rollout, its keys' prefix
     mismatch: list[str] | None = None  # the lines of a JSON block of mismatch metrics
+    lead = ""  # what a launcher put before XTuner's own prefix (srun's "0: ", torchrun's "[rank0]: "): its lines too
     for lineno, line in iter_lines(source, path):
         text = strip_ansi(line.rstrip("\r\n"))
-        prefixed = _PREFIX.match(text)
+        prefixed = _PREFIX.search(text)
         if prefixed and prefixed[1] != "0":
             continue  # another rank's copy of the same numbers
-        body = text[prefixed.end():] if prefixed else text
+        if prefixed:
+            lead = text[:prefixed.start()]
+        body = text[prefixed.end():] if prefixed else text.removeprefix(lead) if lead else text
         if mismatch is not None:
             mismatch.append(body)
             if body.startswith("}"):

@@ -893,3 +893,20 @@ def test_an_xtuner_rl_console_is_a_row_per_rollout(store, tmp_path):
     assert five["step_time"] == 4572.21 and five["eval/accuracy"] == pytest.approx(0.41354166666666664)
     assert five["rollout_kl"] > 0 and frame.loc[0, "eval/accuracy"] == pytest.approx(0.37395833333333334)
     assert (six["reward"], six["entropy"]) == (0.5122, 0.7471)
+    labelled = tmp_path / "srun" / XTUNER.name  # srun --label's "0: " before every line, its blocks' lines too
+    labelled.parent.mkdir()
+    labelled.write_text("".join(f"0: {line}\n" for line in (tmp_path / XTUNER.name).read_text().splitlines()))
+    [again] = import_runs(store, labelled)
+    assert store.metrics(again.run_id).equals(frame)
+
+
+def test_a_loops_batch_index_is_its_step_and_its_avg_steps_is_not(store, tmp_path):
+    """A hand-written TRL loop's JSONL (an agent environment's metrics): ``batch_index`` counts the updates and
+    ``avg_steps`` is the mean length of the episodes (3.75, 7.5, ...). Its first two launches, appended one after the
+    other: two runs of 19 and 6 steps (``avg_steps`` read as the step made 47 runs of the six launches)."""
+    log = CORPUS / "handwritten-jsonl__sri11223__openenv__sentinel-qwen3-4b-6-launches" / "training_metrics.jsonl"
+    cut = tmp_path / log.name
+    cut.write_text("".join(lines_of(log, *range(1, 26))))
+    runs = import_runs(store, cut)
+    assert [list(store.metrics(r.run_id).index) for r in runs] == [list(range(1, 20)), list(range(1, 7))]
+    assert store.metrics(runs[0].run_id).loc[1, "avg_steps"] == 3.75
