@@ -12,8 +12,9 @@ The fit is robust: over the metric's latest ``WINDOW`` logged rows (and at least
 trend test must be significant in the limit's direction (one-sided, z > ``Z``), and the Theil–Sen line (the median
 of pairwise slopes; on the logarithm for entropy and KL, which move log-linearly) gives the step at which the limit
 is crossed. A log-linear trend must also hold over the latest half of the rows on its own: an entropy that fell and
-holds, or a KL warming up and levelling off, extrapolated at its early rate, crosses nothing. Nothing is said when the trend is not significant, when the metric is already past the limit (its rule
-speaks then), or when the crossing is further ahead than ``HORIZON`` times the rows fitted. Pure numpy.
+holds, or a KL warming up and levelling off, extrapolated at its early rate, crosses nothing. Nothing is said when the
+trend is not significant, when the metric is already past the limit (its rule speaks then), or when the crossing is
+further ahead than ``HORIZON`` times the rows fitted. Pure numpy.
 """
 
 from __future__ import annotations

@@ -42,8 +42,7 @@ def parse_xtuner(display: str, path: Path) -> ParsedLog:
 class _Rollout:
     """What the log has said so far about one rollout."""
 
-    def __init__(self, index: int):
-        self.index = index
+    def __init__(self):
         self.values: dict[str, object] = {}        # key: the value as printed
         self.steps: dict[str, list[str]] = {}      # key: its value at each optimizer step
 
@@ -98,7 +97,7 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
         index, kind = _which(body)
         if index is None:
             continue
-        rollout = rollouts.setdefault(index, _Rollout(index))
+        rollout = rollouts.setdefault(index, _Rollout())
         if kind == "stats":
             block, current = (rollout, ""), rollout
         elif kind == "timing":

@@ -880,11 +880,12 @@ def test_an_xtuner_rl_console_is_a_row_per_rollout(store, tmp_path):
     """XTuner's RL trainer prints each rollout's data statistics as an indented block, its entropy on a line of its
     own, mismatch metrics as JSON, one line per optimizer step and a timing block. Rollouts 5 and 6 of a real log (and
     the evaluations before training and after rollout 5): a row per rollout, the optimizer steps' grad_norm averaged
-    and their max_ratio the largest (the generic console reader made 84 rows of optimizer steps, restarting 328 times)."""
+    and their max_ratio the largest (the generic console reader made 84 rows of optimizer steps, restarting 328
+    times)."""
     [run] = import_runs(store, write_xtuner(tmp_path / XTUNER.name))
     frame = store.metrics(run.run_id)
     assert list(frame.index) == [0, 5, 6]
-    steps = [line for line in lines_of(XTUNER, *range(1359, 1375))]
+    steps = lines_of(XTUNER, *range(1359, 1375))
     grad = [float(re.search(r"grad_norm=([\d.]+)", line)[1]) for line in steps]
     ratio = [float(re.search(r"max_ratio=([\d.]+)", line)[1]) for line in steps]
     five, six = frame.loc[5], frame.loc[6]
