@@ -94,39 +94,37 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
                 block = None
             continue
         block = None
-        index, kind = _which(body)
-        if index is None:
+        kind, m = _which(body)
+        if m is None:
             continue
-        rollout = rollouts.setdefault(index, _Rollout())
+        rollout = rollouts.setdefault(int(m[1] or 0), _Rollout())
         if kind == "stats":
             block, current = (rollout, ""), rollout
         elif kind == "timing":
             block = (rollout, None)
         elif kind == "entropy":
-            m = _ENTROPY.match(body)
             rollout.values["entropy"] = m[2]
             if m[3] is not None:
                 rollout.values["rollout_entropy"] = m[3]
             current = rollout
         elif kind == "step":
-            fields = (part.partition("=") for part in _STEP.match(body)[2].split(", "))
+            fields = (part.partition("=") for part in m[2].split(", "))
             rollout.add_step({k.strip(): v.strip() for k, sep, v in fields if sep})
         else:
-            _add_eval(source, rollout, body, lineno)
+            _add_eval(source, rollout, m[2], lineno)
     for index in sorted(rollouts):
         yield index, rollouts[index].row(source, f"rollout {index}")
 
 
-def _which(body: str) -> tuple[int | None, str]:
-    """The rollout a prefixed line speaks of, and what it says (stats, timing, entropy, step, eval)."""
-    for kind, pattern in (("stats", _STATS), ("timing", _TIMING), ("entropy", _ENTROPY), ("step", _STEP)):
+def _which(body: str) -> tuple[str, re.Match | None]:
+    """What a prefixed line says (stats, timing, entropy, step, eval) and its match, whose group 1 is the rollout
+    (None for the evaluation before training: rollout 0)."""
+    for kind, pattern in (("stats", _STATS), ("timing", _TIMING), ("entropy", _ENTROPY), ("step", _STEP),
+                          ("eval", _EVAL)):
         m = pattern.match(body)
         if m:
-            return int(m[1]), kind
-    m = _EVAL.match(body)
-    if m:
-        return (int(m[1]) if m[1] else 0), "eval"
-    return None, ""
+            return kind, m
+    return "", None
 
 
 def _add_json(source: Source, rollout: _Rollout | None, lines: list[str], lineno: int) -> None:
@@ -139,9 +137,9 @@ def _add_json(source: Source, rollout: _Rollout | None, lines: list[str], lineno
         rollout.values.update({str(k): v for k, v in data.items()})
 
 
-def _add_eval(source: Source, rollout: _Rollout, body: str, lineno: int) -> None:
+def _add_eval(source: Source, rollout: _Rollout, printed: str, lineno: int) -> None:
     try:
-        scores = ast.literal_eval(_EVAL.match(body)[2])
+        scores = ast.literal_eval(printed)
     except (ValueError, SyntaxError):
         source.skip_line(f"line {lineno}", "evaluation scores that are not a dict")
         return
