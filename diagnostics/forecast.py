@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from grpo_doctor.diagnostics.formatting import number
+from grpo_doctor.diagnostics.metrics.rolling import kendall_z, theil_sen
 
 WINDOW = 40      # rows fitted: the latest ones
 MIN_ROWS = 12    # fewer: no forecast
@@ -129,26 +130,6 @@ class Forecast:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def kendall_z(y: np.ndarray) -> float:
-    """Mann–Kendall's z of a series in order (no tie correction: conservative)."""
-    n = len(y)
-    if n < 3:
-        return 0.0
-    diff = y[None, :] - y[:, None]
-    s = float(np.sign(diff[np.triu_indices(n, 1)]).sum())
-    var = n * (n - 1) * (2 * n + 5) / 18.0
-    return (s - math.copysign(1.0, s)) / math.sqrt(var) if s else 0.0
-
-
-def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(slope, intercept): the median of pairwise slopes, and the median of y − slope·x."""
-    i, j = np.triu_indices(len(x), 1)
-    dx = x[j] - x[i]
-    keep = dx != 0
-    slope = float(np.median((y[j] - y[i])[keep] / dx[keep]))
-    return slope, float(np.median(y - slope * x))
 
 
 def forecast_one(series, target: Target) -> Forecast | None:

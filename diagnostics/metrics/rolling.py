@@ -9,12 +9,15 @@ statistic is exact, and a median of two middle values is (a + b) / 2 either way,
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 MAD_TO_SIGMA = 1.4826  # σ ≈ 1.4826 · MAD for normal noise
 _FEW_ROWS = 4          # at most this many rows: a Python loop beats building a sliding view
 _CHUNK = 1 << 16       # windows sorted per block, to bound memory on very long runs
+_KENDALL_BLOCK = 256   # rows whose Mann–Kendall sums are taken at once
 
 _NUMPY_FN = {"median": np.median, "mean": np.mean, "max": np.max, "min": np.min}
 
@@ -111,6 +114,51 @@ def spikes(x: np.ndarray, w: int, lo: int = 0, k: float = 10.0, ratio: float = 5
     now = x[first:]
     out[first - lo:] = (now > med + k * np.maximum(mad, 1e-12)) & (now > ratio * np.maximum(med, 1e-12))
     return out
+
+
+def kendall_z(y: np.ndarray) -> float:
+    """Mann–Kendall's z of a series in order (no tie correction: conservative)."""
+    n = len(y)
+    if n < 3:
+        return 0.0
+    diff = y[None, :] - y[:, None]
+    s = float(np.sign(diff[np.triu_indices(n, 1)]).sum())
+    var = n * (n - 1) * (2 * n + 5) / 18.0
+    return (s - math.copysign(1.0, s)) / math.sqrt(var) if s else 0.0
+
+
+def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(slope, intercept): the median of pairwise slopes, and the median of y − slope·x."""
+    i, j = np.triu_indices(len(x), 1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    slope = float(np.median((y[j] - y[i])[keep] / dx[keep]))
+    return slope, float(np.median(y - slope * x))
+
+
+def kendall_s(x: np.ndarray, known: np.ndarray | None = None) -> np.ndarray:
+    """Mann–Kendall's S of every prefix x[:k+1], S_k = S_(k−1) + Σ_(j<k) sign(x_k − x_j), extending ``known`` (the S
+    of the first len(known) prefixes, from an earlier call on the same rows)."""
+    n = len(x)
+    s = np.zeros(n)
+    done = 0 if known is None else min(len(known), n)
+    s[:done] = known[:done] if known is not None else 0.0
+    for a in range(max(done, 1), n, _KENDALL_BLOCK):  # a block of rows against all rows before them at once
+        b = min(n, a + _KENDALL_BLOCK)
+        signs = np.sign(x[a:b, None] - x[None, :b])
+        signs[np.arange(a, b)[:, None] <= np.arange(b)[None, :]] = 0.0  # only the rows before each
+        s[a:b] = s[a - 1] + np.cumsum(signs.sum(axis=1))
+    return s
+
+
+def kendall_z_of(s: np.ndarray) -> np.ndarray:
+    """z of each prefix's S from ``kendall_s``, as ``kendall_z`` computes it (0 for fewer than 3 rows)."""
+    n = np.arange(1, len(s) + 1, dtype=float)
+    var = n * (n - 1) * (2 * n + 5) / 18.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (s - np.sign(s)) / np.sqrt(var)
+    z[n < 3] = 0.0
+    return z
 
 
 def correlation(x: np.ndarray, y: np.ndarray) -> float:

@@ -32,12 +32,17 @@ from grpo_doctor.diagnostics.rules.base import (
     smoothed_evidence,
     start_step,
     start_window,
+    trend_z,
 )
 from grpo_doctor.diagnostics.series import SAMPLE_EMPTY, RunSeries
 
 # "run 100 steps, read reward and KL" (docs/sources.md#a-34-hyperparameters-for-a-7b-model-and-the-tuning-order)
 MIN_STEPS = 100
 MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is judged after 20 of them
+# Or (information): no significant trend either way (Mann–Kendall over every row so far) after TREND_ROWS rows
+TREND_ROWS = 30
+Z_FLAT = 1.5     # |z| at or below which the reward has no trend (a fall is a collapse's to judge)
+Z_TREND = 3.0    # |z| beyond which it had one (p < 0.002), at any row since TREND_ROWS
 #: A reward function's name that says it measures correctness (also how exemplars pick "low accuracy").
 ACCURACY = re.compile(r"correct|accura|\bacc\b|^acc|exact|match|solve|verif|pass", re.IGNORECASE)
 
@@ -119,11 +124,12 @@ def _gain_tolerance(series: RunSeries, name: str) -> float:
 
 # ---------------------------------------------------------------------------------------- reward_flat
 def _flat_detect(series: RunSeries, since):
-    steps, flat = _flat(series, "reward", since)
+    steps, no_gain, no_trend = _flat_parts(series, "reward", since)
+    flat = no_gain | no_trend
     task = _task_reward(series)
     if task is not None and len(steps):  # the shaping terms may rise while the task's own reward never does
-        task_steps, task_flat = _flat(series, task, since)
-        flat |= np.isin(steps, task_steps[task_flat])
+        task_steps, task_no_gain, task_no_trend = _flat_parts(series, task, since)
+        flat |= np.isin(steps, task_steps[task_no_gain | task_no_trend])
     return steps, flat
 
 
@@ -132,7 +138,9 @@ def _task_reward(series: RunSeries) -> str | None:
     return accuracy_component(series) if len(components(series)) >= 2 else None
 
 
-def _flat(series: RunSeries, name: str, since):
+def _flat_parts(series: RunSeries, name: str, since) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps after ``since``; no 2W-step median or mean above the start by more than the noise, after MIN_STEPS;
+    no trend in every row so far, Mann–Kendall |z| ≤ Z_FLAT, after TREND_ROWS rows, and never a clear one)."""
     lo, steps, _ = rows(series, name, since)
     best = series.running(name, 2 * W, "median", "max", lo)  # a reward that rose and fell is not flat
     idx = row_index(lo, len(steps))
@@ -143,10 +151,27 @@ def _flat(series: RunSeries, name: str, since):
     best_mean = series.running(name, 2 * W, "mean", "max", lo)
     tolerance = _gain_tolerance(series, name)
     start = start_window(series, name)
+    # The best of many short windows of a long noisy log is a lucky one, and a short run has too few windows: the
+    # trend over every row judges these (as information: a reward that rose early and holds has no trend either)
+    z = np.abs(trend_z(series, name))
+    z[:TREND_ROWS - 1] = 0.0
+    ever = np.maximum.accumulate(z)  # a reward that once trended clearly (and turned) is no flat one
+    no_trend = (idx >= TREND_ROWS - 1) & (covered >= TREND_ROWS) & (z[idx] <= Z_FLAT) & (ever[idx] <= Z_TREND)
     with np.errstate(invalid="ignore"):
-        flat = (best - series.head(name, start) < tolerance) | \
+        no_gain = (best - series.head(name, start) < tolerance) | \
             (best_mean - series.head(name, start, "mean") < tolerance / MEDIAN_NOISE)
-        return steps, judged & flat
+        return steps, judged & no_gain, no_trend
+
+
+def _no_gain_at(series: RunSeries, name: str | None, step: int) -> bool:
+    """Whether the windows' verdict (no gain above the start, after MIN_STEPS) held for ``name`` over the W steps
+    up to ``step``: as long as the rule needs to open on that verdict alone."""
+    if name is None:
+        return False
+    steps, no_gain, _ = _flat_parts(series, name, None)
+    upto = int(np.searchsorted(steps, step, side="right"))
+    held = no_gain[int(np.searchsorted(steps, step - W, side="right")):upto]
+    return upto > 0 and len(held) > 0 and bool(held.all())
 
 
 def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -159,6 +184,13 @@ def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
     ]
     causes, fixes = [], []
     task = _task_reward(series)
+    # The windows' verdict warns; a trend test alone informs (a short run, or a long one whose best window is a
+    # lucky one): a reward that rose early and holds has no trend over its rows either
+    severity = "warning" if _no_gain_at(series, "reward", ep.last) or _no_gain_at(series, task, ep.last) else "info"
+    if severity == "info":
+        n = int(np.searchsorted(series.finite("reward")[0], ep.last, side="right"))
+        evidence[1].note = (f"median of the last {2 * W} logged steps; no trend up or down over the {n} logged steps "
+                            f"so far (Mann–Kendall z {trend_z(series, 'reward')[n - 1]:.1f})")
     if task is not None and reward_rising(series, ep.last):  # flat is the task's own reward, under rising shaping
         w = start_window(series, task)
         evidence[1].note = f"median of the last {2 * W} logged steps: higher, through the shaping terms"
@@ -192,7 +224,7 @@ def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
     fixes.append(make_fix(cfg, "sample more completions per prompt",
                           {"num_generations": scaled(cfg, "num_generations", 2)}))
     fixes += warmer(cfg)
-    return Explanation("warning", evidence, causes, fixes)
+    return Explanation(severity, evidence, causes, fixes)
 
 
 REWARD_FLAT = Rule(
@@ -205,7 +237,9 @@ REWARD_FLAT = Rule(
     read="After 100 steps (and 20 logged points), no 20-step median of the reward has risen above the median of "
          "the first 10 steps by more than the noise, or no 20-step mean above their mean; the same of the accuracy "
          "reward, where one is logged beside other reward functions (shaping may rise while the task never does). Read reward_std and "
-         "frac_reward_zero_std next: 0 spread means the reward cannot tell completions apart; otherwise raise lr or G.",
+         "frac_reward_zero_std next: 0 spread means the reward cannot tell completions apart; otherwise raise lr or G. "
+         "Information only, from 30 logged points: no trend up or down over every row so far (Mann–Kendall "
+         "|z| ≤ 1.5) and none clear before (|z| ≤ 3).",
 )
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from grpo_doctor.diagnostics.forecast import forecasts, kendall_z, theil_sen
+from grpo_doctor.diagnostics.metrics.rolling import kendall_s, kendall_z_of
 from grpo_doctor.diagnostics.series import RunSeries
 
 STEPS = np.arange(1, 61)
@@ -29,6 +30,14 @@ def test_theil_sen_and_mann_kendall_against_their_definitions():
     assert theil_sen(x, y) == pytest.approx((2.0, 1.0))
     assert kendall_z(np.arange(20.0)) == pytest.approx((190 - 1) / math.sqrt(20 * 19 * 45 / 18))
     assert kendall_z(np.ones(20)) == 0.0
+
+
+def test_mann_kendall_of_every_prefix_equals_the_test_on_that_prefix_and_extends_a_known_one():
+    rng = np.random.default_rng(3)
+    y = np.concatenate([rng.normal(size=300), np.ones(40), rng.normal(1.0, 1.0, 400)])  # ties and a step
+    z = kendall_z_of(kendall_s(y))
+    assert z == pytest.approx([kendall_z(y[:k + 1]) for k in range(len(y))])
+    assert np.array_equal(kendall_s(y, kendall_s(y[:333])), kendall_s(y))
 
 
 def test_an_entropy_halving_every_20_steps_is_forecast_to_cross_a_fifth_of_its_start():

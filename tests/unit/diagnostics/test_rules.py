@@ -685,6 +685,41 @@ def test_a_reward_whose_windows_median_jumps_between_two_modes_is_still_flat():
     assert found["reward_flat"].severity == "warning" and found["reward_flat"].onset_step <= 200
 
 
+@pytest.mark.parametrize("folder, onset_by", [
+    ("unsloth__abdaladiasse__ai-city-challenge__qwen3vl8b-grpo-v1-4n", 750),
+    ("handwritten-jsonl__joanvelja__tinker-cookbook__gptoss-20b-v2", 40),
+])
+def test_a_reward_with_no_trend_over_its_rows_is_flat_as_information(folder, onset_by):
+    """Two train-split logs the windows could not judge. A 2,410-step Unsloth run logged every 10 steps: its reward
+    holds at 0.59 in every eighth of the run (Mann–Kendall z -0.2 over 241 rows), but 20-step windows hold 2 rows each
+    and the best of 240 of them is a lucky 0.64 against a start of 0.57. A 48-step loop: too short for the windows
+    (100 steps), its reward 0.35-0.42 with no trend (z 0.6). Both get an info finding from the trend test."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = next(p for p in (ROOT / "tests" / "data" / "real_logs" / folder).iterdir() if p.suffix in (".out", ".jsonl"))
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+    flat = found["reward_flat"]
+    assert flat.severity == "info" and flat.onset_step <= onset_by
+    assert "no trend up or down" in flat.evidence[1].note and "Mann–Kendall" in flat.evidence[1].note
+
+
+def test_a_short_reward_that_rises_has_a_trend_and_is_not_flat():
+    """The same author's next run (75 steps) rises 0.26 -> 0.45 (z 6.8): no flat finding of either kind."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = next((ROOT / "tests" / "data" / "real_logs" / "handwritten-jsonl__joanvelja__tinker-cookbook__gptoss-20b-v3b")
+               .glob("*.jsonl"))
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        assert "reward_flat" not in {f.rule for f in diagnose(store, run.run_id).findings}
+
+
 def test_a_reference_mismatch_under_a_negligible_beta_is_info():
     """A healthy train-split TRL run whose policy starts from an SFT adapter while the reference is the base: KL 0.27 at
     step 5. Its loss is exactly 0.001 × kl at 19 of its steps, so β = 0.001 is read off the log and the mismatch adds
