@@ -377,8 +377,9 @@ _OTHER_PREFIXES = ("prompt", "val", "eval", "test", "timing", "perf", "time", "c
                    "response_length", "global_seqlen", "sampling", "rollout_corr", "tool", "memory", "system")
 
 
+# An RL loop's return ("mean_ret", "avg_return") is a completion's reward: one step per episode.
 _SYNONYMS = {"len": "length", "avg": "mean", "average": "mean", "resp": "response", "gen": "completion",
-             "generation": "completion", "rewards": "reward"}
+             "generation": "completion", "rewards": "reward", "ret": "reward", "return": "reward"}
 
 
 def _tokens(key: str) -> frozenset[str]:

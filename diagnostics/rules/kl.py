@@ -29,6 +29,7 @@ from grpo_doctor.diagnostics.series import RunSeries
 TARGET_LOW, TARGET_HIGH = 0.01, 0.05
 EXTREME = 1.0        # nats per token: the policy's tokens are e-fold likelier or rarer than the reference's
 HOLD = 4             # a blow-up lasts while KL stays above this many times the target's top
+EARLY = 8            # × the target's top: a KL past it in the first 2W rows (3-row median) broke before any window
 SLOW = 10 * W        # steps: the span of a slow drift
 
 
@@ -63,8 +64,20 @@ def _blowup_detect(series: RunSeries, since):
         mid, back = _back(series, idx, SLOW // 2), _back(series, idx, SLOW)
         slow = ((med > HOLD * upper) & (med >= 1.5 * mid) & (mid >= 1.5 * back)
                 & (back >= upper * TARGET_LOW / TARGET_HIGH))
-        opening = (extreme >= EXTREME) | (above & (fast | steady)) | held | slow
+        opening = (extreme >= EXTREME) | (above & (fast | steady)) | held | slow | _early(series, idx, upper)
         return steps, _while_high(series, opening, med > HOLD * upper, idx[0] if len(idx) else 0)
+
+
+def _early(series: RunSeries, idx: np.ndarray, upper: float) -> np.ndarray:
+    """A KL that breaks before there are windows to compare it with (its first 2W rows): the FAST-row median past
+    EARLY × the target and 3 × the first row. (A KL that starts that high is a reference mismatch,
+    kl_mismatch_at_start's; the embedded model's healthy KL wanders at 0.2-0.35 there.)"""
+    if len(idx) == 0:
+        return np.zeros(0, dtype=bool)
+    now = series.roll("kl", FAST, "median", int(idx[0]))
+    first = series.finite("kl")[1][0]
+    with np.errstate(invalid="ignore"):
+        return (idx < series.rows(2 * W, "kl") - 1) & (now > EARLY * upper) & (now >= 3 * first)
 
 
 def _broke(series: RunSeries, idx: np.ndarray, base: np.ndarray, upper: float) -> np.ndarray:

@@ -911,3 +911,18 @@ def test_a_loops_batch_index_is_its_step_and_its_avg_steps_is_not(store, tmp_pat
     runs = import_runs(store, cut)
     assert [list(store.metrics(r.run_id).index) for r in runs] == [list(range(1, 20)), list(range(1, 7))]
     assert store.metrics(runs[0].run_id).loc[1, "avg_steps"] == 3.75
+
+
+def test_a_loops_ep_counter_is_its_step_and_its_mean_return_its_reward(store, tmp_path):
+    """A hand-written multi-turn GRPO loop prints ``Ep 000 | scenario=goal_kk_01 | mean_ret=-6.579 | std=1.829 |
+    loss=0.0139 | kl=0.0187`` once per episode, with checkpoint lines between: steps 0-19 as the loop numbers them
+    (line order made them 1-20), and the mean return read as the reward (and ``ret_std`` as its spread)."""
+    log = CORPUS / "handwritten-console__geniusplums__openenv-finale__diag20" / "output_diag.txt"
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(20))
+    assert frame.loc[7, "reward"] == -0.437 and frame.loc[7, "kl"] == 4.4022
+    (tmp_path / "ret.log").write_text("".join(line.replace("| std=", "| ret_std=")
+                                              for line in lines_of(log, *range(2, 12))))
+    [again] = import_runs(store, tmp_path / "ret.log")
+    assert store.metrics(again.run_id).loc[3, "reward_std"] == 0.335

@@ -720,6 +720,27 @@ def test_a_short_reward_that_rises_has_a_trend_and_is_not_flat():
         assert "reward_flat" not in {f.rule for f in diagnose(store, run.run_id).findings}
 
 
+@pytest.mark.parametrize("folder, by_step", [
+    ("notebook__1337-artificial-intelligence__hackai-2025__qwen3-1p7b-math-grpo", 13),
+    ("handwritten-console__geniusplums__openenv-finale__diag20", 7),
+])
+def test_a_kl_that_breaks_before_there_are_windows_to_compare_is_a_blowup(folder, by_step):
+    """Two train-split runs whose KL to the reference leaves ~0 within their first steps: a LoRA notebook's 0.0002 at
+    step 4, 0.48 at 9, 1.17 at 13 (lr 2e-4); a 20-episode loop's 0.019, then 0.28, 0.26, 0.11, 0.18, 0.66, 0.37, 4.4.
+    Windows that compare a KL with the one before it need 30 rows: a 3-row median past 8 x the target (0.4) and 3 x the
+    first row names it within 20 rows."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = next(p for p in (ROOT / "tests" / "data" / "real_logs" / folder).iterdir()
+               if p.suffix in (".out", ".ipynb", ".txt"))
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+    assert found["kl_blowup"].severity in ("warning", "critical") and found["kl_blowup"].onset_step <= by_step
+
+
 def test_a_reference_mismatch_under_a_negligible_beta_is_info():
     """A healthy train-split TRL run whose policy starts from an SFT adapter while the reference is the base: KL 0.27 at
     step 5. Its loss is exactly 0.001 × kl at 19 of its steps, so β = 0.001 is read off the log and the mismatch adds
