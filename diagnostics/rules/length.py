@@ -148,13 +148,14 @@ def _shrink_explain(series: RunSeries, ep: Episode) -> Explanation:
     if not causes:
         causes.append("per-sequence normalisation in the framework's loss (check loss_type; TRL's default "
                       "moved grpo → bnpo → dapo)")
+    # the truncated share's fall backs a rise of the reward half as clear as its noise asks for on its own
+    finished = _finishes_inside_the_cap(series, ep.last) if now >= COLLAPSED * start else None
+    if finished is not None and _learning(series, ep.last, share=0.5):
+        return Explanation("info", evidence, [
+            f"the model learned to finish inside the cap: {finished[0]:.0%} of completions were truncated at the "
+            f"start, {finished[1]:.0%} now, while the reward rises"],
+            [advice("nothing to change: read a few late completions to see that they end on their own")])
     if _learning(series, ep.last) and now >= COLLAPSED * start:
-        finished = _finishes_inside_the_cap(series, ep.last)
-        if finished is not None:
-            return Explanation("info", evidence, [
-                f"the model learned to finish inside the cap: {finished[0]:.0%} of completions were truncated at the "
-                f"start, {finished[1]:.0%} now, while the reward rises"],
-                [advice("nothing to change: read a few late completions to see that they end on their own")])
         if now >= CONCISE * start:
             causes.insert(0, f"still {now / start:.0%} of the start while the reward rises: answers usually get "
                              "shorter as the model drops rambling; a collapse when they fall below half or the accuracy "
@@ -172,10 +173,11 @@ def _finishes_inside_the_cap(series: RunSeries, step: int) -> tuple[float, float
     return (then, now) if then >= 0.2 and now <= 0.5 * then else None
 
 
-def _learning(series: RunSeries, step: int) -> bool:
-    """The reward rises, and the accuracy reward, when there is one, has not fallen below its start."""
+def _learning(series: RunSeries, step: int, share: float = 1.0) -> bool:
+    """The reward rises (by ``share`` of its noise), and the accuracy reward, when there is one, has not fallen below
+    its start."""
     accuracy = accuracy_component(series)
-    return reward_rising(series, step) and (accuracy is None or smoothed(series, accuracy, step) >= series.head(
+    return reward_rising(series, step, share) and (accuracy is None or smoothed(series, accuracy, step) >= series.head(
         accuracy, W))
 
 

@@ -102,10 +102,10 @@ def _quality_metric(series: RunSeries) -> str | None:
                  and series.has(n)), None)
 
 
-def reward_rising(series: RunSeries, step: int) -> bool:
-    """The reward's 20-step median at ``step`` is above its start by more than the noise."""
+def reward_rising(series: RunSeries, step: int, share: float = 1.0) -> bool:
+    """The reward's 20-step median at ``step`` is above its start by more than the noise (``share`` of it)."""
     return series.has("reward") and smoothed(series, "reward", step, 2 * W) - series.head(
-        "reward", start_window(series, "reward")) > _gain_tolerance(series, "reward")
+        "reward", start_window(series, "reward")) > share * _gain_tolerance(series, "reward")
 
 
 def rose_after(series: RunSeries, step: int) -> bool:

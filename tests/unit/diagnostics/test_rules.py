@@ -741,6 +741,25 @@ def test_a_kl_that_breaks_before_there_are_windows_to_compare_is_a_blowup(folder
     assert found["kl_blowup"].severity in ("warning", "critical") and found["kl_blowup"].onset_step <= by_step
 
 
+def test_answers_that_learn_to_end_inside_the_cap_under_a_noisy_reward_are_no_shrink_warning():
+    """A healthy train-split Gemma-3-1B notebook (one prompt a step, G = 4, 50 steps): mean length 536 -> 292 tokens as
+    the truncated share falls from 0.5 to 0, and the reward's 20-step median goes 0.19 -> 0.94, no significant rise
+    against its noise (0.89), so it was a length_shrink warning. Answers that now end on their own, while the reward
+    rises by half what its noise asks for on its own: info (a flat reward with the same fall stays a warning: a fixture
+    above)."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = next((ROOT / "tests" / "data" / "real_logs" / "notebook__majidhanif230__gemma3__gemma3-1b-gsm8k-grpo-50")
+               .glob("*.ipynb"))
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+    assert found["length_shrink"].severity == "info"
+    assert "learned to finish inside the cap" in found["length_shrink"].causes[0]
+
+
 def test_a_reference_mismatch_under_a_negligible_beta_is_info():
     """A healthy train-split TRL run whose policy starts from an SFT adapter while the reference is the base: KL 0.27 at
     step 5. Its loss is exactly 0.001 × kl at 19 of its steps, so β = 0.001 is read off the log and the mismatch adds
