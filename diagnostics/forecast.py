@@ -14,8 +14,8 @@ of pairwise slopes; on the logarithm for entropy and KL, which move log-linearly
 is crossed. A log-linear trend must also hold over the latest half of the rows on its own: an entropy that fell and
 holds, or a KL warming up and levelling off, extrapolated at its early rate, crosses nothing; and its latest half must
 move at ``SLOWING`` of the whole fit's rate at least (a KL bending over after its warm-up overshoots at the early
-rate). Nothing is said when the trend is not significant, when the metric is already past the limit (its rule speaks then), or when the crossing is
-further ahead than ``HORIZON`` times the rows fitted. Pure numpy.
+rate). Nothing is said when the trend is not significant, when the metric is already past the limit (its rule speaks
+then), or when the crossing is further ahead than ``HORIZON`` times the rows fitted. Pure numpy.
 """
 
 from __future__ import annotations

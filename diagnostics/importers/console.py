@@ -51,8 +51,9 @@ _PAIR = re.compile(rf"(?<![\w./@-])({_KEY})(?:\s*[=:]\s*|\s+is\s+)({_VALUE})(?![
 # A whole segment between separators that is "some words [:=] number" or "word number" (| loss 0.1 |).
 _SEGMENT = re.compile(rf"^\s*({_KEY}(?: {_KEY}){{0,3}})\s*(?:[=:]\s*|\s)({_VALUE})\s*%?\s*$", re.IGNORECASE)
 _SEPARATORS = re.compile(r"\s*(?:\||,|;|\t| - )\s*")
-_STEP_WORD = re.compile(r"(?<![\w/.-])(global[ _]step|step|iteration|iter|it|update|episode|ep(?=\s+\d))\s*[#:=]?\s*(\d+)"
-                        r"(?:\s*/\s*(\d+))?(?![\w.])", re.IGNORECASE)
+# "ep" only as a label ("Ep 000 | ..."): "ep=0" is a key of its own
+_STEP_WORD = re.compile(r"(?<![\w/.-])(global[ _]step|step|iteration|iter|it|update|episode|ep(?=\s+\d))"
+                        r"\s*[#:=]?\s*(\d+)(?:\s*/\s*(\d+))?(?![\w.])", re.IGNORECASE)
 # A loop's batch number heading the metric lines printed for that batch (only on a line of its own: on a metric line a
 # batch number counts within an epoch).
 _BATCH_WORD = re.compile(r"(?<![\w/.-])(batch)\s*[#:=]?\s*(\d+)(?![\w./])", re.IGNORECASE)
