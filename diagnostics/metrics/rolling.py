@@ -9,8 +9,6 @@ statistic is exact, and a median of two middle values is (a + b) / 2 either way,
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -122,9 +120,7 @@ def kendall_z(y: np.ndarray) -> float:
     if n < 3:
         return 0.0
     diff = y[None, :] - y[:, None]
-    s = float(np.sign(diff[np.triu_indices(n, 1)]).sum())
-    var = n * (n - 1) * (2 * n + 5) / 18.0
-    return (s - math.copysign(1.0, s)) / math.sqrt(var) if s else 0.0
+    return float(_z(np.array([np.sign(diff[np.triu_indices(n, 1)]).sum()]), np.array([float(n)]))[0])
 
 
 def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -152,13 +148,15 @@ def kendall_s(x: np.ndarray, known: np.ndarray | None = None) -> np.ndarray:
 
 
 def kendall_z_of(s: np.ndarray) -> np.ndarray:
-    """z of each prefix's S from ``kendall_s``, as ``kendall_z`` computes it (0 for fewer than 3 rows)."""
-    n = np.arange(1, len(s) + 1, dtype=float)
-    var = n * (n - 1) * (2 * n + 5) / 18.0
+    """z of each prefix's S from ``kendall_s``, as ``kendall_z`` computes it."""
+    return _z(s, np.arange(1, len(s) + 1, dtype=float))
+
+
+def _z(s: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """z = (S − sign S) / √(n(n−1)(2n+5)/18), continuity-corrected, no tie correction; 0 for fewer than 3 rows."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        z = (s - np.sign(s)) / np.sqrt(var)
-    z[n < 3] = 0.0
-    return z
+        z = (s - np.sign(s)) / np.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    return np.where(n < 3, 0.0, z)
 
 
 def correlation(x: np.ndarray, y: np.ndarray) -> float:

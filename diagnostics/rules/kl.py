@@ -46,6 +46,7 @@ def _blowup_detect(series: RunSeries, since):
     adaptive = isinstance(series.config.get("kl_target"), (int, float))
     # Extreme KL needs no full window: a KL of thousands at the first logged step is named there.
     extreme = series.roll("kl", W, "median", series.first_row_after("kl", since), 1)
+    now = series.roll("kl", FAST, "median", int(idx[0])) if len(idx) else np.zeros(0)  # a break within a few steps
     with np.errstate(invalid="ignore"):
         # above the band by more than a 10-step median's noise: a k1 estimate of one prompt a step swings ±0.3
         # around a small KL, and its median wanders past 0.05 and back
@@ -53,7 +54,7 @@ def _blowup_detect(series: RunSeries, since):
         # each rise is measured from the higher of the two windows before it: a rise out of a dip is noise
         base = np.fmax(earlier, before)
         fast = (med >= 3 * base) & (med - base > upper)                   # tripled within one window
-        fast |= _broke(series, idx, base, upper)
+        fast |= _broke(series, idx, now, base, upper)
         # up by half, twice running, measured from after the first window: KL is 0 at step 1 (the reference is the
         # starting policy) and the first window holds its warm-up from there, so every run "grew" from it
         steady = ((med >= 1.5 * base) & (earlier >= 1.5 * np.fmax(before, before2))
@@ -64,33 +65,31 @@ def _blowup_detect(series: RunSeries, since):
         mid, back = _back(series, idx, SLOW // 2), _back(series, idx, SLOW)
         slow = ((med > HOLD * upper) & (med >= 1.5 * mid) & (mid >= 1.5 * back)
                 & (back >= upper * TARGET_LOW / TARGET_HIGH))
-        opening = (extreme >= EXTREME) | (above & (fast | steady)) | held | slow | _early(series, idx, upper)
+        opening = (extreme >= EXTREME) | (above & (fast | steady)) | held | slow | _early(series, idx, now, upper)
         return steps, _while_high(series, opening, med > HOLD * upper, idx[0] if len(idx) else 0)
 
 
-def _early(series: RunSeries, idx: np.ndarray, upper: float) -> np.ndarray:
-    """A KL that breaks before there are windows to compare it with (its first 2W rows): the FAST-row median past
-    EARLY × the target and 3 × the first row. (A KL that starts that high is a reference mismatch,
+def _early(series: RunSeries, idx: np.ndarray, now: np.ndarray, upper: float) -> np.ndarray:
+    """A KL that breaks before there are windows to compare it with (its first 2W rows): the FAST-row median ``now``
+    past EARLY × the target and 3 × the first row. (A KL that starts that high is a reference mismatch,
     kl_mismatch_at_start's; the embedded model's healthy KL wanders at 0.2-0.35 there.)"""
     if len(idx) == 0:
         return np.zeros(0, dtype=bool)
-    now = series.roll("kl", FAST, "median", int(idx[0]))
     first = series.finite("kl")[1][0]
     with np.errstate(invalid="ignore"):
         return (idx < series.rows(2 * W, "kl") - 1) & (now > EARLY * upper) & (now >= 3 * first)
 
 
-def _broke(series: RunSeries, idx: np.ndarray, base: np.ndarray, upper: float) -> np.ndarray:
+def _broke(series: RunSeries, idx: np.ndarray, now: np.ndarray, base: np.ndarray, upper: float) -> np.ndarray:
     """A KL that breaks within a few steps: two rows of the last FAST past 3 × the median of the W rows before each
-    and 10 σ (their MAD) above it, with the FAST-row median above the target and 3 × ``base`` (a rise back out of a
-    dip is not a break). A noisy KL that wanders up is not one."""
+    and 10 σ (their MAD) above it, with the FAST-row median ``now`` above the target and 3 × ``base`` (a rise back out
+    of a dip is not a break). A noisy KL that wanders up is not one."""
     if len(idx) == 0:
         return np.zeros(0, dtype=bool)
     values = series.finite("kl")[1]
     lo = max(0, int(idx[0]) - (FAST - 1))
     flags = rolling.spikes(values, series.rows(W, "kl"), lo, k=10.0, ratio=3.0).astype(np.float64)
     recent = np.convolve(flags, np.ones(FAST))[:len(flags)][idx - lo]  # flagged rows among each row's last FAST
-    now = series.roll("kl", FAST, "median", int(idx[0]))
     with np.errstate(invalid="ignore"):
         return (recent >= 2) & (now > upper) & (now >= 3 * base)
 
