@@ -685,6 +685,18 @@ def test_a_reward_whose_windows_median_jumps_between_two_modes_is_still_flat():
     assert found["reward_flat"].severity == "warning" and found["reward_flat"].onset_step <= 200
 
 
+def real_findings(folder: str, *suffixes: str) -> dict:
+    """{rule: finding} of the one run in a corpus log folder's file with one of these suffixes."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = next(p for p in (ROOT / "tests" / "data" / "real_logs" / folder).iterdir() if p.suffix in suffixes)
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        return {f.rule: f for f in diagnose(store, run.run_id).findings}
+
+
 @pytest.mark.parametrize("folder, onset_by", [
     ("unsloth__abdaladiasse__ai-city-challenge__qwen3vl8b-grpo-v1-4n", 750),
     ("handwritten-jsonl__joanvelja__tinker-cookbook__gptoss-20b-v2", 40),
@@ -694,30 +706,14 @@ def test_a_reward_with_no_trend_over_its_rows_is_flat_as_information(folder, ons
     holds at 0.59 in every eighth of the run (Mann–Kendall z -0.2 over 241 rows), but 20-step windows hold 2 rows each
     and the best of 240 of them is a lucky 0.64 against a start of 0.57. A 48-step loop: too short for the windows
     (100 steps), its reward 0.35-0.42 with no trend (z 0.6). Both get an info finding from the trend test."""
-    from grpo_doctor.diagnostics.engine import diagnose
-    from grpo_doctor.diagnostics.importers import import_runs
-    from grpo_doctor.diagnostics.store import RunStore
-
-    log = next(p for p in (ROOT / "tests" / "data" / "real_logs" / folder).iterdir() if p.suffix in (".out", ".jsonl"))
-    with RunStore(":memory:") as store:
-        [run] = import_runs(store, log)
-        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
-    flat = found["reward_flat"]
+    flat = real_findings(folder, ".out", ".jsonl")["reward_flat"]
     assert flat.severity == "info" and flat.onset_step <= onset_by
     assert "no trend up or down" in flat.evidence[1].note and "Mann–Kendall" in flat.evidence[1].note
 
 
 def test_a_short_reward_that_rises_has_a_trend_and_is_not_flat():
     """The same author's next run (75 steps) rises 0.26 -> 0.45 (z 6.8): no flat finding of either kind."""
-    from grpo_doctor.diagnostics.engine import diagnose
-    from grpo_doctor.diagnostics.importers import import_runs
-    from grpo_doctor.diagnostics.store import RunStore
-
-    log = next((ROOT / "tests" / "data" / "real_logs" / "handwritten-jsonl__joanvelja__tinker-cookbook__gptoss-20b-v3b")
-               .glob("*.jsonl"))
-    with RunStore(":memory:") as store:
-        [run] = import_runs(store, log)
-        assert "reward_flat" not in {f.rule for f in diagnose(store, run.run_id).findings}
+    assert "reward_flat" not in real_findings("handwritten-jsonl__joanvelja__tinker-cookbook__gptoss-20b-v3b", ".jsonl")
 
 
 @pytest.mark.parametrize("folder, by_step", [
@@ -729,15 +725,7 @@ def test_a_kl_that_breaks_before_there_are_windows_to_compare_is_a_blowup(folder
     step 4, 0.48 at 9, 1.17 at 13 (lr 2e-4); a 20-episode loop's 0.019, then 0.28, 0.26, 0.11, 0.18, 0.66, 0.37, 4.4.
     Windows that compare a KL with the one before it need 30 rows: a 3-row median past 8 x the target (0.4) and 3 x the
     first row names it within 20 rows."""
-    from grpo_doctor.diagnostics.engine import diagnose
-    from grpo_doctor.diagnostics.importers import import_runs
-    from grpo_doctor.diagnostics.store import RunStore
-
-    log = next(p for p in (ROOT / "tests" / "data" / "real_logs" / folder).iterdir()
-               if p.suffix in (".out", ".ipynb", ".txt"))
-    with RunStore(":memory:") as store:
-        [run] = import_runs(store, log)
-        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+    found = real_findings(folder, ".ipynb", ".txt")
     assert found["kl_blowup"].severity in ("warning", "critical") and found["kl_blowup"].onset_step <= by_step
 
 
@@ -747,15 +735,7 @@ def test_answers_that_learn_to_end_inside_the_cap_under_a_noisy_reward_are_no_sh
     against its noise (0.89), so it was a length_shrink warning. Answers that now end on their own, while the reward
     rises by half what its noise asks for on its own: info (a flat reward with the same fall stays a warning: a fixture
     above)."""
-    from grpo_doctor.diagnostics.engine import diagnose
-    from grpo_doctor.diagnostics.importers import import_runs
-    from grpo_doctor.diagnostics.store import RunStore
-
-    log = next((ROOT / "tests" / "data" / "real_logs" / "notebook__majidhanif230__gemma3__gemma3-1b-gsm8k-grpo-50")
-               .glob("*.ipynb"))
-    with RunStore(":memory:") as store:
-        [run] = import_runs(store, log)
-        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+    found = real_findings("notebook__majidhanif230__gemma3__gemma3-1b-gsm8k-grpo-50", ".ipynb")
     assert found["length_shrink"].severity == "info"
     assert "learned to finish inside the cap" in found["length_shrink"].causes[0]
 
