@@ -332,8 +332,9 @@ KNOWN_FAILURES = {
         "batch 41: a TRL console with no step in its metric dicts and one dict (step 25) missing from the capture; "
         "numbered by line order it reads as steps 1-101, its reader numbers it 1-102 from the learning-rate schedule",
     "trl-console__brennen-hill__small-llm-rlvr-optimization__code-grpo-sv3uzmiq/output.log":
-        "batch 41: 17 SFT warm-up dicts (loss, no reward) before the GRPO dicts: metric sets that never overlap, so "
-        "the import makes two runs where its reader sees one GRPO run after a warm-up",
+        "batch 41: 17 SFT warm-up dicts (loss, entropy, mean_token_accuracy; no reward) and the SFT trainer's "
+        "train_runtime summary before the GRPO dicts: the import makes two runs where its reader sees one GRPO run "
+        "after a warm-up",
     "trl-console__brennen-hill__small-llm-rlvr-optimization__bleu-grpo-o5oag64c/output.log":
         "batch 41: the same script's SFT warm-up before GRPO, imported as two runs (see the code-grpo log)",
     "notebook__jzystar__fintech__qwen25-3b-gsm8k-grpo/Qwen2_5_(3B)_GRPO.ipynb":
