@@ -331,12 +331,6 @@ KNOWN_FAILURES = {
     "trl-console__gzh2002__qwen-distil__olympiad-grpo/grpo_output.txt":
         "batch 41: a TRL console with no step in its metric dicts and one dict (step 25) missing from the capture; "
         "numbered by line order it reads as steps 1-101, its reader numbers it 1-102 from the learning-rate schedule",
-    "trl-console__brennen-hill__small-llm-rlvr-optimization__code-grpo-sv3uzmiq/output.log":
-        "batch 41: 17 SFT warm-up dicts (loss, entropy, mean_token_accuracy; no reward) and the SFT trainer's "
-        "train_runtime summary before the GRPO dicts: the import makes two runs where its reader sees one GRPO run "
-        "after a warm-up",
-    "trl-console__brennen-hill__small-llm-rlvr-optimization__bleu-grpo-o5oag64c/output.log":
-        "batch 41: the same script's SFT warm-up before GRPO, imported as two runs (see the code-grpo log)",
     "notebook__jzystar__fintech__qwen25-3b-gsm8k-grpo/Qwen2_5_(3B)_GRPO.ipynb":
         "batch 41: the first 40 of 250 steps of Unsloth's Qwen2.5-3B recipe, one prompt a step, warned uniform_groups "
         "(reward_std 0 on 11 of 40 steps) and truncation (mean length exactly the 200 cap on half the steps); its "

@@ -362,18 +362,20 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
     the k-th log dict of a run is step k × logging_steps. When the config does not say ``logging_steps``,
     it is read off the training progress bar (the bar updated most often): the steps it reached over the
     number of dicts; with no bar, the training script beside the log (``scripted``), else a finished run's
-    ``max_steps`` over the number of dicts. The step itself
+    ``max_steps`` (or the steps its summary row gives: ``train_runtime`` × ``train_steps_per_second``) over the
+    number of dicts. The step itself
     never comes from a bar: output is buffered, so dicts and bars interleave
     out of order. A new run starts where a config is printed again after dicts, after HF's end-of-training summary
-    (a smoke test, then the real run), where ``epoch`` goes back, or where RL metrics appear or vanish (an SFT phase
-    followed by GRPO)."""
+    (a smoke test, then the real run), where ``epoch`` goes back, or where RL metrics appear or vanish. A phase
+    without RL metrics (an SFT warm-up before GRPO) in a file that also holds an RL run is left out, with a note:
+    the file's run is the RL one."""
+    segments: list[tuple[list[tuple[int, dict]], dict[int, list[int]], dict | None, bool]] = []  # + summary, RL
     pending: list[tuple[int, dict]] = []      # (lineno, dict) of the current run
     bars: dict[int, list[int]] = {}           # total -> [times seen, highest count] in the current run
     config_seen_after_dicts = False
     last_epoch: float | None = None
     last_rl: bool | None = None
-    first_run = True
-    finished = False  # HF's summary row ({'train_runtime': ...}) was printed: the run reached max_steps
+    finished: dict | None = None  # HF's summary row ({'train_runtime': ...}): the run reached max_steps
     for lineno, line in unwrapped(iter_lines(source, path)):
         line = strip_ansi(line)
         if pending and _RUN_START.search(line):
@@ -393,23 +395,31 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
                 seen[0], seen[1] = seen[0] + 1, max(seen[1], n)
                 continue
             d = payload
-            finished = finished or (bool(pending) and is_summary_row(d))
+            if pending and finished is None and is_summary_row(d):
+                finished = d
             if not is_log_dict(d) or is_eval_row(d) or is_summary_row(d):
                 continue
             epoch = to_float(d.get("epoch")) if "epoch" in d else None
             epoch = epoch if isinstance(epoch, float) and math.isfinite(epoch) else None
             rl = _is_rl(d)
-            restart = pending and (config_seen_after_dicts or finished or (
+            restart = pending and (config_seen_after_dicts or finished is not None or (
                 epoch is not None and last_epoch is not None and epoch < last_epoch - 1e-9) or rl != last_rl)
             if restart:
-                yield from _console_run(source, pending, bars, every, planned if finished else None, first_run,
-                                        scripted)
-                first_run, pending, bars, finished = False, [], {}, False
+                segments.append((pending, bars, finished, bool(last_rl)))
+                pending, bars, finished = [], {}, None
             config_seen_after_dicts = False
             pending.append((lineno, d))
             last_epoch, last_rl = epoch, rl
     if pending:
-        yield from _console_run(source, pending, bars, every, planned if finished else None, first_run, scripted)
+        segments.append((pending, bars, finished, bool(last_rl)))
+    if any(rl for *_, rl in segments) and not all(rl for *_, rl in segments):
+        left = [len(dicts) for dicts, _bars, _finished, rl in segments if not rl]
+        source.note(f"left out {sum(left)} log dicts without RL metrics (no reward, KL or completions: an SFT phase) "
+                    f"in {len(left)} stretch{'es' if len(left) > 1 else ''} before or after the RL run")
+        segments = [seg for seg in segments if seg[3]]
+    for i, (dicts, seg_bars, summary, _rl) in enumerate(segments):
+        reached = (planned or _steps_from_summary(summary, len(dicts))) if summary is not None else None
+        yield from _console_run(source, dicts, seg_bars, every, reached, i == 0, scripted)
 
 
 def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, list[int]], every: int | None,
@@ -427,7 +437,7 @@ def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, 
         source.note(f"logging_steps not printed: read as {every} from {scripted[1]} beside the log")
     if every is None and reached is not None and reached >= 2 * len(dicts):
         every = round(reached / len(dicts))
-        source.note(f"logging_steps not printed: read as {every} (a finished run of max_steps = {reached} printed "
+        source.note(f"logging_steps not printed: read as {every} (a finished run of {reached} steps printed "
                     f"{len(dicts)} logs)")
     every = every or 1
     for ordinal, (lineno, d) in enumerate(dicts, start=1):
@@ -438,6 +448,16 @@ def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, 
             step = ordinal * every
         yield step, source.numbers(d, f"line {lineno}", allowed_strings=HF_STRING_FIELDS,
                                    skip=("step", "global_step"))
+
+
+def _steps_from_summary(summary: Mapping, n_dicts: int) -> int | None:
+    """The steps a finished run took, from its summary row: ``train_runtime`` × ``train_steps_per_second``, when the
+    rate's printed rounding (3 decimals) leaves no doubt about the steps per log dict (then a whole number of them)."""
+    runtime, rate = to_float(summary.get("train_runtime")), to_float(summary.get("train_steps_per_second"))
+    if not (isinstance(runtime, float) and isinstance(rate, float) and runtime > 0 and rate > 0 and n_dicts):
+        return None
+    low, high = runtime * max(rate - 5e-4, 0.0) / n_dicts, runtime * (rate + 5e-4) / n_dicts
+    return round(low) * n_dicts if round(low) == round(high) else None
 
 
 def _interval_from_bars(bars: dict[int, list[int]], n_dicts: int) -> int | None:

@@ -58,17 +58,24 @@ def test_console_interval_read_off_the_bars_when_not_printed(store, tmp_path):
     assert "logging_steps not printed: read as 5 from the progress bar" in run.notes
 
 
-def test_an_sft_phase_then_grpo_in_one_console_log_are_two_runs(store, tmp_path):
+def test_an_sft_warm_up_before_grpo_in_one_console_log_is_left_out(store, tmp_path):
+    # A real W&B output.log (batch 41, train split): 17 SFT dicts and the SFT trainer's summary, then 214 GRPO dicts
+    # and the GRPO trainer's summary; no logging_steps and no progress bar. Its reader sees one GRPO run, steps
+    # 10-2140: the GRPO summary's train_runtime x train_steps_per_second (51177 s x 0.042) gives the interval.
+    log = ROOT / "tests/data/real_logs/trl-console__brennen-hill__small-llm-rlvr-optimization__bleu-grpo-o5oag64c"
+    [run] = import_runs(store, log / "output.log")
+    steps = store.metrics(run.run_id).index
+    assert (steps[0], steps[-1], len(steps)) == (10, 2140, 214)
+    assert any("left out 17 log dicts without RL metrics" in n for n in run.notes)
+    assert "logging_steps not printed: read as 10 (a finished run of 2140 steps printed 214 logs)" in run.notes
+
+
+def test_an_sft_only_console_log_is_still_a_run(store, tmp_path):
     sft = [repr({"loss": 1.2 - s / 10, "grad_norm": 2.0, "learning_rate": 2e-5, "epoch": s / 4}) for s in (1, 2, 3, 4)]
-    grpo = [log_dict(s) for s in (1, 2, 3)]
-    path = tmp_path / "pipeline.log"
-    path.write_text("SFTConfig(logging_steps=1)\n" + "\n".join(sft) + "\nGRPOConfig(logging_steps=1)\n"
-                    + "\n".join(grpo) + "\n")
-    first, second = import_runs(store, path)
-    assert (first.name, second.name) == ("pipeline", "pipeline-2")
-    assert "reward" not in store.metrics(first.run_id).columns and first.steps == 4
-    assert list(store.metrics(second.run_id).index) == [1, 2, 3]
-    assert any("holds 2 runs one after another" in n for n in first.notes)
+    path = tmp_path / "sft.log"
+    path.write_text("SFTConfig(logging_steps=1)\n" + "\n".join(sft) + "\n")
+    [run] = import_runs(store, path)
+    assert run.steps == 4 and not any("left out" in n for n in run.notes)
 
 
 def test_a_restarted_run_is_a_new_run_when_the_epoch_goes_back(store, tmp_path):
@@ -302,7 +309,7 @@ def test_a_finished_console_run_without_bars_reads_its_interval_off_max_steps(st
     path.write_text("GRPO: num_generations=4, max_steps=75, lr=3e-06\n" + "\n".join(dicts) + "\n" + summary + "\n")
     [run] = import_runs(store, path)
     assert list(store.metrics(run.run_id).index) == list(range(5, 80, 5))
-    assert any("read as 5 (a finished run of max_steps = 75 printed 15 logs)" in n for n in run.notes)
+    assert any("read as 5 (a finished run of 75 steps printed 15 logs)" in n for n in run.notes)
 
 
 def test_a_json_array_of_records_and_validation_rows_kept_apart(store, tmp_path):
