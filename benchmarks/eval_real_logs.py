@@ -341,9 +341,6 @@ KNOWN_FAILURES = {
     "other__happynessi__prefix-grpo__babyai-dapo/training_metrics_dapo.csv":
         "batch 41: a BabyAI agent's response length falls 3489 -> 976 tokens (-72%) as it reaches the goal in fewer "
         "turns while the reward rises, warned as length_shrink",
-    "other__happynessi__prefix-grpo__textcraft-sft-grpo-5epoch/sft_grpo_5epoch_metrics.csv":
-        "batch 41: an SFT-started TextCraft run saturated at ~0.95 from its first steps warned reward_flat: nothing "
-        "left to gain is read as a flat reward",
 }
 
 

@@ -43,6 +43,7 @@ MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is jud
 TREND_ROWS = 30
 Z_FLAT = 1.5     # |z| at or below which the reward has no trend (a fall is a collapse's to judge)
 Z_TREND = 3.0    # |z| beyond which it had one (p < 0.002), at any row since TREND_ROWS
+SATURATED = 0.9  # a reward this far from its lowest score to its best completion's has little left to gain
 #: A reward function's name that says it measures correctness (also how exemplars pick "low accuracy").
 ACCURACY = re.compile(r"correct|accura|\bacc\b|^acc|exact|match|solve|verif|pass", re.IGNORECASE)
 
@@ -163,6 +164,21 @@ def _flat_parts(series: RunSeries, name: str, since) -> tuple[np.ndarray, np.nda
         return steps, judged & no_gain, no_trend
 
 
+def _saturation(series: RunSeries, step: int) -> tuple[float, float, float] | None:
+    """(share, top, low): how far the reward's 2W-step median at ``step`` stands between the lowest score any
+    completion got so far (``reward_min``) and the best completion's (``reward_max``, its 2W-step median), when it
+    stands at ``SATURATED`` of the way or more: a reward at its ceiling."""
+    if not (series.has("reward_max") and series.has("reward_min")):
+        return None
+    lows = series.finite("reward_min")
+    low = float(np.min(lows[1][lows[0] <= step])) if np.any(lows[0] <= step) else math.nan
+    top, now = smoothed(series, "reward_max", step, 2 * W), smoothed(series, "reward", step, 2 * W)
+    if not (top - low > 0):  # nan-safe
+        return None
+    share = (now - low) / (top - low)
+    return (share, top, low) if share >= SATURATED else None
+
+
 def _no_gain_at(series: RunSeries, name: str | None, step: int) -> bool:
     """Whether the windows' verdict (no gain above the start, after MIN_STEPS) held for ``name`` over the W steps
     up to ``step``: as long as the rule needs to open on that verdict alone."""
@@ -218,6 +234,14 @@ def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
                       "never reach the generator (LoRA + vLLM weight sync)")
     if constant:  # a reward with no spread gives every advantage 0 whatever lr, G or temperature are
         return Explanation("warning", evidence, causes, fixes)
+    ceiling = _saturation(series, ep.last)
+    if ceiling is not None:  # nothing left to gain: no lr, G or temperature makes a reward at its top rise
+        share, top, low = ceiling
+        evidence.append(smoothed_evidence(series, "reward_max", ep.last, "the best completion's reward"))
+        causes.insert(0, f"the reward is at its ceiling: {share:.0%} of the way from the lowest score "
+                         f"({number(low)}) to the best ({number(top)}), so there is little left to learn")
+        fixes.append(advice("the run has learned what this reward pays: stop, or give it harder prompts"))
+        return Explanation("info", evidence, causes, fixes)
     causes.append(f"learning rate too small ({cfg.describe('learning_rate')})")
     causes.append("too little variety in the groups: small G or low temperature")
     fixes.append(make_fix(cfg, "raise the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 2)}))
@@ -239,7 +263,8 @@ REWARD_FLAT = Rule(
          "reward, where one is logged beside other reward functions (shaping may rise while the task never does). Read reward_std and "
          "frac_reward_zero_std next: 0 spread means the reward cannot tell completions apart; otherwise raise lr or G. "
          "Information only, from 30 logged points: no trend up or down over every row so far (Mann–Kendall "
-         "|z| ≤ 1.5) and none clear before (|z| ≤ 3).",
+         "|z| ≤ 1.5) and none clear before (|z| ≤ 3). A reward 90% of the way from the lowest score to the best "
+         "completion's (reward_min, reward_max) is at its ceiling: information only, nothing left to gain.",
 )
 
 

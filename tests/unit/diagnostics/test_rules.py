@@ -716,6 +716,15 @@ def test_a_short_reward_that_rises_has_a_trend_and_is_not_flat():
     assert "reward_flat" not in real_findings("handwritten-jsonl__joanvelja__tinker-cookbook__gptoss-20b-v3b", ".jsonl")
 
 
+def test_a_reward_at_its_ceiling_is_flat_only_as_information():
+    """A train-split agent run started from SFT (verl CSV, 115 steps): its score is 0.96 from the first steps and 0.97
+    at the end, against a best completion's 1.0 and a lowest 0.0. No window rises above the start, but there is
+    nothing left to gain: information, with no lr or G to change."""
+    flat = real_findings("other__happynessi__prefix-grpo__textcraft-sft-grpo-5epoch", ".csv")["reward_flat"]
+    assert flat.severity == "info" and "at its ceiling" in flat.causes[0]
+    assert not any(fix.changes for fix in flat.fixes)
+
+
 @pytest.mark.parametrize("folder, by_step", [
     ("notebook__1337-artificial-intelligence__hackai-2025__qwen3-1p7b-math-grpo", 13),
     ("handwritten-console__geniusplums__openenv-finale__diag20", 7),
