@@ -175,6 +175,11 @@ CATALOGUE: tuple[Metric, ...] = (
                     "uniform_group_frac", "frac_uniform_groups"),
            note="expected ≈ p^G + (1−p)^G for a binary reward with success rate p; dynamic sampling "
                 "would skip these groups (docs/health-ranges.md#share-of-uniform-groups)", domain=SHARE),
+    # Logged as two shares whose sum is the uniform share under a pass/fail reward (verl recipes, prime-rl)
+    Metric("groups/all_correct", "share of prompt groups whose completions all succeeded", group="reward",
+           aliases=("all_correct_frac", "frac_all_correct", "solve_all"), domain=SHARE),
+    Metric("groups/all_wrong", "share of prompt groups whose completions all failed", group="reward",
+           aliases=("all_wrong_frac", "frac_all_wrong", "solve_none"), domain=SHARE),
     Metric("dynamic_sampling/draws", "rollouts drawn this step to fill the batch with groups that differ (DAPO)",
            group="reward",
            note="1 = the first draw was enough; at dynamic_sampling_max_draws the batch keeps some uniform groups", domain=NONNEG),
@@ -472,6 +477,8 @@ DERIVED = (
     # a loop that counts the groups it dropped for uniform rewards (tinker's remove_constant_reward_groups)
     ("frac_reward_zero_std", ("groups_skipped", "groups_total"),
      lambda skipped, total: skipped / total if total > 0 else math.nan, "{0} / {1}"),
+    ("frac_reward_zero_std", ("groups/all_correct", "groups/all_wrong"), lambda right, wrong: right + wrong,
+     "{0} + {1}"),
 )
 
 
