@@ -28,6 +28,7 @@ from grpo_doctor.diagnostics.rules.base import (
     W,
     at,
     first_present,
+    median_noise,
     medians,
     needs,
     not_applicable,
@@ -228,7 +229,7 @@ def _entropy_collapse_detect(series: RunSeries, since):
         if series.has("reward"):
             now = series.asof_roll("reward", W, steps)
             before = series.asof_roll("reward", W, steps - 3 * W)
-            stalled = ~(now > before + 1e-9 + 0.02 * np.abs(before))
+            stalled = ~(now > before + 1e-9 + np.maximum(0.02 * np.abs(before), median_noise(series, "reward")))
         low = med <= 0.2 * series.head(ENTROPY, W)
         return steps, (idx >= series.rows(3 * W, ENTROPY) - 1) & low & less_variety & stalled
 
@@ -259,8 +260,8 @@ ENTROPY_COLLAPSE = Rule(
     references=("docs/field-reports.md#entropy-collapse",
                 "docs/health-ranges.md#entropy"),
     read="Entropy's 10-step median is below 20% of its start, groups are more uniform (or reward_std halved) "
-         "and the reward has stopped rising over the last 30 logged steps. Falling entropy while reward "
-         "still rises is learning, not collapse.",
+         "and the reward has stopped rising over the last 30 logged steps (its 10-step window no higher than 30 "
+         "steps before by more than its noise). Falling entropy while reward still rises is learning, not collapse.",
 )
 
 

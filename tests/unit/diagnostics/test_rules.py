@@ -735,6 +735,15 @@ def test_a_reward_at_its_ceiling_is_flat_only_as_information():
     assert not any(fix.changes for fix in flat.fixes)
 
 
+def test_an_entropy_collapse_under_a_reward_that_only_wobbles_is_named_in_time():
+    """A train-split TRL console (logged every 5 steps, one prompt a step): entropy falls from 0.24 to 0.026 (11% of
+    its start) by step 55 with every group uniform, while the reward's 10-step window wobbles 0.71 -> 0.80, inside its
+    noise. Read as "still rising" (2% above the window 30 steps back), the collapse waited for three low rows in a
+    row until step 80; its reader asks for it by step 60."""
+    found = real_findings("trl-console__viraj465__refusal-mechanism__m-rl-science-300", ".log")
+    assert found["entropy_collapse"].severity == "warning" and found["entropy_collapse"].onset_step <= 60
+
+
 @pytest.mark.parametrize("folder, by_step", [
     ("notebook__1337-artificial-intelligence__hackai-2025__qwen3-1p7b-math-grpo", 13),
     ("handwritten-console__geniusplums__openenv-finale__diag20", 7),
