@@ -7,6 +7,7 @@ import ast
 import json
 import math
 import re
+import statistics
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -363,7 +364,7 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
     it is read off the training progress bar (the bar updated most often): the steps it reached over the
     number of dicts; with no bar, the training script beside the log (``scripted``), else a finished run's
     ``max_steps`` (or the steps its summary row gives: ``train_runtime`` × ``train_steps_per_second``) over the
-    number of dicts. The step itself
+    number of dicts, unless the dicts' ``step_time`` shows the run stopped early (HF counts the planned steps). The step itself
     never comes from a bar: output is buffered, so dicts and bars interleave
     out of order. A new run starts where a config is printed again after dicts, after HF's end-of-training summary
     (a smoke test, then the real run), where ``epoch`` goes back, or where RL metrics appear or vanish. A phase
@@ -419,6 +420,10 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
         segments = [seg for seg in segments if seg[3]]
     for i, (dicts, seg_bars, summary, _rl) in enumerate(segments):
         reached = (planned or _steps_from_summary(summary, len(dicts))) if summary is not None else None
+        if reached is not None and not _paced(summary, dicts, reached):
+            source.note(f"the run stopped before its {reached} planned steps (its step_time says so): "
+                        "logging_steps not read off them")
+            reached = None
         yield from _console_run(source, dicts, seg_bars, every, reached, i == 0, scripted)
 
 
@@ -458,6 +463,17 @@ def _steps_from_summary(summary: Mapping, n_dicts: int) -> int | None:
         return None
     low, high = runtime * max(rate - 5e-4, 0.0) / n_dicts, runtime * (rate + 5e-4) / n_dicts
     return round(low) * n_dicts if round(low) == round(high) else None
+
+
+def _paced(summary: Mapping, dicts: list[tuple[int, dict]], steps: int) -> bool:
+    """Whether a finished run's ``train_runtime`` could hold ``steps`` steps at the pace its dicts' ``step_time``
+    logs (True when they log none). HF's summary counts max_steps, so a run that a callback stopped early reports
+    the steps it planned, not the ones it took."""
+    runtime = to_float(summary.get("train_runtime"))
+    paces = [t for _, d in dicts if isinstance(t := to_float(d.get("step_time")), float) and t > 0]
+    if not (isinstance(runtime, float) and runtime > 0 and paces):
+        return True
+    return steps <= 1.5 * runtime / statistics.median(paces)
 
 
 def _interval_from_bars(bars: dict[int, list[int]], n_dicts: int) -> int | None:

@@ -70,6 +70,17 @@ def test_an_sft_warm_up_before_grpo_in_one_console_log_is_left_out(store, tmp_pa
     assert "logging_steps not printed: read as 10 (a finished run of 2140 steps printed 214 logs)" in run.notes
 
 
+def test_a_run_stopped_early_is_not_stepped_by_the_steps_it_planned(store):
+    # A real console (batch 42, train split): 55 TRL dicts logged every step (each with its step_time, 61-94 s),
+    # then a safety callback stops the run and HF's summary says train_runtime 5187 s at 0.096 steps/s: the 498
+    # steps it planned (HF counts max_steps), not the 55 it took. Read as 9 steps a dict, the log became steps 9-495.
+    log = ROOT / "tests/data/real_logs/trl-console__wyr186__rlvr__exp15-phase1-v2-lr1e-5"
+    [run] = import_runs(store, log / "launcher_20260716_094909_phase1_v2.stdout.log")
+    steps = store.metrics(run.run_id).index
+    assert (steps[0], steps[-1], len(steps)) == (1, 55, 55)
+    assert any("the run stopped before its 495 planned steps" in n for n in run.notes)
+
+
 def test_an_sft_only_console_log_is_still_a_run(store, tmp_path):
     sft = [repr({"loss": 1.2 - s / 10, "grad_norm": 2.0, "learning_rate": 2e-5, "epoch": s / 4}) for s in (1, 2, 3, 4)]
     path = tmp_path / "sft.log"
