@@ -23,7 +23,7 @@ from grpo_doctor.diagnostics.metrics.health import MetricHealth, health_summary
 from grpo_doctor.diagnostics.report.burned import burned, last_gain
 from grpo_doctor.diagnostics.rules import RULES, Rule
 from grpo_doctor.diagnostics.rules.base import Episode
-from grpo_doctor.diagnostics.rules.reward import rose_after
+from grpo_doctor.diagnostics.rules.reward import flat_ended_in_a_gain, rose_after
 from grpo_doctor.diagnostics.series import RunSeries
 
 #: Rows a symptom must hold at the end of a run that has ended to open there (see ``Diagnoser._at_end``).
@@ -174,7 +174,8 @@ class Diagnoser:
             track = self._at_end(rule, self.tracks[rule.id])
             if track.status == "none":
                 continue
-            got_past = track.status == "resolved" and rose_after(self.series, track.resolved_step)
+            got_past = track.status == "resolved" and (rose_after(self.series, track.resolved_step) or (
+                rule.id == "reward_flat" and flat_ended_in_a_gain(self.series, track.resolved_step)))
             key = (track.status, track.onset, track.start, track.last, track.resolved_step, got_past)
             if track.finding is None or track.key != key:
                 track.finding, track.key = self._finding(rule, track, got_past), key
@@ -215,8 +216,7 @@ class Diagnoser:
                       f"with --set {assumed[0]}=VALUE (grpo-doctor import/diagnose)", *causes]
         if got_past and severity == "warning" and rule.id not in RISING_IS_THE_SYMPTOM:
             severity = "info"  # a phase the run went through: it learned once the symptom was gone
-            causes = [f"resolved at step {track.resolved_step}, and the reward has risen since: the run got past it",
-                      *causes]
+            causes = [f"resolved at step {track.resolved_step}, and the reward rose: the run got past it", *causes]
         return Finding(
             rule=rule.id, title=rule.title, severity=severity, onset_step=track.onset,
             last_step=track.last, evidence=explained.evidence, causes=causes,

@@ -109,6 +109,13 @@ def reward_rising(series: RunSeries, step: int, share: float = 1.0) -> bool:
         "reward", start_window(series, "reward")) > share * _gain_tolerance(series, "reward")
 
 
+def flat_ended_in_a_gain(series: RunSeries, step: int) -> bool:
+    """A flat reward that resolved at ``step`` ended in a gain: the reward's 20-step median there, and the task's
+    reward's where one is logged beside shaping terms, stand above their start by more than the noise."""
+    return all(smoothed(series, name, step, 2 * W) - series.head(name, start_window(series, name))
+               > _gain_tolerance(series, name) for name in ("reward", _task_reward(series)) if name)
+
+
 def rose_after(series: RunSeries, step: int) -> bool:
     """The reward's latest 20-step median is above its 20-step median at ``step`` by more than the noise: the run
     learned after that step."""
