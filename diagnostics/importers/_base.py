@@ -210,8 +210,8 @@ class Source:
         allowed = allowed_strings if isinstance(allowed_strings, (set, frozenset)) else set(allowed_strings)
         skipped = skip if isinstance(skip, (set, frozenset)) else set(skip)
         for key, value in raw.items():
-            if key in skipped:
-                continue
+            if key in skipped or (key in UNIFORM_FLAGS and isinstance(value, str) and _flag(value) is not None):
+                continue  # (a flag's text is read below)
             if isinstance(value, (list, tuple)):
                 stats = per_completion(str(key), value)
                 if stats:
@@ -227,7 +227,7 @@ class Source:
                     self.skipped[str(key)] = f"{where}: {shown}"
                 continue
             out[str(key)] = number
-        flag = next((raw[k] for k in UNIFORM_FLAGS if isinstance(raw.get(k), bool)), None)
+        flag = next((f for k in UNIFORM_FLAGS if (f := _flag(raw.get(k))) is not None), None)
         if flag is not None and "frac_reward_zero_std" not in out:
             out["frac_reward_zero_std"] = float(flag)  # a loop's "skipped: true": the group scored all alike
         return out
@@ -256,6 +256,14 @@ class Source:
 
 # A loop's flag for a group it skipped because all its completions scored alike.
 UNIFORM_FLAGS = ("skipped", "skip", "group_skipped", "all_same_reward", "zero_std")
+
+
+def _flag(value) -> bool | None:
+    """A true/false flag: JSON's booleans, or a table's ``True`` / ``false`` cells."""
+    if isinstance(value, bool):
+        return value
+    text = value.strip().lower() if isinstance(value, str) else None
+    return {"true": True, "false": False}.get(text) if text else None
 # Keys whose list value holds one score per completion (a group's, or the batch's): their mean and std are data.
 _PER_COMPLETION = re.compile(r"(?:^|[/_.])(?:rewards?|scores?|returns?|advantages?)$", re.IGNORECASE)
 

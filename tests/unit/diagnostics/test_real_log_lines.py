@@ -926,3 +926,19 @@ def test_a_loops_ep_counter_is_its_step_and_its_mean_return_its_reward(store, tm
                                               for line in lines_of(log, *range(2, 12))))
     [again] = import_runs(store, tmp_path / "ret.log")
     assert store.metrics(again.run_id).loc[3, "reward_std"] == 0.335
+
+
+def test_a_tables_skipped_column_of_true_and_false_is_the_share_of_uniform_groups(store, tmp_path):
+    """A loop's CSV (batch 42, train split) marks the steps it skipped, its group all alike, ``True`` in a ``skipped``
+    column (JSON's ``true`` was read, a table's text was a field that is no number): 1 where skipped, 0 where not,
+    and the reward pinned at 1.0 with every step skipped from step 12 is named as uniform groups."""
+    source = CORPUS / "handwritten-csv__barlowa124__llm-posttraining__grpo-saturated" / "grpo_log.csv"
+    log = tmp_path / "grpo_log.csv"
+    log.write_bytes(source.read_bytes())
+    [run] = import_runs(store, log)
+    rows = store.metrics(run.run_id)
+    assert rows.loc[2, "frac_reward_zero_std"] == 1.0 and rows.loc[3, "frac_reward_zero_std"] == 0.0
+    assert not any("'skipped'" in note for note in run.notes)
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    assert "uniform_groups" in {f.rule for f in diagnose(store, run.run_id).findings}
