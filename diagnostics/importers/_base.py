@@ -264,6 +264,8 @@ def _flag(value) -> bool | None:
         return value
     text = value.strip().lower() if isinstance(value, str) else None
     return {"true": True, "false": False}.get(text) if text else None
+
+
 # Keys whose list value holds one score per completion (a group's, or the batch's): their mean and std are data.
 _PER_COMPLETION = re.compile(r"(?:^|[/_.])(?:rewards?|scores?|returns?|advantages?)$", re.IGNORECASE)
 
