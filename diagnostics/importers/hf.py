@@ -364,8 +364,8 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
     it is read off the training progress bar (the bar updated most often): the steps it reached over the
     number of dicts; with no bar, the training script beside the log (``scripted``), else a finished run's
     ``max_steps`` (or the steps its summary row gives: ``train_runtime`` × ``train_steps_per_second``) over the
-    number of dicts, unless the dicts' ``step_time`` shows the run stopped early (HF counts the planned steps). The step itself
-    never comes from a bar: output is buffered, so dicts and bars interleave
+    number of dicts, unless the dicts' ``step_time`` shows the run stopped early (HF counts the planned steps). The
+    step itself never comes from a bar: output is buffered, so dicts and bars interleave
     out of order. A new run starts where a config is printed again after dicts, after HF's end-of-training summary
     (a smoke test, then the real run), where ``epoch`` goes back, or where RL metrics appear or vanish. A phase
     without RL metrics (an SFT warm-up before GRPO) in a file that also holds an RL run is left out, with a note:

@@ -103,17 +103,17 @@ def _quality_metric(series: RunSeries) -> str | None:
                  and series.has(n)), None)
 
 
-def reward_rising(series: RunSeries, step: int, share: float = 1.0) -> bool:
-    """The reward's 20-step median at ``step`` is above its start by more than the noise (``share`` of it)."""
-    return series.has("reward") and smoothed(series, "reward", step, 2 * W) - series.head(
-        "reward", start_window(series, "reward")) > share * _gain_tolerance(series, "reward")
+def reward_rising(series: RunSeries, step: int, share: float = 1.0, name: str = "reward") -> bool:
+    """The reward's (or ``name``'s) 20-step median at ``step`` is above its start by more than the noise (``share``
+    of it)."""
+    return series.has(name) and smoothed(series, name, step, 2 * W) - series.head(
+        name, start_window(series, name)) > share * _gain_tolerance(series, name)
 
 
 def flat_ended_in_a_gain(series: RunSeries, step: int) -> bool:
     """A flat reward that resolved at ``step`` ended in a gain: the reward's 20-step median there, and the task's
     reward's where one is logged beside shaping terms, stand above their start by more than the noise."""
-    return all(smoothed(series, name, step, 2 * W) - series.head(name, start_window(series, name))
-               > _gain_tolerance(series, name) for name in ("reward", _task_reward(series)) if name)
+    return all(reward_rising(series, step, name=name) for name in ("reward", _task_reward(series)) if name)
 
 
 def rose_after(series: RunSeries, step: int) -> bool:
