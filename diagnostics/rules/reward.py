@@ -40,7 +40,7 @@ from grpo_doctor.diagnostics.series import SAMPLE_EMPTY, RunSeries
 MIN_STEPS = 100
 MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is judged after 20 of them
 # Or (information): no significant trend either way (Mann–Kendall over every row so far) after TREND_ROWS rows
-TREND_ROWS = 30
+TREND_ROWS = 20
 Z_FLAT = 1.5     # |z| at or below which the reward has no trend (a fall is a collapse's to judge)
 Z_TREND = 3.0    # |z| beyond which it had one (p < 0.002), at any row since TREND_ROWS
 SATURATED = 0.9  # a reward this far from its lowest score to its best completion's has little left to gain
@@ -269,7 +269,7 @@ REWARD_FLAT = Rule(
          "the first 10 steps by more than the noise, or no 20-step mean above their mean; the same of the accuracy "
          "reward, where one is logged beside other reward functions (shaping may rise while the task never does). Read reward_std and "
          "frac_reward_zero_std next: 0 spread means the reward cannot tell completions apart; otherwise raise lr or G. "
-         "Information only, from 30 logged points: no trend up or down over every row so far (Mann–Kendall "
+         "Information only, from 20 logged points: no trend up or down over every row so far (Mann–Kendall "
          "|z| ≤ 1.5) and none clear before (|z| ≤ 3). A reward 90% of the way from the lowest score to the best "
          "completion's (reward_min, reward_max) is at its ceiling: information only, nothing left to gain.",
 )

@@ -722,6 +722,19 @@ def test_a_reward_with_no_trend_over_its_rows_is_flat_as_information(folder, ons
     assert "no trend up or down" in flat.evidence[1].note and "Mann–Kendall" in flat.evidence[1].note
 
 
+@pytest.mark.parametrize("folder, suffix, onset_by", [
+    ("notebook__datawhalechina__self-llm__phi4-grpo-gsm8k-100", ".ipynb", 20),
+    ("trl-state__mohammadi-hadi__grpo-dpo-comparison__grpo-14b-ckpt114", ".json", 40),
+])
+def test_a_reward_with_no_trend_is_flat_from_its_20th_row(folder, suffix, onset_by):
+    """Two train-split runs whose readers want the flat reward named by the 20th row. A 100-step notebook whose
+    completions are cut at the cap: the correctness reward earns 0-0.07 per 10 steps with no trend, while the format
+    terms wobble. A 14B run logged every 2 steps whose reward holds 8.8-13.0 of 13 from its first row (quarter means
+    11.4, 11.2, 10.8, 11.1). The trend test judged them from the 30th row (steps 30 and 58)."""
+    flat = real_findings(folder, suffix)["reward_flat"]
+    assert flat.severity == "info" and flat.onset_step <= onset_by
+
+
 def test_a_short_reward_that_rises_has_a_trend_and_is_not_flat():
     """The same author's next run (75 steps) rises 0.26 -> 0.45 (z 6.8): no flat finding of either kind."""
     assert "reward_flat" not in real_findings("handwritten-jsonl__joanvelja__tinker-cookbook__gptoss-20b-v3b", ".jsonl")
