@@ -86,9 +86,14 @@ class Rule:
     # trailing median shows a change half a window late, so the finding's onset is taken back to where it began
     # (``began``). None (the default): the onset is the first row the detector held.
     read_off: Callable[[RunSeries], tuple[str, int] | None] | None = None
+    # Or the rule's own dating, for a symptom that is a count of events: (series, the step the detector first held) ->
+    # where the symptom began (three gradient spikes: the first of them), reading rows up to that step only.
+    dated_by: Callable[[RunSeries, int], int] | None = None
 
     def began(self, series: RunSeries, step: int) -> int:
-        """The onset of a finding whose detector first held at ``step`` (see ``read_off``)."""
+        """The onset of a finding whose detector first held at ``step`` (see ``read_off`` and ``dated_by``)."""
+        if self.dated_by:
+            return self.dated_by(series, step)
         what = self.read_off(series) if self.read_off else None
         return began(series, *what, step) if what else step
 

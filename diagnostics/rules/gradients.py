@@ -113,6 +113,17 @@ def _spikes(values: np.ndarray, lo: int) -> np.ndarray:
     return flags & (values[lo:] > HELD * held[lo:])
 
 
+def _first_spike(series: RunSeries, step: int) -> int:
+    """Where spikes that made a finding at ``step`` began: the first of the three latest spikes within the SPIKE_SPAN
+    steps' rows up to it (``step`` itself when the rising trend made it)."""
+    steps = series.finite(GRAD_SIGNAL)[0]
+    end = int(np.searchsorted(steps, step, side="right"))
+    found = _spike_rows(series, end)
+    found = found[found > end - 1 - max(SPIKE_ROWS, series.rows(SPIKE_SPAN, GRAD_SIGNAL))]
+    found = found[~_collapsed_at(series, steps[found]) & ~_collapsed_at(series, np.maximum(steps[found] - 1, 0))]
+    return int(steps[found[-3]]) if len(found) >= 3 else step
+
+
 def _spike_detect(series: RunSeries, since):
     """Spikes and a rising trend among the steps that had a gradient (``GRAD_SIGNAL``); the trend compares medians
     over at least 3 rows, so two noisy rows of a sparse log are not a trend."""
@@ -232,10 +243,12 @@ def _spike_explain(series: RunSeries, ep: Episode) -> Explanation:
 GRAD_SPIKES = Rule(
     id="grad_spikes", title="Gradient norm spikes or keeps rising",
     requires=(GRAD_SIGNAL,), detect=_spike_detect, explain=_spike_explain, clear_after=SPIKE_SPAN,
+    dated_by=_first_spike,
     references=("docs/field-reports.md#gradient-norm-spikes",
                 "docs/field-reports.md#gradient-norm-above-max_grad_norm"),
     read="Among the steps that had a gradient (grad_norm above 0.001: a step whose groups were all uniform has "
          "none), three or more spikes within 100 steps (a spike is above the median of the 10 logged values "
-         "before it by 10 MADs and 5×, and 1.5× the highest such median before it), or a median 5× its start. "
-         "grad_norm above max_grad_norm alone is expected: it is logged before clipping.",
+         "before it by 10 MADs and 5×, and 1.5× the highest such median before it), dated from the first of "
+         "the three, or a median 5× its start. grad_norm above max_grad_norm alone is expected: it is logged "
+         "before clipping.",
 )

@@ -382,9 +382,27 @@ def test_a_symptom_read_off_a_median_dates_from_where_the_rows_got_there_live_or
     """A train-split TRL console (55 steps, cap 512): the mean length reaches 441 at step 21 (past 80% of the cap) and
     stays near it; the 10-step median gets there at step 25. The finding's onset is step 21, where the rows did, and a
     diagnoser fed the log one step at a time dates it the same (``Rule.began`` reads no later row)."""
+    whole, live = whole_and_live("trl-console__wyr186__rlvr__exp15-phase1-v2-lr1e-5")
+    track = whole.tracks["length_explode"]
+    assert (track.start, track.onset) == (25, 21)
+    assert as_data(live.findings()) == as_data(whole.findings())
+
+
+def test_gradient_spikes_date_from_the_first_of_the_three_that_made_the_finding_live_or_post_hoc():
+    """A train-split notebook (675 steps): grad_norm ~5 with spikes of 54.8 at step 26, 1513 at 40 and 489 at 43, where
+    three spikes within 100 steps make the finding. Its onset is step 26, the first of the three, not 43; a diagnoser
+    fed the log one step at a time dates it the same."""
+    whole, live = whole_and_live("notebook__abhilash2429__oversight-arena__qwen25-3b-supervisor-675")
+    track = whole.tracks["grad_spikes"]
+    assert (track.start, track.onset) == (43, 26)
+    assert as_data(live.findings()) == as_data(whole.findings())
+
+
+def whole_and_live(folder: str) -> tuple[Diagnoser, Diagnoser]:
+    """Diagnosers of a corpus log's one run: one on the whole run, one fed it a step at a time."""
     from grpo_doctor.diagnostics.importers import import_runs
 
-    log = next((BREAKING_VERL.parents[1] / "trl-console__wyr186__rlvr__exp15-phase1-v2-lr1e-5").iterdir())
+    log = next((BREAKING_VERL.parents[1] / folder).iterdir())
     with RunStore(":memory:") as store:
         [run] = import_runs(store, log)
         whole = Diagnoser.for_run(store, run.run_id)
@@ -393,6 +411,4 @@ def test_a_symptom_read_off_a_median_dates_from_where_the_rows_got_there_live_or
         rows = {name: whole.series.raw(name) for name in whole.series.names()}
         live.series.add({name: (s[s == step], v[s == step]) for name, (s, v) in rows.items()})
         live.examine()
-    track = whole.tracks["length_explode"]
-    assert (track.start, track.onset) == (25, 21)
-    assert as_data(live.findings()) == as_data(whole.findings())
+    return whole, live
