@@ -219,6 +219,15 @@ def test_a_run_and_a_trajectory_column_split_a_csv_into_its_runs(store, tmp_path
     assert [(r.steps, list(store.metrics(r.run_id).index)[-1]) for r in runs] == [(128, 128)] * 3
 
 
+def test_an_ablations_arm_column_splits_a_csv_into_its_runs(store):
+    """An ablation's CSV whose ``arm`` column names each run ("control [sparse, KL.001, ...]", then "divC [...]" and
+    "divD [...]", their steps 0–89, 1–32 and 1–32): three runs, named apart by nothing else."""
+    path = CORPUS / "handwritten-csv__memoryoffish__nlp-grpo__game24-sftv2-entropy-arms" / "curves_entropy.csv"
+    runs = import_runs(store, path)
+    assert [(int(store.metrics(r.run_id).index[0]), int(store.metrics(r.run_id).index[-1])) for r in runs] == [
+        (0, 89), (1, 32), (1, 32)]
+
+
 def test_a_loops_json_dump_of_columns_or_of_a_history_list_is_read(store, tmp_path):
     """A loop's ``json.dump(history, f, indent=2)``: columns (one list per metric, here a real loop's rewards and KL)
     or a list of records under a key; the rows are read in order."""
