@@ -46,8 +46,10 @@ MIN_PAIRS = 3
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)\b"
 _VALUE = rf"(?:(?:np\.|numpy\.|torch\.)?(?:float\d*|int\d*|tensor)\(\s*(?:{_NUMBER})[^()]*\)|(?:{_NUMBER}))"
 _KEY = r"[A-Za-z_][\w./@-]*"
-# key=value, key: value or key is value, the key one word (reward=0.41, actor/kl: 0.01, loss is 0.2).
-_PAIR = re.compile(rf"(?<![\w./@-])({_KEY})(?:\s*[=:]\s*|\s+is\s+)({_VALUE})(?![\w.])", re.IGNORECASE)
+# key=value, key: value or key is value, the key one word (reward=0.41, actor/kl: 0.01, loss is 0.2), or quoted as a
+# printed dict's ('train/rewards': np.float64(0.09)).
+_PAIR = re.compile(rf"(?<![\w./@'\"-])(['\"]?)({_KEY})\1(?:\s*[=:]\s*|\s+is\s+)({_VALUE})(?![\w.])",
+                   re.IGNORECASE)
 # A whole segment between separators that is "some words [:=] number" or "word number" (| loss 0.1 |).
 _SEGMENT = re.compile(rf"^\s*({_KEY}(?: {_KEY}){{0,3}})\s*(?:[=:]\s*|\s)({_VALUE})\s*%?\s*$", re.IGNORECASE)
 _SEPARATORS = re.compile(r"\s*(?:\||,|;|\t| - )\s*")
@@ -86,7 +88,7 @@ def pairs(line: str) -> dict[str, str]:
             found.setdefault(_key(m[1]), m[2])
             continue
         for m in _PAIR.finditer(segment):
-            found.setdefault(_key(m[1]), m[2])
+            found.setdefault(_key(m[2]), m[3])
     if not found:
         alternating = {_key(m[1]): m[2] for m in _WORD_NUMBER.finditer(line)}
         if any(_known(k) for k in alternating):

@@ -36,6 +36,21 @@ def is_val_row(data: Mapping) -> bool:
     return bool(data) and all(str(k).startswith(_VAL_PREFIXES) for k in data)
 
 
+def held_until_training(rows: Iterator[tuple[int, dict]]) -> Iterator[tuple[int, dict]]:
+    """The rows, with the validations (``val/`` keys only: the base model's before training, the final one after it)
+    kept at their steps; those before the first training row wait for it, so a file of validations alone has no
+    training steps."""
+    held: list | None = []
+    for step, data in rows:
+        if held is not None and is_val_row(data):
+            held.append((step, data))
+            continue
+        if held:
+            yield from held
+        held = None
+        yield step, data
+
+
 # ---------------------------------------------------------------------------- config
 def sibling_config(path: Path) -> dict:
     """A Hydra ``config.yaml`` next to the log (``.hydra/config.yaml`` or ``config.yaml``)."""
@@ -91,7 +106,7 @@ def parse_verl_jsonl(display: str, path: Path) -> ParsedLog:
     return ParsedLog(
         path=display, format="verl_jsonl", source="verl",
         config=normalise_config(sibling_config(path), "verl"),
-        rows=_jsonl_rows(source, path), name=run_name_for(path), reader=source,
+        rows=held_until_training(_jsonl_rows(source, path)), name=run_name_for(path), reader=source,
     )
 
 
@@ -108,10 +123,7 @@ def _jsonl_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, flo
         if not isinstance(data, dict):
             source.skip_line(f"line {lineno}", "'data' is missing or not an object")
             continue
-        data = flatten(data)
-        if is_val_row(data):
-            continue
-        yield step, source.numbers(data, f"line {lineno}")
+        yield step, source.numbers(flatten(data), f"line {lineno}")
 
 
 # ---------------------------------------------------------------------------- console
@@ -120,7 +132,7 @@ def parse_verl_console(display: str, path: Path) -> ParsedLog:
     source = Source(display)
     return ParsedLog(
         path=display, format="verl_console", source="verl", config=normalise_config(raw, "verl"),
-        rows=_console_rows(source, path), name=run_name_for(path), reader=source,
+        rows=held_until_training(_console_rows(source, path)), name=run_name_for(path), reader=source,
     )
 
 
@@ -160,5 +172,4 @@ def _console_row(source: Source, lineno: int, step: int, text: str) -> Iterator[
             source.skip_field(f"line {lineno}", f"{short(part.strip(), 40)} is not key:value")
             continue
         data[key] = value  # np.float64(0.5) and the like: to_float reads them
-    if not is_val_row(data):
-        yield step, source.numbers(data, f"line {lineno}")
+    yield step, source.numbers(data, f"line {lineno}")

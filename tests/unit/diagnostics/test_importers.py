@@ -137,7 +137,8 @@ def test_verl_jsonl(store, tmp_path):
     assert detect_format(path) == "verl_jsonl"
     run_id = import_path(store, path)
     frame = store.metrics(run_id)
-    assert list(frame.index) == [1, 2, 3]  # the validation-only step 0 is not a training step
+    assert list(frame.index) == [0, 1, 2, 3]  # the validation before training, at its step 0
+    assert frame.loc[0].dropna().to_dict() == {"val-core/openai/gsm8k/reward/mean@1": 0.2}
     assert frame.loc[3, "reward"] == pytest.approx(0.3)  # critic/score/mean
     assert frame.loc[2, "kl"] == pytest.approx(0.002)  # actor/kl_loss
     assert frame.loc[1, "completions/mean_length"] == 301.0  # response_length/mean
@@ -158,7 +159,8 @@ def test_verl_console(store, tmp_path):
     assert detect_format(path) == "verl_console"
     run_id = import_path(store, path)
     frame = store.metrics(run_id)
-    assert list(frame.index) == [1, 2, 3]
+    assert list(frame.index) == [0, 1, 2, 3]
+    assert frame.loc[0].dropna().to_dict() == {"val-core/openai/gsm8k/reward/mean@1": 0.21}  # before training
     assert frame.loc[2, "reward"] == pytest.approx(0.2)  # np.float64(0.2) unwrapped
     assert frame.loc[3, "kl"] == pytest.approx(0.003)
     assert math.isnan(frame.loc[2, "grad_norm"]) and frame.loc[3, "step_time"] == INF  # timing_s/step

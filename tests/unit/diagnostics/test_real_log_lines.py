@@ -46,6 +46,42 @@ def test_a_verl_metrics_line_cut_by_a_progress_bar_is_joined_again(store, tmp_pa
     assert store.metrics(import_runs(store, whole, fmt="verl_console")[0].run_id).loc[1].equals(frame.loc[1])
 
 
+FL448341 = CORPUS / "verl-console__fl448341__grpo-cot-compression__runpod-50-steps-lam-sweep" / "run.log"
+
+
+def test_a_verl_validation_on_a_line_of_its_own_is_kept_at_its_step(store, tmp_path):
+    """A TinyZero-era verl console trains steps 1-49 of a 50-step run and prints the final validation alone on
+    ``step:50 - val/test_score/openai/gsm8k:0.517``: the run ends at step 50 with that score there. A file of such
+    validation lines alone holds no training step."""
+    from grpo_doctor.diagnostics.importers import LogFormatError
+
+    first = import_runs(store, FL448341, split_runs=True)[0]
+    frame = store.metrics(first.run_id)
+    assert frame.index[-1] == 50 and frame.loc[50].dropna().to_dict() == {"val/test_score/openai/gsm8k": 0.517}
+    assert frame["reward"].dropna().index[-1] == 49
+    alone = tmp_path / "val.log"
+    alone.write_text("".join(lines_of(FL448341, 403) * 3), encoding="utf-8")
+    with pytest.raises(LogFormatError):
+        import_runs(store, alone)
+
+
+def test_a_printed_dict_with_quoted_keys_under_an_iteration_line_is_a_row(store, tmp_path):
+    """A hand-written loop's notebook prints ``Iteration i/1000`` and then, once the step is done, ``KEY METRICS:
+    {'train/kl_penalty': np.float64(...), 'train/rewards': np.float64(...), ...}`` (no HF keys, so not a TRL
+    console): the quoted keys are read as key: value pairs, each dict under the iteration before it."""
+    notebook = json.loads((CORPUS / "notebook__insop__nano-aha-moment__qwen25-3b-countdown-46it" /
+                           "nano_r1.ipynb").read_text(encoding="utf-8"))
+    lines = [line for out in notebook["cells"][87]["outputs"] for line in "".join(out.get("text", [])).splitlines()]
+    kept = [line for line in lines if line.startswith(("Iteration ", "KEY METRICS: "))]
+    log = tmp_path / "out.log"
+    log.write_text("\n".join(kept[:20]) + "\n", encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(10))
+    assert frame.loc[0, "reward"] == 0.09375 and frame.loc[0, "eval/reward"] == 0.263
+    assert frame.loc[1, "kl"] == pytest.approx(1.5260695378544954e-05)
+
+
 def test_a_verl_part_that_is_not_key_value_is_skipped_and_counted(store, tmp_path):
     """A part without a colon (here the bar's text, written between two parts) no longer sinks the file."""
     step_line, bar = lines_of(VERL_DEMO, 604, 605)

@@ -142,6 +142,18 @@ def test_only_the_train_split_is_gated():
     assert eval_real_logs.gate([eval_real_logs.LogResult(known, True, True, split="train")]) == 1  # came right: off the list
 
 
+def test_a_runs_steps_run_to_its_last_row_and_may_start_before_or_at_its_first_training_row():
+    """Readers differ on whether a validation of the base model before training counts (verl's step 0): either first
+    step is the run's. A final validation after the last training row ends the run (a TRL eval row at 57 after the
+    training rows' 56)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"reward": [None, 0.1, 0.2, None], "val-core/gsm8k/acc": [0.3, None, None, 0.5]},
+                         index=[0, 1, 2, 3])
+    assert eval_real_logs.run_steps(frame) == ((0, 1), 3)
+    assert eval_real_logs.run_steps(frame.iloc[1:3]) == ((1, 1), 2)
+
+
 def test_the_peer_is_graded_through_its_detector_table():
     entry = yaml.safe_load("""
 file: x.jsonl
