@@ -34,10 +34,15 @@ GRAD_SIGNAL = "grad_norm/with_signal"
 NO_SIGNAL_GRAD = 1e-3
 # entropy where it was measured: a loop that logs 0.0 for a step with no token in its loss measured nothing.
 ENTROPY_MEASURED = "entropy/measured"
+# the importance-sampling ratio where it was measured: exp(trainer − rollout log-prob) is above 0, so a row of exactly
+# 0 is a placeholder (Unsloth's trainer writes one with every sampling/* column 0), not a ratio
+IS_RATIO_LOGGED = "sampling/importance_sampling_ratio/mean"
+IS_RATIO_MEASURED = "sampling/importance_sampling_ratio/measured"
 # The RunSeries' own series: name -> (the logged metric it keeps rows of, which of its values it keeps).
 _DERIVED: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
     GRAD_SIGNAL: ("grad_norm", lambda values: values > NO_SIGNAL_GRAD),
     ENTROPY_MEASURED: ("entropy", lambda values: values != 0.0),
+    IS_RATIO_MEASURED: (IS_RATIO_LOGGED, lambda values: values > 0.0),
 }
 DERIVED_FROM = {name: source for name, (source, _keep) in _DERIVED.items()}
 DERIVED = frozenset(_DERIVED)

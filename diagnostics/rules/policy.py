@@ -28,11 +28,11 @@ from grpo_doctor.diagnostics.rules.base import (
     smoothed,
     smoothed_evidence,
 )
-from grpo_doctor.diagnostics.series import RunSeries
+from grpo_doctor.diagnostics.series import IS_RATIO_LOGGED, IS_RATIO_MEASURED, RunSeries
 
 CLIP = ("clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean")
 LOGP_DIFF = "sampling/sampling_logp_difference/mean"
-IS_RATIO = "sampling/importance_sampling_ratio/mean"
+IS_RATIO = IS_RATIO_MEASURED  # the ratio's measured rows (a row of exactly 0 is a placeholder)
 ROLLOUT_KL = "rollout_kl"
 
 
@@ -129,7 +129,7 @@ def _mismatch_gate(series: RunSeries) -> Skip | None:
     if any(series.has(n) for n in CLIP) and series.config.one_update_per_rollout():
         return None
     if not any(series.has(n) for n in CLIP):
-        return needs(f"clip_ratio/region_mean, {IS_RATIO} or {ROLLOUT_KL}")
+        return needs(f"clip_ratio/region_mean, {IS_RATIO_LOGGED} or {ROLLOUT_KL}")
     return not_applicable(f"{series.config.describe('num_iterations')}: clipping is expected with several updates per "
                           "rollout")
 
@@ -156,7 +156,9 @@ def _mismatch_explain(series: RunSeries, ep: Episode) -> Explanation:
         name = _clip_metric(series)
         evidence.append(smoothed_evidence(series, name, ep.last, f"clipping although {cfg.describe('num_iterations')}"))
     if series.has(IS_RATIO):
-        evidence.append(smoothed_evidence(series, IS_RATIO, ep.last, "importance-sampling ratio, ideally 1"))
+        ratio = smoothed_evidence(series, IS_RATIO, ep.last, "importance-sampling ratio, ideally 1")
+        ratio.metric = IS_RATIO_LOGGED
+        evidence.append(ratio)
     if series.has(ROLLOUT_KL):
         evidence.append(smoothed_evidence(series, ROLLOUT_KL, ep.last, "KL between the rollout's and the trainer's "
                                                                      "log-probs of the same tokens, ideally ~0"))
@@ -189,7 +191,8 @@ ROLLOUT_MISMATCH = Rule(
                 "docs/field-reports.md#is-correction-masks-long-completions",
                 "docs/field-reports.md#gate-on-the-configuration"),
     read="The KL between the rollout engine's and the trainer's log-probs of the same tokens is 0.1 nats or more; "
-         "an importance-sampling ratio mean below 0.8 says the same (critical at KL 1 or a ratio below 0.1). With "
+         "an importance-sampling ratio mean below 0.8 says the same (critical at KL 1 or a ratio below 0.1; a ratio "
+         "of exactly 0 is a placeholder row, not a measurement). With "
          "one update per rollout the ratio is exactly 1, so any clipping (10-step median > 0.001) also means the "
          "rollout's log-probs are not the trainer's.",
 )

@@ -815,3 +815,12 @@ def test_a_reference_mismatch_under_a_negligible_beta_is_info():
     assert series.config.get("beta") == 0.001 and "beta" in series.config.logged
     assert found["kl_mismatch_at_start"].severity == "info" and found["kl_mismatch_at_start"].onset_step == 5
     assert "it costs little here: beta = 0.001" in found["kl_mismatch_at_start"].causes[-1]
+
+
+def test_an_importance_sampling_ratio_of_exactly_0_is_a_placeholder_not_a_mismatch():
+    """A train-split Unsloth notebook logged every 10 steps: its one row of sampling/* columns (step 10) is all
+    exactly 0, ratio and log-prob difference alike, and every later row says "No Log". exp(Δ log-prob) is above 0, so
+    that row measured nothing: no rollout_mismatch (it was critical from step 10). A real ratio still counts: the
+    recorded rollout-mismatch scenario keeps its critical finding (the fixture above)."""
+    found = real_findings("notebook__parsagh05__qwen2-5-grpo-sft-abduction__qwen25-3b-sft-then-grpo-560", ".ipynb")
+    assert "rollout_mismatch" not in found and found["kl_mismatch_at_start"].severity != "info"
