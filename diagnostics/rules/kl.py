@@ -61,9 +61,10 @@ def _blowup_detect(series: RunSeries, since):
                   & (idx >= series.rows(4 * W, "kl") - 1))
         held = adaptive & (idx >= series.rows(2 * W, "kl") - 1) & (med > upper)
         # a drift too slow for 10-step windows (a log every 10 steps rises by a tenth a row): up by half in each half
-        # of the last 100 steps, from inside the target band (not its warm-up from 0) to far above it
+        # of the last 100 steps, from inside the target band (not its warm-up from 0) to far above it, the second
+        # rise half again the first (compounding: a straight climb from ~0 is up by half per 50 steps until step 150)
         mid, back = _back(series, idx, SLOW // 2), _back(series, idx, SLOW)
-        slow = ((med > HOLD * upper) & (med >= 1.5 * mid) & (mid >= 1.5 * back)
+        slow = ((med > HOLD * upper) & (med >= 1.5 * mid) & (mid >= 1.5 * back) & (med - mid >= 1.5 * (mid - back))
                 & (back >= upper * TARGET_LOW / TARGET_HIGH))
         opening = (extreme >= EXTREME) | (above & (fast | steady)) | held | slow | _early(series, idx, now, upper)
         return steps, _while_high(series, opening, med > HOLD * upper, idx[0] if len(idx) else 0)
@@ -174,8 +175,8 @@ KL_BLOWUP = Rule(
          "10 logged steps before or rose by half twice running (each rise from the higher of the two windows before "
          "it, as a rise out of a dip is noise; and not from the first 10 steps, where KL warms up from 0), or broke "
          "within a few steps (two of its last 3 rows past 3 × and 10 σ above the 10 rows before them), or drifted "
-         "from inside the band to above 4 × its top, up by half in each half of 100 steps (too slowly for a 10-step "
-         "window); or it exceeds 1 nat per token at all (critical, as when the reward falls after it). Info while the "
+         "from inside the band to above 4 × its top, up by half in each half of 100 steps, the second rise half "
+         "again the first (too slowly for a 10-step window); or it exceeds 1 nat per token at all (critical, as when the reward falls after it). Info while the "
          "median stays under 4 × the target's top (a KL settling at a new level as the run learns looks the same). "
          "It lasts while "
          "KL stays above 4 × the target's top: a KL that stopped rising far above the target has not recovered. "

@@ -824,3 +824,21 @@ def test_an_importance_sampling_ratio_of_exactly_0_is_a_placeholder_not_a_mismat
     recorded rollout-mismatch scenario keeps its critical finding (the fixture above)."""
     found = real_findings("notebook__parsagh05__qwen2-5-grpo-sft-abduction__qwen25-3b-sft-then-grpo-560", ".ipynb")
     assert "rollout_mismatch" not in found and found["kl_mismatch_at_start"].severity != "info"
+
+
+def test_a_kl_climbing_in_a_straight_line_from_0_is_no_slow_blowup_but_a_compounding_one_is():
+    """Two train-split logs. A healthy verl-agent run (150 steps, coefficient 0.01): its 10-step median KL climbs
+    about +0.12 per 50 steps from 0.024 to 0.27 and flattens, "up by half in each half of 100 steps" only because it
+    starts from ~0. A 1,200-step TRL run logged every 10 steps whose KL compounds (each 50 steps' rise 1.6-2 × the
+    one before): still a kl_blowup."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    assert "kl_blowup" not in real_findings("wandb-csv__boerz-coding__alfworld-vanilla-grpo__run-a-seed0-qwen25-7b",
+                                            ".csv")
+    log = ROOT / "tests" / "data" / "real_logs" / "trl-console__canadaapollo6__gridiron-grpo__qwen25-1p5b-1200steps" / \
+        "job_15b.log"
+    with RunStore(":memory:") as store:
+        real = import_runs(store, log)[-1]
+        assert "kl_blowup" in {f.rule for f in diagnose(store, real.run_id, save=False).problems()}
