@@ -34,7 +34,7 @@ from grpo_doctor.diagnostics.rules.base import (
     start_window,
     trend_z,
 )
-from grpo_doctor.diagnostics.series import SAMPLE_EMPTY, RunSeries
+from grpo_doctor.diagnostics.series import MIN_WINDOW_ROWS, SAMPLE_EMPTY, RunSeries
 
 # "run 100 steps, read reward and KL" (docs/sources.md#a-34-hyperparameters-for-a-7b-model-and-the-tuning-order)
 MIN_STEPS = 100
@@ -296,7 +296,7 @@ def _collapse_detect(series: RunSeries, since):
     start = series.head(name, W)
     gain = peak - start
     with np.errstate(invalid="ignore"):
-        rose = gain > noise
+        rose = (gain > noise) & (gain > _peak_noise(series, name, lo))
         fell_back = rose & (peak - now >= 0.8 * gain)
         # the start's 10-step median is a level held too (a run can break before 20 steps); a best 20-step median no
         # clearer than that is a lucky window of a noisy reward, not a level the run held
@@ -304,6 +304,22 @@ def _collapse_detect(series: RunSeries, since):
         fell_off = (held > 0) & (held - now >= np.maximum(0.75 * held, noise)) & (now < start)
         broke = (held > 0) & (held - fast >= np.maximum(0.5 * held, 2 * noise)) & (fast < start)
         return steps, fell_back | fell_off | broke
+
+
+def _peak_noise(series: RunSeries, name: str, lo: int) -> np.ndarray:
+    """For rows lo..: 6 × the σ of a W-row median, from the noise of the 2W rows whose median set the running peak. A
+    reward leaving its floor gets noisier (one prompt a step: 0.125 on every failed prompt, 0.1 to 2 once some are
+    solved), and a gain is clear only against the noise of the level it reached, not only of the start's."""
+    values = series.finite(name)[1]
+    n2, n1 = series.rows(2 * W, name), max(series.rows(W, name), MIN_WINDOW_ROWS)
+    medians = np.nan_to_num(series.roll(name, 2 * W, "median", 0), nan=-np.inf)
+    rising = np.concatenate(([True], medians[1:] > np.maximum.accumulate(medians)[:-1]))
+    where = np.maximum.accumulate(np.where(rising, np.arange(len(values)), 0))[lo:]
+    known = series.memo.setdefault(("peak_noise", name), {})  # a window's noise never changes as the run grows
+    for i in np.unique(where):
+        if i not in known:
+            known[i] = 6 * MEDIAN_NOISE * rolling.robust_sigma(values[max(0, i - n2 + 1):i + 1]) / math.sqrt(n1)
+    return np.array([known[i] for i in where])
 
 
 def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -341,7 +357,8 @@ REWARD_COLLAPSE = Rule(
     id="reward_collapse", title="Reward collapsed",
     requires=(("reward", "accuracy"),), detect=_collapse_detect, explain=_collapse_explain, open_after=3,
     references=("docs/field-reports.md#sudden-collapse",),
-    read="The 20-step median reward rose clearly above its start (6 × the noise of a 10-step median), then "
+    read="The 20-step median reward rose clearly above its start (6 × the noise of a 10-step median, at the start "
+         "and in the 20 steps that set the best median: a reward leaving its floor gets noisier), then "
          "the 10-step median fell back by 80% or more of that gain; or it lost three quarters of a positive level "
          "it held (a 20-step median, or its first 10 steps' median), by more than 6 × that noise, to below where "
          "it started; or the 3-step median lost half that "

@@ -842,3 +842,12 @@ def test_a_kl_climbing_in_a_straight_line_from_0_is_no_slow_blowup_but_a_compoun
     with RunStore(":memory:") as store:
         real = import_runs(store, log)[-1]
         assert "kl_blowup" in {f.rule for f in diagnose(store, real.run_id, save=False).problems()}
+
+
+def test_a_gain_is_clear_only_against_the_noise_of_the_level_it_reached():
+    """A healthy train-split Unsloth notebook, one prompt a step: 0.125 on most of its first 50 steps (format credit,
+    no answer right), then 0.1 to 2 a step once some prompts are solved. A 20-step median of 0.55 at step 124 was a gain
+    clear of the start's noise but not of the level's own (σ three times the start's), and the dip of the next hard
+    prompts read as a collapse (critical, step 130). The run goes on to 1.4."""
+    found = real_findings("notebook__harleen8118__qwen2-5-3b-grpo-math__qwen25-3b-gsm8k-t4-250", ".ipynb")
+    assert "reward_collapse" not in found
