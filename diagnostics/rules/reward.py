@@ -39,8 +39,10 @@ from grpo_doctor.diagnostics.series import MIN_WINDOW_ROWS, SAMPLE_EMPTY, RunSer
 # "run 100 steps, read reward and KL" (docs/sources.md#a-34-hyperparameters-for-a-7b-model-and-the-tuning-order)
 MIN_STEPS = 100
 MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is judged after 20 of them
-# Or (information): no significant trend either way (Mann–Kendall over every row so far) after TREND_ROWS rows
+# Or (information): no significant trend either way (Mann–Kendall over every row so far) after TREND_ROWS rows, or
+# after MIN_STEPS steps and TREND_MIN rows (a sparse log: Mann–Kendall's normal approximation holds from ~10 points)
 TREND_ROWS = 20
+TREND_MIN = 10
 Z_FLAT = 1.5     # |z| at or below which the reward has no trend (a fall is a collapse's to judge)
 Z_TREND = 3.0    # |z| beyond which it had one (p < 0.002), at any row since TREND_ROWS
 SATURATED = 0.9  # a reward this far from its lowest score to its best completion's has little left to gain
@@ -162,9 +164,10 @@ def _flat_parts(series: RunSeries, name: str, since) -> tuple[np.ndarray, np.nda
     # The best of many short windows of a long noisy log is a lucky one, and a short run has too few windows: the
     # trend over every row judges these (as information: a reward that rose early and holds has no trend either)
     z = np.abs(trend_z(series, name))
-    z[:TREND_ROWS - 1] = 0.0
+    z[:TREND_MIN - 1] = 0.0
     ever = np.maximum.accumulate(z)  # a reward that once trended clearly (and turned) is no flat one
-    no_trend = (idx >= TREND_ROWS - 1) & (covered >= TREND_ROWS) & (z[idx] <= Z_FLAT) & (ever[idx] <= Z_TREND)
+    ready = ((idx >= TREND_ROWS - 1) & (covered >= TREND_ROWS)) | ((idx >= TREND_MIN - 1) & (covered >= MIN_STEPS))
+    no_trend = ready & (z[idx] <= Z_FLAT) & (ever[idx] <= Z_TREND)
     with np.errstate(invalid="ignore"):
         no_gain = (best - series.head(name, start) < tolerance) | \
             (best_mean - series.head(name, start, "mean") < tolerance / MEDIAN_NOISE)
@@ -269,8 +272,8 @@ REWARD_FLAT = Rule(
          "the first 10 steps by more than the noise, or no 20-step mean above their mean; the same of the accuracy "
          "reward, where one is logged beside other reward functions (shaping may rise while the task never does). Read reward_std and "
          "frac_reward_zero_std next: 0 spread means the reward cannot tell completions apart; otherwise raise lr or G. "
-         "Information only, from 20 logged points: no trend up or down over every row so far (Mann–Kendall "
-         "|z| ≤ 1.5) and none clear before (|z| ≤ 3). A reward 90% of the way from the lowest score to the best "
+         "Information only, from 20 logged points (or 10 over 100 steps): no trend up or down over every row so far "
+         "(Mann–Kendall |z| ≤ 1.5) and none clear before (|z| ≤ 3). A reward 90% of the way from the lowest score to the best "
          "completion's (reward_min, reward_max) is at its ceiling: information only, nothing left to gain.",
 )
 

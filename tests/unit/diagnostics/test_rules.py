@@ -735,6 +735,18 @@ def test_a_reward_with_no_trend_is_flat_from_its_20th_row(folder, suffix, onset_
     assert flat.severity == "info" and flat.onset_step <= onset_by
 
 
+@pytest.mark.parametrize("folder, onset_by", [
+    ("trl-state__omspatel20__finreason__grpo-finqa-500step", 100),
+    ("trl-state__deltasthicc__f1-simulator-openenv__qwen3-4b-grpo-800-from-v1", 110),
+])
+def test_a_sparse_log_with_no_trend_is_flat_from_100_steps_and_10_rows(folder, onset_by):
+    """Two train-split TRL runs logged every 10 steps whose readers want the flat reward named by step 100 or 110: a
+    FinQA run from SFT whose reward wobbles 0.01-0.14 around 0.06 for 500 steps, and an 800-step run. Their 20th row
+    is step 200; 10 rows over 100 steps are enough for the trend test."""
+    flat = real_findings(folder, ".json")["reward_flat"]
+    assert flat.onset_step <= onset_by
+
+
 def test_a_short_reward_that_rises_has_a_trend_and_is_not_flat():
     """The same author's next run (75 steps) rises 0.26 -> 0.45 (z 6.8): no flat finding of either kind."""
     assert "reward_flat" not in real_findings("handwritten-jsonl__joanvelja__tinker-cookbook__gptoss-20b-v3b", ".jsonl")
