@@ -44,7 +44,7 @@ MIN_ROWS = 20    # and a trend needs points: a log written every 10 steps is jud
 TREND_ROWS = 20
 TREND_MIN = 10
 Z_FLAT = 1.5     # |z| at or below which the reward has no trend (a fall is a collapse's to judge)
-Z_TREND = 3.0    # |z| beyond which it had one (p < 0.002), at any row since TREND_ROWS
+Z_TREND = 3.0    # |z| beyond which it had one (p < 0.002), at any row since TREND_MIN
 SATURATED = 0.9  # a reward this far from its lowest score to its best completion's has little left to gain
 #: A reward function's name that says it measures correctness (also how exemplars pick "low accuracy").
 ACCURACY = re.compile(r"correct|accura|\bacc\b|^acc|exact|match|solve|verif|pass", re.IGNORECASE)
@@ -273,8 +273,9 @@ REWARD_FLAT = Rule(
          "reward, where one is logged beside other reward functions (shaping may rise while the task never does). Read reward_std and "
          "frac_reward_zero_std next: 0 spread means the reward cannot tell completions apart; otherwise raise lr or G. "
          "Information only, from 20 logged points (or 10 over 100 steps): no trend up or down over every row so far "
-         "(Mann–Kendall |z| ≤ 1.5) and none clear before (|z| ≤ 3). A reward 90% of the way from the lowest score to the best "
-         "completion's (reward_min, reward_max) is at its ceiling: information only, nothing left to gain.",
+         "(Mann–Kendall |z| ≤ 1.5) and none clear before (|z| ≤ 3). A reward 90% of the way from the lowest score "
+         "to the best completion's (reward_min, reward_max) is at its ceiling: information only, nothing left to "
+         "gain.",
 )
 
 

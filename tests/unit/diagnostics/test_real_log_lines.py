@@ -50,7 +50,7 @@ FL448341 = CORPUS / "verl-console__fl448341__grpo-cot-compression__runpod-50-ste
 
 
 def test_a_verl_validation_on_a_line_of_its_own_is_kept_at_its_step(store, tmp_path):
-    """A TinyZero-era verl console trains steps 1-49 of a 50-step run and prints the final validation alone on
+    """An older verl console (a train-split CoT-compression sweep) trains steps 1-49 of a 50-step run and prints the final validation alone on
     ``step:50 - val/test_score/openai/gsm8k:0.517``: the run ends at step 50 with that score there. A file of such
     validation lines alone holds no training step."""
     from grpo_doctor.diagnostics.importers import LogFormatError
