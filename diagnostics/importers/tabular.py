@@ -128,8 +128,7 @@ def wandb_config(path: Path) -> tuple[dict, str]:
     return config, framework
 
 
-# Columns that name the run a row belongs to (together: a sweep's run and seed; an ablation's arm or variant): where
-# one changes, a new run begins.
+# Columns that name a row's run (a sweep's run and seed; an ablation's arm): where one changes, a new run begins.
 RUN_COLUMNS = ("run", "run_name", "run_id", "experiment", "experiment_name", "exp_name", "config_name", "seed",
                "trial", "trajectory", "replicate", "arm", "variant", "condition")
 

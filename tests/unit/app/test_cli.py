@@ -140,8 +140,8 @@ def test_show_opens_with_a_status_line_per_group_that_agrees_with_the_findings(c
     with RunStore(db) as store:
         for name, last in (("steady", 4.0), ("broken", math.nan)):
             run_id = store.create_run(name, status="finished", source="jsonl")
-            store.write_steps(run_id, ((s, {"reward": 0.5, "grad_norm": last if s == 30 else 4.0,
-                                            "entropy": 0.9}) for s in range(1, 31)))
+            store.write_steps(run_id, ((s, {"reward": 0.5 + 0.01 * s, "grad_norm": last if s == 30 else 4.0,
+                                            "entropy": 0.9}) for s in range(1, 31)))  # a reward that learns
     code, out, _ = run_cli("--db", db, "show", "steady")
     assert code == 0
     lines = out.splitlines()
