@@ -71,12 +71,13 @@ def _uniform_detect(series: RunSeries, since):
         return level(series, name, since, lambda m: m <= 1e-9, min_periods=1)
     if name == "policy_loss":  # a loop that logs no spread: a policy loss exactly 0 in most steps (all A = 0)
         return level(series, name, since, lambda m: np.abs(m) <= 1e-12)
-    # nothing logs the groups' spread: the update exactly 0 (grad_norm and loss) in most steps of the window, as a loop
-    # that skips the backward pass when every advantage is 0 logs it
+    # nothing logs the groups' spread: the update exactly 0 (grad_norm and the loss, or the policy loss a loop logs
+    # instead) in most steps of the window, as a loop that skips the backward pass when every advantage is 0 logs it
     lo, steps, _ = rows(series, "grad_norm", since)
+    loss = first_present(series, "loss", "policy_loss") or "loss"
     with np.errstate(invalid="ignore"):
         return steps, (series.roll("grad_norm", W, "median", lo, 3) <= 1e-9) \
-            & (np.abs(series.asof_roll("loss", W, steps, "median")) <= 1e-9)
+            & (np.abs(series.asof_roll(loss, W, steps, "median")) <= 1e-9)
 
 
 def _uniform_read_off(series: RunSeries) -> tuple[str, int] | None:
@@ -251,7 +252,8 @@ UNIFORM_GROUPS = Rule(
          "advantages' std is about 0, "
          "or the batch's rewards do not spread at all (reward_std or max − min exactly 0: every group uniform, "
          "critical; info when those batches scored the top tenth of what the run has scored, after a rise: the model "
-         "solves those prompts); with none of these, loss and grad_norm both exactly 0 in most steps (critical), or, with no "
+         "solves those prompts); with none of these, loss (or the policy loss) and grad_norm both exactly 0 in most "
+         "steps (critical), or, with no "
          "grad_norm, a policy-gradient loss exactly 0 in most steps (every advantage 0). Compare with the share "
          "expected by chance, p^G + (1−p)^G for a binary reward with success rate p: far above it means the samples "
          "lack variety; close to it means the task is too easy or too hard for this G.",

@@ -99,9 +99,10 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # after batches 43-44 and onsets dated where the rows got there; 179 with the flat reward's trend test from 20 rows;
 # 181 with gradient spikes dated from the first of the three; 195 of 269 after batch 45 (its train logs brought 12
 # named, with an ablation's arm column splitting a CSV into its runs and a verl validation line kept at its step);
-# 198 with a sparse log's flat reward judged by its trend from 100 steps and 10 rows.
+# 198 with a sparse log's flat reward judged by its trend from 100 steps and 10 rows; 201 of 278 after batch 46 (its
+# train logs imported as read, no healthy one warned); 202 with a loop's policy loss read where it logs no total loss.
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 198
+TRAIN_NAMED = 202
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):

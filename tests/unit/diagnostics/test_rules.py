@@ -863,3 +863,19 @@ def test_a_gain_is_clear_only_against_the_noise_of_the_level_it_reached():
     prompts read as a collapse (critical, step 130). The run goes on to 1.4."""
     found = real_findings("notebook__harleen8118__qwen2-5-3b-grpo-math__qwen25-3b-gsm8k-t4-250", ".ipynb")
     assert "reward_collapse" not in found
+
+
+def test_an_update_of_exactly_0_names_uniform_groups_where_a_loop_logs_only_its_policy_loss():
+    """A train-split verl CSV of three reward arms (run 2, from SFT with a sparse reward): reward, grad_norm and
+    pg_loss exactly 0 on steps 1-9, and no reward spread logged. With the policy loss read where no total loss is
+    logged, the update of exactly 0 says every group was uniform (it was not named)."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = ROOT / "tests" / "data" / "real_logs" / "handwritten-csv__logan-cole-luna__lean-gym-rl__lean-autoformal-3-" \
+        "reward-arms" / "training_metrics.csv"
+    with RunStore(":memory:") as store:
+        sparse = import_runs(store, log)[1]
+        found = {f.rule: f for f in diagnose(store, sparse.run_id, save=False).problems()}
+    assert found["uniform_groups"].onset_step <= 8
