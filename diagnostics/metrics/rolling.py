@@ -134,16 +134,27 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 def kendall_s(x: np.ndarray, known: np.ndarray | None = None) -> np.ndarray:
     """Mann–Kendall's S of every prefix x[:k+1], S_k = S_(k−1) + Σ_(j<k) sign(x_k − x_j), extending ``known`` (the S
-    of the first len(known) prefixes, from an earlier call on the same rows)."""
+    of the first len(known) prefixes, from an earlier call on the same rows). A live update's few new rows are each
+    compared with every row before them; more rows go a block at a time, each row counted against the sorted rows
+    before its block (how many lie below it, how many above) and against the rows of its block before it."""
     n = len(x)
     s = np.zeros(n)
     done = 0 if known is None else min(len(known), n)
     s[:done] = known[:done] if known is not None else 0.0
-    for a in range(max(done, 1), n, _KENDALL_BLOCK):  # a block of rows against all rows before them at once
-        b = min(n, a + _KENDALL_BLOCK)
-        signs = np.sign(x[a:b, None] - x[None, :b])
-        signs[np.arange(a, b)[:, None] <= np.arange(b)[None, :]] = 0.0  # only the rows before each
-        s[a:b] = s[a - 1] + np.cumsum(signs.sum(axis=1))
+    start = max(done, 1)
+    if n - start <= _KENDALL_BLOCK:
+        signs = np.sign(x[start:, None] - x[None, :])
+        signs[np.arange(start, n)[:, None] <= np.arange(n)[None, :]] = 0.0  # only the rows before each
+        s[start:] = s[start - 1] + np.cumsum(signs.sum(axis=1))
+        return s
+    before = np.sort(x[:start])
+    for a in range(start, n, _KENDALL_BLOCK):
+        block = x[a:min(n, a + _KENDALL_BLOCK)]
+        below = np.searchsorted(before, block, "left")
+        above = len(before) - np.searchsorted(before, block, "right")
+        within = np.tril(np.sign(block[:, None] - block[None, :]), -1).sum(axis=1)
+        s[a:a + len(block)] = s[a - 1] + np.cumsum(below - above + within)
+        before = np.sort(np.concatenate((before, block)), kind="stable")  # two sorted runs: merged in linear time
     return s
 
 

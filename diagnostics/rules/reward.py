@@ -316,11 +316,17 @@ def _peak_noise(series: RunSeries, name: str, lo: int) -> np.ndarray:
     solved), and a gain is clear only against the noise of the level it reached, not only of the start's."""
     values = series.finite(name)[1]
     n2, n1 = series.rows(2 * W, name), max(series.rows(W, name), MIN_WINDOW_ROWS)
-    medians = np.nan_to_num(series.roll(name, 2 * W, "median", 0), nan=-np.inf)
-    rising = np.concatenate(([True], medians[1:] > np.maximum.accumulate(medians)[:-1]))
-    where = np.maximum.accumulate(np.where(rising, np.arange(len(values)), 0))[lo:]
-    known = series.memo.setdefault(("peak_noise", name), {})  # a window's noise never changes as the run grows
-    for i in np.unique(where):
+    # the running peak's row, kept for the rows read so far (a live update reads only its new rows' windows)
+    done, best, at, known = series.memo.get(("peak_noise", name), (0, -np.inf, 0, {}))
+    if lo < done:  # a pass from an earlier row: from the start again
+        done, best, at = 0, -np.inf, 0
+    medians = np.nan_to_num(series.roll(name, 2 * W, "median", done), nan=-np.inf)
+    higher = medians > np.maximum.accumulate(np.concatenate(([best], medians)))[:-1]
+    peaks = np.maximum.accumulate(np.concatenate(([at], np.where(higher, np.arange(done, len(values)), 0))))[1:]
+    if len(medians):
+        series.memo[("peak_noise", name)] = (len(values), max(best, float(medians.max())), int(peaks[-1]), known)
+    where = peaks[lo - done:]
+    for i in np.unique(where):  # a window's noise never changes as the run grows
         if i not in known:
             known[i] = 6 * MEDIAN_NOISE * rolling.robust_sigma(values[max(0, i - n2 + 1):i + 1]) / math.sqrt(n1)
     return np.array([known[i] for i in where])

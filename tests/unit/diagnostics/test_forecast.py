@@ -37,7 +37,8 @@ def test_mann_kendall_of_every_prefix_equals_the_test_on_that_prefix_and_extends
     y = np.concatenate([rng.normal(size=300), np.ones(40), rng.normal(1.0, 1.0, 400)])  # ties and a step
     z = kendall_z_of(kendall_s(y))
     assert z == pytest.approx([kendall_z(y[:k + 1]) for k in range(len(y))])
-    assert np.array_equal(kendall_s(y, kendall_s(y[:333])), kendall_s(y))
+    assert np.array_equal(kendall_s(y, kendall_s(y[:333])), kendall_s(y))  # 407 new rows: a block at a time
+    assert np.array_equal(kendall_s(y, kendall_s(y[:700])), kendall_s(y))  # a live update's 40: each against all
 
 
 def test_an_entropy_halving_every_20_steps_is_forecast_to_cross_a_fifth_of_its_start():
