@@ -32,7 +32,9 @@ from pathlib import Path
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
-DASHBOARD = str(Path(__file__).resolve().parents[1] / "app" / "dashboard.py")
+from grpo_doctor.app.dashboard import SCRIPT
+
+DASHBOARD = str(SCRIPT)  # the page script `grpo-doctor dashboard` serves
 #: What the embedded trainer logs every step (43 series).
 METRICS = (
     "reward", "reward_std", "reward_max", "reward_min", "reward_gap", "frac_reward_zero_std", "kl", "kl/k1",
