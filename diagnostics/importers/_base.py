@@ -440,3 +440,17 @@ def json_records(source: Source, path: str | Path) -> Iterator[tuple[int, dict]]
             source.skip_line(f"line {lineno}", f"a JSON {type(record).__name__}, not an object")
             continue
         yield lineno, record
+
+
+def held_until_training(rows: Iterator[tuple[int, dict]], is_validation) -> Iterator[tuple[int, dict]]:
+    """The rows, validations kept at their steps (the base model's before training, the final one after it); those
+    before the first training row wait for it, so a log of validations alone has no training steps."""
+    held: list | None = []
+    for step, data in rows:
+        if held is not None and is_validation(data):
+            held.append((step, data))
+            continue
+        if held:
+            yield from held
+        held = None
+        yield step, data

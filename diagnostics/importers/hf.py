@@ -20,6 +20,7 @@ from grpo_doctor.diagnostics.importers._base import (
     ParsedLog,
     Source,
     bracket_depths,
+    held_until_training,
     iter_lines,
     json_records,
     not_a_step,
@@ -155,14 +156,13 @@ def parse_trainer_state(display: str, path: Path) -> ParsedLog:
     config = normalise_config(raw, framework)
     return ParsedLog(
         path=display, format="trainer_state", source=framework, config=config,
-        rows=_trainer_state_rows(source, path), name=run_name_for(path), reader=source,
+        rows=held_until_training(_trainer_state_rows(source, path), _is_eval_metrics), name=run_name_for(path),
+        reader=source,
     )
 
 
 def _trainer_state_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    """The training rows, and the validation rows as ``eval/*`` metrics at their steps (as W&B shows TRL's); the
-    validation rows only once a training row has come (a log of evaluations alone has no training steps)."""
-    evals: list[tuple[int, dict[str, float]]] | None = []  # held until the first training row; None after it
+    """The training rows, and the validation rows as ``eval/*`` metrics at their steps (as W&B shows TRL's)."""
     for index, item in stream_items(source, path, "log_history.item"):
         where = f"log_history entry {index}"
         if not isinstance(item, dict):
@@ -180,17 +180,14 @@ def _trainer_state_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[
         if is_eval_row(item):  # a validation pass, at its step (a training row there merges)
             values = source.numbers({k: v for k, v in item.items() if str(k).startswith("eval_")},
                                     f"log_history entry {index} (eval at step {step})")
-            row = (step, {f"eval/{k[len('eval_'):]}": v for k, v in values.items()})
-            if evals is None:
-                yield row
-            else:
-                evals.append(row)
+            yield step, {f"eval/{k[len('eval_'):]}": v for k, v in values.items()}
             continue
-        if evals:
-            yield from evals
-        evals = None
         yield step, source.numbers(item, f"log_history entry {index} (step {step})",
                                    allowed_strings=HF_STRING_FIELDS, skip=("step",))
+
+
+def _is_eval_metrics(row: Mapping) -> bool:
+    return all(str(k).startswith("eval/") for k in row)
 
 
 def run_name_for(path: Path) -> str:

@@ -15,6 +15,7 @@ from grpo_doctor.diagnostics.importers._base import (
     Source,
     bracket_depths,
     flatten,
+    held_until_training,
     iter_lines,
     json_records,
     not_a_step,
@@ -34,21 +35,6 @@ CONFIG_MAX_CHARS = 4 * 2**20
 
 def is_val_row(data: Mapping) -> bool:
     return bool(data) and all(str(k).startswith(_VAL_PREFIXES) for k in data)
-
-
-def held_until_training(rows: Iterator[tuple[int, dict]]) -> Iterator[tuple[int, dict]]:
-    """The rows, with the validations (``val/`` keys only: the base model's before training, the final one after it)
-    kept at their steps; those before the first training row wait for it, so a file of validations alone has no
-    training steps."""
-    held: list | None = []
-    for step, data in rows:
-        if held is not None and is_val_row(data):
-            held.append((step, data))
-            continue
-        if held:
-            yield from held
-        held = None
-        yield step, data
 
 
 # ---------------------------------------------------------------------------- config
@@ -106,7 +92,7 @@ def parse_verl_jsonl(display: str, path: Path) -> ParsedLog:
     return ParsedLog(
         path=display, format="verl_jsonl", source="verl",
         config=normalise_config(sibling_config(path), "verl"),
-        rows=held_until_training(_jsonl_rows(source, path)), name=run_name_for(path), reader=source,
+        rows=held_until_training(_jsonl_rows(source, path), is_val_row), name=run_name_for(path), reader=source,
     )
 
 
@@ -132,7 +118,7 @@ def parse_verl_console(display: str, path: Path) -> ParsedLog:
     source = Source(display)
     return ParsedLog(
         path=display, format="verl_console", source="verl", config=normalise_config(raw, "verl"),
-        rows=held_until_training(_console_rows(source, path)), name=run_name_for(path), reader=source,
+        rows=held_until_training(_console_rows(source, path), is_val_row), name=run_name_for(path), reader=source,
     )
 
 

@@ -113,6 +113,12 @@ def _spikes(values: np.ndarray, lo: int) -> np.ndarray:
     return flags & (values[lo:] > HELD * held[lo:])
 
 
+def _not_after_collapse(series: RunSeries, steps: np.ndarray) -> np.ndarray:
+    """A norm back to normal after a collapse is no spike: whether grad_norm had not collapsed at each step, nor at
+    the step before it."""
+    return ~_collapsed_at(series, steps) & ~_collapsed_at(series, np.maximum(steps - 1, 0))
+
+
 def _first_spike(series: RunSeries, step: int) -> int:
     """Where spikes that made a finding at ``step`` began: the first of the three latest spikes within the SPIKE_SPAN
     steps' rows up to it (``step`` itself when the rising trend made it)."""
@@ -120,7 +126,7 @@ def _first_spike(series: RunSeries, step: int) -> int:
     end = int(np.searchsorted(steps, step, side="right"))
     found = _spike_rows(series, end)
     found = found[found > end - 1 - max(SPIKE_ROWS, series.rows(SPIKE_SPAN, GRAD_SIGNAL))]
-    found = found[~_collapsed_at(series, steps[found]) & ~_collapsed_at(series, np.maximum(steps[found] - 1, 0))]
+    found = found[_not_after_collapse(series, steps[found])]
     return int(steps[found[-3]]) if len(found) >= 3 else step
 
 
@@ -132,9 +138,8 @@ def _spike_detect(series: RunSeries, since):
     first = max(0, lo - span + 1)
     flags = _spikes(values, first)
     all_steps = series.finite(GRAD_SIGNAL)[0]
-    if len(flags):  # a norm back to normal after a collapse is no spike: no spike while or just after it collapsed
-        before = all_steps[first:][: len(flags)]
-        flags = flags & ~_collapsed_at(series, before) & ~_collapsed_at(series, np.maximum(before - 1, 0))
+    if len(flags):
+        flags = flags & _not_after_collapse(series, all_steps[first:][: len(flags)])
     total = np.concatenate(([0], np.cumsum(flags)))
     rel = np.arange(lo - first, len(flags))
     recent = total[rel + 1] - total[np.maximum(rel + 1 - span, 0)]  # spikes in the last SPIKE_SPAN steps' rows
