@@ -4,7 +4,8 @@ per-step statistics of its sampled completions.
 ``RunSeries(store.get_run(id)).extend(store)`` reads a whole run; calling ``extend`` again appends only
 the steps logged since the last call, into buffers that grow by doubling, so a live update costs the new
 steps, not the run's length. Window statistics the rules share (rolling medians, a run's starting level, the
-running maximum of a rolling series) are cached: per pass for windows, for good for prefixes.
+running maximum of a rolling series) are kept between passes and extended by the new rows: a window reads no
+later row, and rows are only appended.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class RunSeries:
         self.facts = LoggedFacts()  # what the metrics say about the config (the logged lr, the length cap)
         self.config: RunConfig = run_config(self.run.get("source", ""), self.run.get("config"), ())
         self._pass: dict = {}       # window results, valid for one pass over new steps
-        self._prefix: dict = {}     # running maxima/minima of rolling series: (key) -> (rows done, value)
+        self._rolls: dict = {}      # rolling windows kept between passes: (name, w, fn) -> (first row, _Buffer)
+        self._runs: dict = {}       # running maxima/minima of rolling series, kept between passes
         self._heads: dict = {}      # a series' starting level, fixed once its first window is full
         self.memo: dict = {}        # rules' own running state over the rows seen (see base.correlation_upto)
         self._first_steps: list[int] = []  # the run's first logged steps, for the logging interval
@@ -247,15 +249,35 @@ class RunSeries:
         w = max(n, MIN_WINDOW_ROWS)
         key = (name, w, fn, lo, need)
         if key not in self._pass:
-            base = (name, w, fn, lo, 1)
-            if base not in self._pass:
-                self._pass[base] = rolling.rolling(self.finite(name)[1], w, fn, lo, 1)
-            values = self._pass[base]
+            values = self._rolled(name, w, fn, lo)
             if need > 1 and lo < need - 1:  # only the run's first rows have short windows
                 values = values.copy()
                 values[:need - 1 - lo] = np.nan
             self._pass[key] = values
         return self._pass[key]
+
+    def _rolled(self, name: str, w: int, fn: str, lo: int) -> np.ndarray:
+        """rolling.rolling(values, w, fn, lo, 1) over the metric's finite values, kept between passes: rows are only
+        appended, and a window reads no later row, so a later pass computes only the rows logged since."""
+        values = self.finite(name)[1]
+        start, done = self._rolls.get((name, w, fn), (lo, None))
+        if done is None or lo < start:
+            start, done = lo, _Buffer(np.float64)
+            self._rolls[(name, w, fn)] = (start, done)
+        have = start + done.n
+        if have < len(values):
+            done.extend(rolling.rolling(values, w, fn, have, 1))
+        return done.array[lo - start:]
+
+    def kept(self, key, n: int, extend: Callable[[int, np.ndarray], np.ndarray], dtype=np.float64) -> np.ndarray:
+        """A rule's per-row values for rows 0..n−1 that depend only on the rows up to each, kept in ``memo`` between
+        passes: ``extend(done, so_far)`` gives rows done..n−1 from the values of rows 0..done−1."""
+        done = self.memo.get(key)
+        if done is None:
+            done = self.memo[key] = _Buffer(dtype)
+        if done.n < n:
+            done.extend(extend(done.n, done.array))
+        return done.array[:n]
 
     def head(self, name: str, w: int, fn: str = "median") -> float:
         """The metric's starting level: fn of its values over its first ``w`` optimizer steps (``rows(w)`` rows;
@@ -270,20 +292,17 @@ class RunSeries:
         return self._heads[key]
 
     def running(self, name: str, w: int, fn: str, how: str, lo: int) -> np.ndarray:
-        """For rows lo..: the running max (``how="max"``) or min of the rolling series up to each row,
-        over the whole run; the prefix before ``lo`` is remembered between passes."""
-        key = ("running", name, w, fn, how, lo)
-        if key in self._pass:
-            return self._pass[key]
-        done, best = self._prefix.get((name, w, fn, how), (0, np.nan))
-        if done != lo:  # first call, or a pass that starts elsewhere: recompute the prefix
-            best = _reduce(how, self.roll(name, w, fn, 0)[:lo])
-        values = self.roll(name, w, fn, lo)
-        acc = np.fmax.accumulate if how == "max" else np.fmin.accumulate
-        out = acc(np.concatenate(([best], values)))[1:] if len(values) else values
-        self._prefix[(name, w, fn, how)] = (lo + len(values), out[-1] if len(out) else best)
-        self._pass[key] = out
-        return out
+        """For rows lo..: the running max (``how="max"``) or min of the rolling series up to each row, over the whole
+        run; kept between passes and extended by the rows logged since."""
+        key = (name, self.rows(w, name), fn, how)
+        done = self._runs.get(key)
+        if done is None:
+            done = self._runs[key] = _Buffer(np.float64)
+        if done.n < len(self.finite(name)[1]):
+            best = done.array[-1] if done.n else np.nan
+            acc = np.fmax.accumulate if how == "max" else np.fmin.accumulate
+            done.extend(acc(np.concatenate(([best], self.roll(name, w, fn, done.n))))[1:])
+        return done.array[lo:]
 
     def asof(self, name: str, steps: np.ndarray) -> np.ndarray:
         """The metric's last finite value at or before each step (NaN before its first)."""
@@ -316,13 +335,6 @@ class RunSeries:
 def _median_gap(steps: list[int]) -> int:
     gaps = sorted(b - a for a, b in zip(steps, steps[1:]))
     return max(1, gaps[len(gaps) // 2]) if gaps else 1
-
-
-def _reduce(how: str, values: np.ndarray) -> float:
-    values = values[~np.isnan(values)]
-    if not len(values):
-        return np.nan
-    return float(values.max() if how == "max" else values.min())
 
 
 def sample_statistics(samples) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -142,6 +142,10 @@ def kendall_s(x: np.ndarray, known: np.ndarray | None = None) -> np.ndarray:
     done = 0 if known is None else min(len(known), n)
     s[:done] = known[:done] if known is not None else 0.0
     start = max(done, 1)
+    if n - start <= _FEW_ROWS:  # a live update's few rows: count the earlier rows below and above each
+        for k in range(start, n):
+            s[k] = s[k - 1] + np.count_nonzero(x[:k] < x[k]) - np.count_nonzero(x[:k] > x[k])
+        return s
     if n - start <= _KENDALL_BLOCK:
         signs = np.sign(x[start:, None] - x[None, :])
         signs[np.arange(start, n)[:, None] <= np.arange(n)[None, :]] = 0.0  # only the rows before each
@@ -158,9 +162,9 @@ def kendall_s(x: np.ndarray, known: np.ndarray | None = None) -> np.ndarray:
     return s
 
 
-def kendall_z_of(s: np.ndarray) -> np.ndarray:
-    """z of each prefix's S from ``kendall_s``, as ``kendall_z`` computes it."""
-    return _z(s, np.arange(1, len(s) + 1, dtype=float))
+def kendall_z_of(s: np.ndarray, lo: int = 0) -> np.ndarray:
+    """z of each prefix's S from ``kendall_s`` (prefixes lo..), as ``kendall_z`` computes it."""
+    return _z(s[lo:], np.arange(lo + 1, len(s) + 1, dtype=float))
 
 
 def _z(s: np.ndarray, n: np.ndarray) -> np.ndarray:

@@ -133,13 +133,13 @@ def rows(series: RunSeries, name: str, since: int | None) -> tuple[int, np.ndarr
     return lo, steps[lo:], values
 
 
-def trend_z(series: RunSeries, name: str) -> np.ndarray:
-    """Mann–Kendall z of the metric's finite rows from its first up to each row (its S is kept in ``series.memo``
-    and extended as the run grows, so a live update costs only the new rows)."""
+def trend_z(series: RunSeries, name: str, lo: int = 0) -> np.ndarray:
+    """Mann–Kendall z of the metric's finite rows from its first up to each row lo.. (its S is kept in
+    ``series.memo`` and extended as the run grows, so a live update costs only the new rows)."""
     key = ("kendall_s", name)
     s = rolling.kendall_s(series.finite(name)[1], series.memo.get(key))
     series.memo[key] = s
-    return rolling.kendall_z_of(s)
+    return rolling.kendall_z_of(s, lo)
 
 
 def first_present(series: RunSeries, *names: str) -> str | None:

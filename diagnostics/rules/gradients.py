@@ -104,13 +104,17 @@ HELD = 1.5           # and is this many times the highest SPIKE_ROWS-row median 
 # ---------------------------------------------------------------------------------------- grad_spikes
 
 
-def _spikes(values: np.ndarray, lo: int) -> np.ndarray:
-    """``rolling.spikes`` of grad_norm (rows lo..), each also above HELD × the highest level the norm held before it
-    (its running maximum 10-row median): a norm that alternates between steps with and without uniform groups jumps
-    5× over a median of quiet rows, back to where it has often been, and that is no spike."""
+def _spikes(series: RunSeries, n: int, lo: int) -> np.ndarray:
+    """``rolling.spikes`` of grad_norm's first n rows (rows lo..), each also above HELD × the highest level the norm
+    held before it (its running maximum 10-row median): a norm that alternates between steps with and without uniform
+    groups jumps 5× over a median of quiet rows, back to where it has often been, and that is no spike."""
+    values = series.finite(GRAD_SIGNAL)[1][:n]
     flags = rolling.spikes(values, SPIKE_ROWS, lo)
-    held = np.fmax.accumulate(np.concatenate(([0.0], rolling.rolling(values, SPIKE_ROWS, "median"))))[:-1]
-    return flags & (values[lo:] > HELD * held[lo:])
+    peak = series.running(GRAD_SIGNAL, SPIKE_ROWS * series.interval_of(GRAD_SIGNAL), "median", "max", 0)
+    held = np.fmax(0.0, peak[max(lo - 1, 0):n - 1])  # the running maximum up to the row before each
+    if lo == 0 and n:
+        held = np.concatenate(([0.0], held))
+    return flags & (values[lo:] > HELD * held)
 
 
 def _not_after_collapse(series: RunSeries, steps: np.ndarray) -> np.ndarray:
@@ -136,7 +140,9 @@ def _spike_detect(series: RunSeries, since):
     lo, steps, values = rows(series, GRAD_SIGNAL, since)
     span = max(SPIKE_ROWS, series.rows(SPIKE_SPAN, GRAD_SIGNAL))
     first = max(0, lo - span + 1)
-    flags = _spikes(values, first)
+    flags = np.zeros(len(values) - first, dtype=bool)
+    found = _spike_rows(series, len(values))
+    flags[found[found >= first] - first] = True
     all_steps = series.finite(GRAD_SIGNAL)[0]
     if len(flags):
         flags = flags & _not_after_collapse(series, all_steps[first:][: len(flags)])
@@ -159,23 +165,25 @@ COLLAPSE_SHARE = 0.05  # a grad_norm median below this share of its start has co
 def _collapse_state(series: RunSeries, since):
     """(steps, collapsed) of grad_norm: its W-step median below COLLAPSE_SHARE of the median of its first window."""
     lo, steps, _ = rows(series, "grad_norm", since)
+    return steps, _collapsed_rows(series, row_index(lo, len(steps)))
+
+
+def _collapsed_rows(series: RunSeries, idx: np.ndarray) -> np.ndarray:
+    """Whether grad_norm had collapsed at each of its rows ``idx``: its W-step median there below COLLAPSE_SHARE of
+    its first window's."""
     window = max(W, 3 * series.interval_of("grad_norm"))
-    med = series.roll("grad_norm", window, "median", lo)
+    med = series.roll("grad_norm", window, "median")[idx]
     start = series.head("grad_norm", window)
-    idx = row_index(lo, len(steps))
     with np.errstate(invalid="ignore"):
-        return steps, (idx >= series.rows(2 * window, "grad_norm") - 1) & (start > 0) & (med < COLLAPSE_SHARE * start)
+        return (idx >= series.rows(2 * window, "grad_norm") - 1) & (start > 0) & (med < COLLAPSE_SHARE * start)
 
 
 def _collapsed_at(series: RunSeries, steps: np.ndarray) -> np.ndarray:
     """Whether grad_norm had collapsed at each of ``steps`` (False where it is not logged)."""
     if not series.has("grad_norm") or not len(steps):
         return np.zeros(len(steps), dtype=bool)
-    at_steps, collapsed = _collapse_state(series, None)
-    if not len(at_steps):
-        return np.zeros(len(steps), dtype=bool)
-    i = np.clip(np.searchsorted(at_steps, steps, side="right") - 1, 0, len(at_steps) - 1)
-    return collapsed[i] & (steps >= at_steps[0])
+    idx = np.searchsorted(series.finite("grad_norm")[0], steps, side="right") - 1
+    return (idx >= 0) & _collapsed_rows(series, np.maximum(idx, 0))
 
 
 def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -216,8 +224,7 @@ def _spike_rows(series: RunSeries, n: int) -> np.ndarray:
     ones."""
     done, rows = series.memo.get("grad_spikes", (0, np.empty(0, dtype=np.int64)))
     if n > done:
-        values = series.finite(GRAD_SIGNAL)[1]
-        rows = np.concatenate([rows, done + np.flatnonzero(_spikes(values[:n], done))])
+        rows = np.concatenate([rows, done + np.flatnonzero(_spikes(series, n, done))])
         series.memo["grad_spikes"] = (n, rows)
     return rows[rows < n]
 

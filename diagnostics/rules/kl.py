@@ -297,15 +297,16 @@ def _stuck_detect(series: RunSeries, since):
     """KL exactly 0 at every logged row so far, over 2W steps or more, while the run takes updates (a gradient and a
     learning rate above 0, where logged)."""
     lo, steps, values = rows(series, "kl", since)
-    every = series.finite("kl")[0]
-    zero_so_far = np.cumsum(values != 0) == 0
-    covered = every - start_step(series, "kl") + series.interval_of("kl") >= 2 * W
-    moving = np.ones(len(values), dtype=bool)
+    if np.any(values[:lo] != 0):  # a KL that has moved once is not stuck
+        return steps, np.zeros(len(steps), dtype=bool)
+    zero_so_far = np.cumsum(values[lo:] != 0) == 0
+    covered = steps - start_step(series, "kl") + series.interval_of("kl") >= 2 * W
+    moving = np.ones(len(steps), dtype=bool)
     for name in ("grad_norm", "learning_rate"):
         if series.has(name):
             with np.errstate(invalid="ignore"):
-                moving &= series.asof_roll(name, 2 * W, every, "max", 1) > 0
-    return steps, (zero_so_far & covered & moving)[lo:]
+                moving &= series.asof_roll(name, 2 * W, steps, "max", 1) > 0
+    return steps, zero_so_far & covered & moving
 
 
 def _stuck_explain(series: RunSeries, ep: Episode) -> Explanation:

@@ -127,11 +127,19 @@ def _loss_spike_detect(series: RunSeries, since):
     loss's scale, so it is left out of the baseline (else every step with a signal would tower over it)."""
     lo, steps, values = rows(series, "loss", since)
     size = np.abs(values)
-    signal = np.flatnonzero(size > 0)
-    before = int(np.count_nonzero(signal < lo))
-    spike = np.zeros(len(size) - lo, dtype=bool)
-    spike[signal[before:] - lo] = rolling.spikes(size[signal], SPIKE_ROWS, before, k=10.0, ratio=10.0)
-    record = size[lo:] > RECORD * np.maximum.accumulate(np.concatenate(([0.0], size)))[lo:-1]
+    n = len(size)
+    nonzero = series.kept("loss_nonzero_rows", n,  # how many rows up to each had a nonzero loss
+                          lambda done, so_far: (so_far[-1] if done else 0) + np.cumsum(size[done:] > 0))
+    highest = series.kept("loss_highest", n,  # the largest |loss| up to each row
+                          lambda done, so_far: np.fmax.accumulate(np.concatenate(([so_far[-1] if done else 0.0],
+                                                                                  size[done:])))[1:])
+    before = int(nonzero[lo - 1]) if lo else 0
+    first = int(np.searchsorted(nonzero, before - SPIKE_ROWS + 1)) if before > SPIKE_ROWS else 0  # their baseline
+    signal = first + np.flatnonzero(size[first:] > 0)
+    spike = np.zeros(n - lo, dtype=bool)
+    spike[signal[signal >= lo] - lo] = rolling.spikes(size[signal], SPIKE_ROWS, int(np.count_nonzero(signal < lo)),
+                                                      k=10.0, ratio=10.0)
+    record = size[lo:] > RECORD * np.concatenate(([0.0], highest))[lo:-1]
     return steps, spike & record & (size[lo:] >= LOSS_FLOOR)
 
 

@@ -163,11 +163,17 @@ def _flat_parts(series: RunSeries, name: str, since) -> tuple[np.ndarray, np.nda
     start = start_window(series, name)
     # The best of many short windows of a long noisy log is a lucky one, and a short run has too few windows: the
     # trend over every row judges these (as information: a reward that rose early and holds has no trend either)
-    z = np.abs(trend_z(series, name))
-    z[:TREND_MIN - 1] = 0.0
-    ever = np.maximum.accumulate(z)  # a reward that once trended clearly (and turned) is no flat one
+    z = np.abs(trend_z(series, name, lo))
+    z[:max(0, TREND_MIN - 1 - lo)] = 0.0
+
+    def highest(done: int, so_far: np.ndarray) -> np.ndarray:  # a reward that once trended clearly is no flat one
+        fresh = np.abs(trend_z(series, name, done))
+        fresh[:max(0, TREND_MIN - 1 - done)] = 0.0
+        return np.maximum.accumulate(np.concatenate(([so_far[-1] if done else 0.0], fresh)))[1:]
+
+    ever = series.kept(("trend_ever", name), lo + len(z), highest)[lo:]
     ready = ((idx >= TREND_ROWS - 1) & (covered >= TREND_ROWS)) | ((idx >= TREND_MIN - 1) & (covered >= MIN_STEPS))
-    no_trend = ready & (z[idx] <= Z_FLAT) & (ever[idx] <= Z_TREND)
+    no_trend = ready & (z <= Z_FLAT) & (ever <= Z_TREND)
     with np.errstate(invalid="ignore"):
         no_gain = (best - series.head(name, start) < tolerance) | \
             (best_mean - series.head(name, start, "mean") < tolerance / MEDIAN_NOISE)

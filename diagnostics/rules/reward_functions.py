@@ -30,30 +30,42 @@ def _no_spread(series: RunSeries, name: str, steps: np.ndarray) -> np.ndarray:
     return zero
 
 
-def _constant_rows(series: RunSeries, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, alike so far): at each logged row, whether CONSTANT_SHARE of the component's rows up to it have its
-    first value as their mean and a std (if logged) of 0: the completions all scored alike there."""
+def _constant_rows(series: RunSeries, name: str, lo: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, alike so far) for rows lo..: at each logged row, whether CONSTANT_SHARE of the component's rows up to
+    it have its first value as their mean and a std (if logged) of 0: the completions all scored alike there."""
     steps, values = series.finite(name)
-    same = (values == values[0] if len(values) else np.zeros(0, bool)) & _no_spread(series, name, steps)
-    return steps, np.cumsum(same) / np.arange(1, len(same) + 1) >= CONSTANT_SHARE
+
+    def more(done: int, so_far: np.ndarray) -> np.ndarray:  # how many rows so far scored alike
+        same = (values[done:] == values[0]) & _no_spread(series, name, steps[done:])
+        return (so_far[-1] if done else 0) + np.cumsum(same)
+
+    alike = series.kept(("component_alike", name), len(values), more)[lo:]
+    return steps[lo:], alike / np.arange(lo + 1, len(values) + 1) >= CONSTANT_SHARE
 
 
 FLOOR_SHARE = 0.85  # of the last 2W rows at the component's lowest score so far, with no spread: it stopped firing
 
 
-def _floor_rows(series: RunSeries, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, at the floor): at each row from the 2W-th on, whether FLOOR_SHARE of the last 2W rows scored the
-    component's lowest value so far, every completion alike. A function that scored and then stops (a task reward
-    that no answer earns once the format is learned) gives no signal, as one that never fired; one saturated at its
-    top is a solved term, not this."""
+def _floor_rows(series: RunSeries, name: str, lo: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, at the floor) for rows lo..: at each row from the 2W-th on, whether FLOOR_SHARE of the last 2W rows
+    scored the component's lowest value so far, every completion alike. A function that scored and then stops (a task
+    reward that no answer earns once the format is learned) gives no signal, as one that never fired; one saturated at
+    its top is a solved term, not this."""
     steps, values = series.finite(name)
     n, w = len(values), series.rows(2 * W, name)
-    floor = np.minimum.accumulate(values) if n else values
-    alike = _no_spread(series, name, steps)
-    count = np.zeros(n)
-    for k in range(min(w, n)):  # rows i−k of each window, compared with row i's floor
-        count[k:] += (values[:n - k] == floor[k:]) & alike[:n - k]
-    return steps, (np.arange(n) >= w - 1) & (count >= FLOOR_SHARE * w) & (values == floor)
+
+    def lower(done: int, so_far: np.ndarray) -> np.ndarray:
+        return np.fmin.accumulate(np.concatenate(([so_far[-1] if done else np.nan], values[done:])))[1:]
+
+    floor = series.kept(("component_floor", name), n, lower)[lo:]
+    first = max(0, lo - w + 1)  # the rows the windows of rows lo.. read
+    alike = _no_spread(series, name, steps[first:])
+    seen = values[first:]
+    count = np.zeros(n - lo)
+    for k in range(min(w, n)):  # row i−k of each row i's window, compared with row i's floor
+        a = max(lo, k) - lo  # the first row lo.. with a row k rows before it
+        count[a:] += (seen[lo + a - k - first:n - k - first] == floor[a:]) & alike[lo + a - k - first:n - k - first]
+    return steps[lo:], (np.arange(lo, n) >= w - 1) & (count >= FLOOR_SHARE * w) & (values[lo:] == floor)
 
 
 def _holding(series: RunSeries, upto: int, flags) -> list[str]:
@@ -72,11 +84,11 @@ def _constant_detect(series: RunSeries, since):
     rows, or sits at its floor (``_floor_rows``)."""
     out_steps, out_active = [], []
     for name in components(series):
-        steps, alike = _constant_rows(series, name)
         lo = series.first_row_after(name, since) if since is not None else 0
-        enough = np.arange(len(steps)) >= series.rows(W, name) - 1
-        out_steps.append(steps[lo:])
-        out_active.append(((alike & enough) | _floor_rows(series, name)[1])[lo:])
+        steps, alike = _constant_rows(series, name, lo)
+        enough = np.arange(lo, lo + len(steps)) >= series.rows(W, name) - 1
+        out_steps.append(steps)
+        out_active.append((alike & enough) | _floor_rows(series, name, lo)[1])
     if not out_steps:
         return np.empty(0, np.int64), np.empty(0, bool)
     if all(len(s_) == len(out_steps[0]) and np.array_equal(s_, out_steps[0]) for s_ in out_steps[1:]):

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from test_rules import BREAKING_VERL, FIXTURES, build, healthy_metrics
+from test_rules import BREAKING_VERL, FIXTURES, build, healthy_metrics, noise
 
 from grpo_doctor.diagnostics.config.resolved import run_config
 from grpo_doctor.diagnostics.engine import Diagnoser, Track, diagnose
@@ -17,6 +18,7 @@ from grpo_doctor.diagnostics.findings import Evidence, Finding, Fix
 from grpo_doctor.diagnostics.fixes import make_fix
 from grpo_doctor.diagnostics.metrics import rolling
 from grpo_doctor.diagnostics.metrics.health import IN_RANGE, NO_RANGE, OUT, health_summary
+from grpo_doctor.diagnostics.rules import RULES
 from grpo_doctor.diagnostics.rules.base import Rule, Skip
 from grpo_doctor.diagnostics.series import RunSeries
 from grpo_doctor.diagnostics.store import RunStore
@@ -45,6 +47,69 @@ def as_data(findings: list[Finding]) -> str:
 @pytest.mark.parametrize("fixture", FIXTURES[::3], ids=[f.name for f in FIXTURES[::3]])
 def test_step_by_step_equals_post_hoc(fixture):
     assert as_data(step_by_step(fixture).findings()) == as_data(build(fixture).findings())
+
+
+def test_every_rule_flags_the_same_rows_live_as_post_hoc():
+    """Rules keep per-row state between live passes (running maxima, spike rows, a trend's S, a reward function's
+    floor): each rule's verdict on each row, read one step at a time, is the whole-run pass's verdict on it."""
+    n, s = 260, np.arange(1, 261)
+    metrics = healthy_metrics(n)
+    loss = metrics["loss"].copy()
+    loss[::4] = 0.0                  # steps with uniform groups: left out of the loss's baseline
+    loss[[120, 150, 200]] = 3.0      # spikes
+    grad = metrics["grad_norm"].copy()
+    grad[[100, 130, 160, 230]] = 9.0
+    metrics.update({
+        "loss": loss, "grad_norm": grad,
+        "kl": np.where((s < 40) | (s > 150), 0.0, metrics["kl"]),  # stuck at 0, moving, then 0 again: not stuck
+        # rises clearly, then falls back and stays: a trend that was clear once and fades (the trend test's memory)
+        "reward": np.where(s <= 40, 0.3 + 0.01 * s, np.where(s <= 60, 0.7 - 0.01 * (s - 40), 0.5)) + noise(n, 0.05, 21),
+        # a penalty once (its floor), then stops firing at 0 (a floor it had not reached): not at its floor
+        "rewards/format/mean": np.where(s == 10, -0.5, np.where(s < 120, 0.5 + noise(n, 0.1, 22), 0.0)),
+        "rewards/format/std": np.where(s < 120, 0.3, 0.0),
+        "rewards/length/mean": np.where(s <= 30, 1.0, 1.0 + noise(n, 0.1, 23)),  # the same score, then not
+    })
+    whole = RunSeries({"id": 1, "name": "probe", "source": "trl", "config": {}})
+    whole.add({k: (s, np.asarray(v, dtype=float)) for k, v in metrics.items()})
+    seen = {}
+
+    def recorded(rule: Rule) -> Rule:
+        def detect(series, since):
+            steps, active = rule.detect(series, since)
+            seen.setdefault(rule.id, {}).update(zip(np.asarray(steps).tolist(), np.asarray(active).tolist()))
+            return steps, active
+        return replace(rule, detect=detect)
+
+    live = Diagnoser(RunSeries(dict(whole.run)), [recorded(rule) for rule in RULES])
+    for step in s:
+        live.series.add({k: (s[s == step], np.asarray(v, dtype=float)[s == step]) for k, v in metrics.items()})
+        live.examine()
+    whole.begin_pass()
+    assert {"loss_spike", "grad_spikes", "kl_stuck_at_zero", "reward_flat", "reward_component_constant"} <= set(seen)
+    for rule in RULES:
+        if rule.id in seen and rule.skip(whole) is None:
+            steps, active = rule.detect(whole, None)
+            post_hoc = dict(zip(np.asarray(steps).tolist(), np.asarray(active).tolist()))
+            assert seen[rule.id] == {k: post_hoc[k] for k in seen[rule.id]}, rule.id
+
+
+def test_window_statistics_kept_between_passes_equal_a_fresh_computation():
+    """RunSeries keeps rolling windows and their running maxima between passes, extending them by each pass's new
+    rows: read one row at a time, they are the whole run's values."""
+    values = np.concatenate([np.linspace(0, 1, 40), np.linspace(1, 0.2, 40), 0.5 + noise(60, 0.1, 3)])
+    steps = np.arange(1, len(values) + 1)
+    live = RunSeries({"id": 1, "name": "probe", "source": "trl", "config": {}})
+    rolled, peaks, lows = [], [], []
+    for i, step in enumerate(steps):
+        live.add({"reward": (steps[i:i + 1], values[i:i + 1])})
+        live.begin_pass()
+        rolled.append(live.roll("reward", 10, "median", i)[0])
+        peaks.append(live.running("reward", 10, "median", "max", i)[0])
+        lows.append(live.running("reward", 5, "mean", "min", i)[0])
+    medians = rolling.rolling(values, 10, "median")
+    assert np.array_equal(rolled, medians, equal_nan=True)
+    assert np.array_equal(peaks, np.fmax.accumulate(medians), equal_nan=True)
+    assert np.allclose(lows, np.fmin.accumulate(rolling.rolling(values, 5, "mean")), equal_nan=True)
 
 
 # ---------------------------------------------------------------------------------------- the state machine
