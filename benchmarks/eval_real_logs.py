@@ -357,12 +357,6 @@ KNOWN_FAILURES = {
         "batch 45: a hand-written loop's notebook prints two sample completions a step between its 'Iteration i/1000' "
         "and 'KEY METRICS: {...}' lines; their text ('Reward: 0.0, Response Length: 708', a model's 'Step 1:') reads "
         "as metric lines and step counters (the dicts alone read right: test_real_log_lines)",
-    # Batch 44 (2026-12-04): its train-split first-contact failures, not yet worked on.
-    "notebook__aburkov__thelmbook__grpo-qwen25-15b-gsm8k-500/"
-    "GRPO_From_Scratch_Multi_GPU_DataParallel_Qwen_2_5_1_5B_Instruct.ipynb":
-        "batch 44: a from-scratch loop prints 'Average Reward: x' on a line of its own before each 'Iteration 1/1, "
-        "Step i/500, GRPO iter 1/1, loss: y' line: no line carries the pairs the console reader needs (three, or two "
-        "with a known metric), and which step a metric line before a step line belongs to is not settled",
 }
 
 

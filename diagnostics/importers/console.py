@@ -155,8 +155,8 @@ def enough(values) -> bool:
 
 def looks_like_metrics(lines: list[str]) -> bool:
     """Whether some lines read as rows of metrics: two lines with the same pairs (three or more, or two with a
-    metric the catalogue knows), one of them a known metric; or a header line of names with a known metric over
-    two lines of numbers."""
+    metric the catalogue knows, or the same known metrics on lines with a step word), one of them a known metric; or
+    a header line of names with a known metric over two lines of numbers."""
     seen: list[set[str]] = []
     header, rows = None, 0
     for line in lines:
@@ -170,12 +170,12 @@ def looks_like_metrics(lines: list[str]) -> bool:
             if rows >= 2:
                 return True
             continue
-        keys = set(metric_pairs(clean))
-        if not enough(keys):
+        keys = set(values := metric_pairs(clean))
+        if not is_row(clean, values):
             continue
         for earlier in seen:
             common = keys & earlier
-            if enough(common) and any(_known(k) for k in common):
+            if (enough(common) or common == keys == earlier) and any(_known(k) for k in common):
                 return True
         seen.append(keys)
         if len(seen) > 200:
@@ -202,7 +202,7 @@ def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:
     """``(kind, step, total)`` from a step word or key, else an (i/N) counter, else an epoch number (a loop that
     prints one line per epoch); None if the line has none (or not the ``kind`` the file uses)."""
     if kind in (None, "word"):
-        m = _STEP_WORD.search(line)
+        m = _step_word(line)
         if m:
             return "word", int(m[2]), int(m[3]) if m[3] else None
         if kind == "word":
@@ -218,25 +218,52 @@ def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:
     return ("epoch", int(m[1]), None) if m else None
 
 
+def _step_word(line: str) -> re.Match | None:
+    """The step word of a line; of several (nested loops: ``Iteration 1/1, Step 7/500, GRPO iter 1/1``), not one of a
+    single pass (``1/1``), and the one with the largest total where each has one."""
+    found = list(_STEP_WORD.finditer(line))
+    counting = [m for m in found if m[3] is None or int(m[3]) > 1] or found
+    if counting and all(m[3] for m in counting):
+        return max(counting, key=lambda m: int(m[3]))
+    return counting[0] if counting else None
+
+
+def is_row(line: str, values: dict[str, float]) -> bool:
+    """Whether a line's pairs make a row of metrics: ``enough`` of them, or metrics the catalogue knows on a line
+    with a step word (``Step 5 | reward: 0.3``; a bare ``(7/30)`` may be a count of answers)."""
+    return enough(values) or (bool(values) and all(map(_known, values)) and _STEP_WORD.search(line) is not None)
+
+
+def _lone(line: str, values: dict[str, float]) -> bool:
+    """A line of one metric the catalogue knows and no step (``Average Reward: 0.71``)."""
+    return len(values) == 1 and _known(next(iter(values))) and not is_row(line, values)
+
+
 KIND_ROWS = 200  # the rows of metrics whose steps decide the file's kind of step
 
 
-def _step_kind(source: Source, path: Path) -> tuple[str, bool]:
-    """(kind, headed): "word", "counter", "epoch" or "order", the kind of step the file's first rows of metrics
-    carry, and whether step lines with no metrics head the metric lines after them. The kind most of the rows that
-    carry a step have, unless fewer than two carry one, or the rows without a step are what the steps count
-    (``[step 25] avg_loss=…`` after 25 lines of ``loss is … and kl is …``): then the line order. Rows without a step
-    between rows that have one are otherwise what a loop prints between its steps (a rollout's trace, an evaluation).
+def _step_kind(source: Source, path: Path) -> tuple[str, bool, bool]:
+    """(kind, headed, leads): "word", "counter", "epoch" or "order", the kind of step the file's first rows of metrics
+    carry; whether step lines with no metrics head the metric lines after them; and whether lines of one metric
+    (``Average Reward: 0.71``) lead the row of their step: those between the first two rows were printed before the
+    first row too. The kind most of the rows that carry a step have, unless fewer than two carry one, or the rows
+    without a step are what the steps count (``[step 25] avg_loss=…`` after 25 lines of ``loss is … and kl is …``):
+    then the line order. Rows without a step between rows that have one are otherwise what a loop prints between its
+    steps (a rollout's trace, an evaluation).
     Step lines head the rows after them only when the steps they give go up from one to the next (a loop's
     ``Step 12: generating...``, not the ``Step 1:``, ``Step 2:`` of a sampled answer or an agent's turns)."""
     plain: list[tuple[str, int | None]] = []
     headed: list[tuple[str, int | None]] = []
     heading: int | None = None  # the step of a step line with no metrics, until a metric line takes it
     taken: list[int] = []        # the headings metric rows took
+    lone: list[set[str]] = [set(), set()]  # the one-metric lines' keys before the first row, and before the second
     for _lineno, raw in iter_lines(source, path):
         line = _clean(raw)
-        if not enough(metric_pairs(line)):
+        values = metric_pairs(line)
+        if not is_row(line, values):
             heading = _heading(line, "word", heading)
+            if len(plain) < 2 and _lone(line, values):
+                lone[len(plain)] |= set(values)
             continue
         found = _step_of(line, None)
         plain.append((found[0], found[1]) if found else ("order", None))
@@ -249,7 +276,7 @@ def _step_kind(source: Source, path: Path) -> tuple[str, bool]:
             break
     rising = sum(b > a for a, b in zip(taken, taken[1:]))
     use_headings = len(taken) >= 2 and rising >= 0.9 * (len(taken) - 1)
-    return _vote(headed if use_headings else plain), use_headings
+    return _vote(headed if use_headings else plain), use_headings, bool(lone[1]) and lone[1] <= lone[0]
 
 
 def _vote(kinds: list[tuple[str, int | None]]) -> str:
@@ -300,6 +327,8 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
     at_step: set[str] = set()  # the keys the current step has (a line without a step adds only new ones)
     heading: int | None = None  # the step of a step line with no metrics, until a metric line takes it
     header: list[str] | None = None
+    leading: dict[str, float] = {}  # one-metric lines waiting for the row of their step
+    leads = False
     for lineno, raw in iter_lines(source, path):
         line = _clean(raw)
         if not line:
@@ -315,14 +344,19 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
         if not any(c.isdigit() for c in line):  # no number, no metric (a cheap test before the patterns)
             continue
         values = metric_pairs(line)
-        if not enough(values):
+        if not is_row(line, values):
             heading = _heading(line, kind if kind is not None else "word", heading)
+            if _lone(line, values):
+                leading.update(values)
             continue
         if kind is None:
-            kind, headed = _step_kind(Source(source.path), path)
+            kind, headed, leads = _step_kind(Source(source.path), path)
             row_keys = set(values)
             if kind == "order":
                 source.note("no step on the metric lines: the line order is the step (1, 2, ...)")
+        if leads:
+            values = {**{k: v for k, v in leading.items() if k not in values}, **values}
+        leading = {}
         found = _step_of(line, kind)
         if found is None and heading is not None and headed and kind == "word":
             found = ("word", heading, None)  # the metric lines under a step line of their own

@@ -82,6 +82,25 @@ def test_a_printed_dict_with_quoted_keys_under_an_iteration_line_is_a_row(store,
     assert frame.loc[1, "kl"] == pytest.approx(1.5260695378544954e-05)
 
 
+def test_a_loop_printing_one_metric_a_line_before_its_step_line(store, tmp_path):
+    """A from-scratch notebook prints ``Average Reward: 0.71`` and then ``Iteration 1/1, Step 1/500, GRPO iter 1/1,
+    loss: 0.0000`` for each step: a step line with one metric is a row (its step the counting one of the nested loops'
+    words, not the ``1/1`` of a single pass), and the one-metric line printed before each step line, as before the
+    first, joins it. The evaluation's ``Accuracy: 23.33% (7/30)`` before training is neither a row nor a step."""
+    notebook = json.loads((CORPUS / "notebook__aburkov__thelmbook__grpo-qwen25-15b-gsm8k-500" /
+                           "GRPO_From_Scratch_Multi_GPU_DataParallel_Qwen_2_5_1_5B_Instruct.ipynb").read_text("utf-8"))
+    outputs = notebook["cells"][14]["outputs"]
+    evaluation = [line for line in "".join(outputs[4]["text"]).splitlines() if line.startswith("Accuracy:")]
+    training = "".join(outputs[14]["text"]).splitlines() + "".join(outputs[16]["text"]).splitlines()[:25]
+    log = tmp_path / "out.log"
+    log.write_text("\n".join(evaluation + training) + "\n", encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(1, 7))
+    assert frame.loc[1, "reward"] == pytest.approx(0.714285671710968)
+    assert frame.loc[2, "reward"] == pytest.approx(0.7511904835700989) and frame.loc[3, "loss"] == 0.0001
+
+
 def test_a_verl_part_that_is_not_key_value_is_skipped_and_counted(store, tmp_path):
     """A part without a colon (here the bar's text, written between two parts) no longer sinks the file."""
     step_line, bar = lines_of(VERL_DEMO, 604, 605)
