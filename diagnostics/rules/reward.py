@@ -175,8 +175,11 @@ def _flat_parts(series: RunSeries, name: str, since) -> tuple[np.ndarray, np.nda
     ready = ((idx >= TREND_ROWS - 1) & (covered >= TREND_ROWS)) | ((idx >= TREND_MIN - 1) & (covered >= MIN_STEPS))
     no_trend = ready & (z <= Z_FLAT) & (ever <= Z_TREND)
     with np.errstate(invalid="ignore"):
-        no_gain = (best - series.head(name, start) < tolerance) | \
-            (best_mean - series.head(name, start, "mean") < tolerance / MEDIAN_NOISE)
+        median_gain, mean_gain = best - series.head(name, start), best_mean - series.head(name, start, "mean")
+        # a median that rose less than the bar still rose where the means rose twice theirs: a score counted in
+        # coarse steps (solved 1 of 16) moves its median a step at a time
+        clear_mean = (median_gain > 0) & (mean_gain >= 2 * tolerance / MEDIAN_NOISE)
+        no_gain = ((median_gain < tolerance) & ~clear_mean) | (mean_gain < tolerance / MEDIAN_NOISE)
         return steps, judged & no_gain, no_trend
 
 
