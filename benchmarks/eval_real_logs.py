@@ -357,6 +357,12 @@ KNOWN_FAILURES = {
         "batch 45: a hand-written loop's notebook prints two sample completions a step between its 'Iteration i/1000' "
         "and 'KEY METRICS: {...}' lines; their text ('Reward: 0.0, Response Length: 708', a model's 'Step 1:') reads "
         "as metric lines and step counters (the dicts alone read right: test_real_log_lines)",
+    # Batch 47 (2026-12-04): its train-split first-contact failures, not yet worked on.
+    "handwritten-jsonl__rohunagrawal__reward-hacking-entropy__llama32-3b-easy-g-llmjudge-restarted/metrics.jsonl":
+        "batch 47: one job relaunched from scratch twice into the same file (steps 0-24, 0, 0-20; no config or banner "
+        "between) is two runs here, where the counter going back to the first step is a relaunch; its reader calls it "
+        "one run in segments, while the readers of three other files whose counters start again at 0 with nothing "
+        "between (a from-scratch GSPO/GRPO/Dr.GRPO console, an OpenEnv CSV) call each part a run",
 }
 
 
