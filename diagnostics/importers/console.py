@@ -17,7 +17,10 @@ notebook's progress table, tab-, ``|``- or space-separated).
 The step is the line's own: a step or iteration key (``step=12``, ``Step 12``, ``iter 12/500``), else an ``(i/N)``
 or ``[i/N]`` counter (which continues across epochs when it starts again as the epoch goes up), else the line order.
 A line with a step word and no metrics (``Step 12: generating 2 candidates...``) heads the metric lines after it that
-carry no step of their own. A list of per-completion scores (``Rewards: [-1.0, 0.36]``, quoted or not) gives their
+carry no step of their own; one metric a line under such step lines is that step's row (NeMo-RL's ``===== Step 2/50
+=====`` over ``• Loss: 0.02``, ``• Avg Reward: 0.27``), and one printed before each step line that carries a metric
+joins it (``Average Reward: 0.71`` over ``Iteration 1/1, Step 1/500, loss: 0.0``). Progress bars that carry no metric the
+catalogue knows (a generator's ``Processed prompts: 92%|...``) are no rows. A list of per-completion scores (``Rewards: [-1.0, 0.36]``, quoted or not) gives their
 mean, their std and whether the group scored all alike (``per_completion``).
 Which of these the file uses is what most of its first rows of metrics carry; a later line without that kind of step
 belongs to the step before it (an evaluation or rollout summary printed after its training line), and with the line
@@ -188,14 +191,17 @@ def _known(key: str) -> bool:
     return name in BY_NAME or name.startswith("rewards/")
 
 
+_BULLET = re.compile(r"^[•·‣◦▪▶►*-]\s+")  # a list item's mark: ``• Avg Reward: 0.32``
+
+
 def _clean(line: str) -> str:
-    return _RAY_PREFIX.sub("", strip_ansi(line).strip())
+    return _BULLET.sub("", _RAY_PREFIX.sub("", strip_ansi(line).strip()))
 
 
 def parse_console(display: str, path: Path) -> ParsedLog:
     source = Source(display)
     return ParsedLog(path=display, format="console", source="console", config={},
-                     rows=_rows(source, path), name=run_name_for(path), reader=source)
+                     rows=loop_rows(source, path), name=run_name_for(path), reader=source)
 
 
 def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:
@@ -234,36 +240,54 @@ def is_row(line: str, values: dict[str, float]) -> bool:
     return enough(values) or (bool(values) and all(map(_known, values)) and _STEP_WORD.search(line) is not None)
 
 
+_BAR = re.compile(r"\d%\|")  # a progress bar's "42%|"
+
+
+def _noise(line: str, values: dict[str, float]) -> bool:
+    """A progress bar whose pairs are none of the metrics the catalogue knows (a generator's ``Processed prompts: 92%|
+    ...| 59/64 [..., est. speed input: 243.56 toks/s]``): no row of the run's."""
+    return _BAR.search(line) is not None and not any(map(_known, values))
+
+
 def _lone(line: str, values: dict[str, float]) -> bool:
-    """A line of one metric the catalogue knows and no step (``Average Reward: 0.71``)."""
-    return len(values) == 1 and _known(next(iter(values))) and not is_row(line, values)
+    """A line that is one metric the catalogue knows and nothing else (``Average Reward: 0.71``; not a sample's
+    ``╭── Sample 1 | Reward: 1.0 ──╮``)."""
+    return len(values) == 1 and _known(next(iter(values))) and _SEGMENT.match(line) is not None and \
+        not is_row(line, values)
 
 
 KIND_ROWS = 200  # the rows of metrics whose steps decide the file's kind of step
 
 
-def _step_kind(source: Source, path: Path) -> tuple[str, bool, bool]:
-    """(kind, headed, leads): "word", "counter", "epoch" or "order", the kind of step the file's first rows of metrics
-    carry; whether step lines with no metrics head the metric lines after them; and whether lines of one metric
+def _step_kind(source: Source, path: Path) -> tuple[str, bool, bool, bool]:
+    """(kind, headed, leads, blocks): "word", "counter", "epoch" or "order", the kind of step the file's first rows
+    of metrics carry; whether step lines with no metrics head the metric lines after them; whether lines of one metric
     (``Average Reward: 0.71``) lead the row of their step: those between the first two rows were printed before the
-    first row too. The kind most of the rows that carry a step have, unless fewer than two carry one, or the rows
-    without a step are what the steps count (``[step 25] avg_loss=…`` after 25 lines of ``loss is … and kl is …``):
-    then the line order. Rows without a step between rows that have one are otherwise what a loop prints between its
-    steps (a rollout's trace, an evaluation).
-    Step lines head the rows after them only when the steps they give go up from one to the next (a loop's
+    first row too; and whether such lines, under step lines of their own, are a step's metrics (``===== Step 2/50
+    =====`` over ``• Loss: 0.02``, ``• Avg Reward: 0.32``). The kind most of the rows that carry a step have, unless
+    fewer than two carry one, or the rows without a step are what the steps count (``[step 25] avg_loss=…`` after 25
+    lines of ``loss is … and kl is …``): then the line order. Rows without a step between rows that have one are
+    otherwise what a loop prints between its steps (a rollout's trace, an evaluation).
+    Step lines head the lines after them only when the steps they give go up from one to the next (a loop's
     ``Step 12: generating...``, not the ``Step 1:``, ``Step 2:`` of a sampled answer or an agent's turns)."""
     plain: list[tuple[str, int | None]] = []
     headed: list[tuple[str, int | None]] = []
     heading: int | None = None  # the step of a step line with no metrics, until a metric line takes it
     taken: list[int] = []        # the headings metric rows took
     lone: list[set[str]] = [set(), set()]  # the one-metric lines' keys before the first row, and before the second
+    blocks: list[int] = []  # the headings one-metric lines came under
     for _lineno, raw in iter_lines(source, path):
         line = _clean(raw)
         values = metric_pairs(line)
+        if _noise(line, values):
+            continue
         if not is_row(line, values):
             heading = _heading(line, "word", heading)
-            if len(plain) < 2 and _lone(line, values):
-                lone[len(plain)] |= set(values)
+            if _lone(line, values):
+                if len(plain) < 2:
+                    lone[len(plain)] |= set(values)
+                if heading is not None and (not blocks or blocks[-1] != heading):
+                    blocks.append(heading)
             continue
         found = _step_of(line, None)
         plain.append((found[0], found[1]) if found else ("order", None))
@@ -274,9 +298,15 @@ def _step_kind(source: Source, path: Path) -> tuple[str, bool, bool]:
         heading = None
         if len(plain) >= KIND_ROWS:
             break
-    rising = sum(b > a for a, b in zip(taken, taken[1:]))
-    use_headings = len(taken) >= 2 and rising >= 0.9 * (len(taken) - 1)
-    return _vote(headed if use_headings else plain), use_headings, bool(lone[1]) and lone[1] <= lone[0]
+    stepped = sum(kind != "order" for kind, _ in plain)  # rows that carry a step of their own
+    use_headings, use_blocks = _rising(taken), _rising(blocks) and len(blocks) > stepped
+    return ("word" if use_blocks else _vote(headed if use_headings else plain), use_headings,
+            bool(lone[1]) and lone[1] <= lone[0], use_blocks)
+
+
+def _rising(steps: list[int]) -> bool:
+    """Two or more steps, going up from one to the next (all but a tenth of the time)."""
+    return len(steps) >= 2 and sum(b > a for a, b in zip(steps, steps[1:])) >= 0.9 * (len(steps) - 1)
 
 
 def _vote(kinds: list[tuple[str, int | None]]) -> str:
@@ -295,7 +325,7 @@ def _heading(line: str, kind: str | None, heading: int | None) -> int | None:
     generated``) when the file steps by step words, else the heading before it."""
     if kind != "word" or not any(c.isdigit() for c in line):
         return heading
-    found = _STEP_WORD.search(line) or _BATCH_WORD.search(line)
+    found = _step_word(line) or _BATCH_WORD.search(line)
     return int(found[2]) if found else heading
 
 
@@ -319,7 +349,8 @@ def _steps_count_the_rest(kinds: list[tuple[str, int | None]], kind: str) -> boo
     return gaps > 0 and counted >= gaps / 2
 
 
-def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+    """A loop's console lines as ``(step, metrics)`` rows (see the module's docstring)."""
     kind: str | None = None  # "word", "counter" or "order"
     step: int | None = None
     order = 0
@@ -328,7 +359,7 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
     heading: int | None = None  # the step of a step line with no metrics, until a metric line takes it
     header: list[str] | None = None
     leading: dict[str, float] = {}  # one-metric lines waiting for the row of their step
-    leads = False
+    leads = blocks = False
     for lineno, raw in iter_lines(source, path):
         line = _clean(raw)
         if not line:
@@ -344,16 +375,25 @@ def _rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
         if not any(c.isdigit() for c in line):  # no number, no metric (a cheap test before the patterns)
             continue
         values = metric_pairs(line)
+        if _noise(line, values):
+            continue
         if not is_row(line, values):
             heading = _heading(line, kind if kind is not None else "word", heading)
             if _lone(line, values):
-                leading.update(values)
+                if kind is None:
+                    kind, headed, leads, blocks = _step_kind(Source(source.path), path)
+                if blocks and heading is not None:  # a step's metrics, one a line under its step line
+                    yield heading, as_eval(values) if _EVAL_LINE.match(line) else values
+                else:
+                    leading.update(values)
             continue
         if kind is None:
-            kind, headed, leads = _step_kind(Source(source.path), path)
+            kind, headed, leads, blocks = _step_kind(Source(source.path), path)
             row_keys = set(values)
             if kind == "order":
                 source.note("no step on the metric lines: the line order is the step (1, 2, ...)")
+        if blocks and not any(map(_known, values)):
+            continue  # a warning's or a config's pairs between the metric lines under a step line
         if leads:
             values = {**{k: v for k, v in leading.items() if k not in values}, **values}
         leading = {}

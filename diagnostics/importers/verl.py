@@ -23,6 +23,7 @@ from grpo_doctor.diagnostics.importers._base import (
     strip_ansi,
     to_step,
 )
+from grpo_doctor.diagnostics.importers.console import loop_rows
 from grpo_doctor.diagnostics.importers.hf import run_name_for
 
 STEP_LINE = re.compile(r"(?<![\w/])step:(\d+) - (\S+?:.*)$")
@@ -118,8 +119,20 @@ def parse_verl_console(display: str, path: Path) -> ParsedLog:
     source = Source(display)
     return ParsedLog(
         path=display, format="verl_console", source="verl", config=normalise_config(raw, "verl"),
-        rows=held_until_training(_console_rows(source, path), is_val_row), name=run_name_for(path), reader=source,
+        rows=held_until_training(_or_loop_lines(source, path), is_val_row), name=run_name_for(path), reader=source,
     )
+
+
+def _or_loop_lines(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+    """verl's step lines; in a file with none (NeMo-RL prints a config that begins as verl's does), a loop's console
+    lines."""
+    found = False
+    for row in _console_rows(source, path):
+        found = True
+        yield row
+    if not found:
+        source.note("no verl step lines (step:N - key:value) in it: read as a training loop's console lines")
+        yield from loop_rows(source, path)
 
 
 # The rest of a metrics line that another writer's output (a tqdm redraw, a Ray worker's line) cut in two.

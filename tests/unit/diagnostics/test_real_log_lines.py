@@ -101,6 +101,22 @@ def test_a_loop_printing_one_metric_a_line_before_its_step_line(store, tmp_path)
     assert frame.loc[2, "reward"] == pytest.approx(0.7511904835700989) and frame.loc[3, "loss"] == 0.0001
 
 
+def test_a_nemo_rl_console_reads_each_steps_results_under_its_step_line(store, tmp_path):
+    """NeMo-RL prints a config that begins as verl's does (``{'algorithm': ...``, so the file reads as a verl console,
+    with no verl step line in it), then per step a ``===== Step 2/50 =====`` line and, among vLLM's progress bars, Ray
+    workers' warnings and sample boxes, one metric a line (``  • Avg Reward: 0.2656``): those lines are the step's
+    metrics. The first three steps of a train-split run, as printed."""
+    log = tmp_path / "terminal_output.txt"
+    nemo = next((CORPUS / "handwritten-console__sunbc0120__b200-nemo-rl__gemma3-1b-it-openmath-grpo-50step").iterdir())
+    log.write_text("".join(lines_of(nemo, *range(1, 853))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == [1, 2, 3]
+    assert list(frame["reward"]) == [0.3184, 0.2656, 0.2832] and list(frame["loss"]) == [0.0219, -0.0042, 0.0368]
+    assert frame.loc[1, "completions/mean_length"] == pytest.approx(616.4766)
+    assert any("read as a training loop's console lines" in n for n in run.notes), run.notes
+
+
 def test_a_verl_part_that_is_not_key_value_is_skipped_and_counted(store, tmp_path):
     """A part without a colon (here the bar's text, written between two parts) no longer sinks the file."""
     step_line, bar = lines_of(VERL_DEMO, 604, 605)
