@@ -19,9 +19,10 @@ or ``[i/N]`` counter (which continues across epochs when it starts again as the 
 A line with a step word and no metrics (``Step 12: generating 2 candidates...``) heads the metric lines after it that
 carry no step of their own; one metric a line under such step lines is that step's row (NeMo-RL's ``===== Step 2/50
 =====`` over ``• Loss: 0.02``, ``• Avg Reward: 0.27``), and one printed before each step line that carries a metric
-joins it (``Average Reward: 0.71`` over ``Iteration 1/1, Step 1/500, loss: 0.0``). Progress bars that carry no metric the
-catalogue knows (a generator's ``Processed prompts: 92%|...``) are no rows. A list of per-completion scores (``Rewards: [-1.0, 0.36]``, quoted or not) gives their
-mean, their std and whether the group scored all alike (``per_completion``).
+joins it (``Average Reward: 0.71`` over ``Iteration 1/1, Step 1/500, loss: 0.0``). Progress bars that carry no metric
+the catalogue knows (a generator's ``Processed prompts: 92%|...``) are no rows. A list of per-completion scores
+(``Rewards: [-1.0, 0.36]``, quoted or not) gives their mean, their std and whether the group scored all alike
+(``per_completion``).
 Which of these the file uses is what most of its first rows of metrics carry; a later line without that kind of step
 belongs to the step before it (an evaluation or rollout summary printed after its training line), and with the line
 order, so does a line whose keys are none of the first row's. This is the reader of last resort: it comes
@@ -360,6 +361,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
     header: list[str] | None = None
     leading: dict[str, float] = {}  # one-metric lines waiting for the row of their step
     leads = blocks = False
+    row_keys: set[str] | None = None  # the first row's keys
     for lineno, raw in iter_lines(source, path):
         line = _clean(raw)
         if not line:
@@ -389,6 +391,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
             continue
         if kind is None:
             kind, headed, leads, blocks = _step_kind(Source(source.path), path)
+        if row_keys is None:
             row_keys = set(values)
             if kind == "order":
                 source.note("no step on the metric lines: the line order is the step (1, 2, ...)")

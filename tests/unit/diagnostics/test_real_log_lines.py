@@ -117,6 +117,19 @@ def test_a_nemo_rl_console_reads_each_steps_results_under_its_step_line(store, t
     assert any("read as a training loop's console lines" in n for n in run.notes), run.notes
 
 
+def test_a_one_metric_line_before_a_loop_read_in_line_order(store, tmp_path):
+    """A one-metric line (NeMo-RL's validation ``    • Accuracy: 0.3047``) before the rows of a loop read in line
+    order (the ``grpo_loss is … and kl is …`` prints above): the rows are read as without it, line order and all (the
+    first row's keys were unset when a one-metric line came first, and the import failed)."""
+    nemo = next((CORPUS / "handwritten-console__sunbc0120__b200-nemo-rl__gemma3-1b-it-openmath-grpo-50step").iterdir())
+    accuracy = next(line for line in lines_of(nemo, *range(1, 1700)) if "Accuracy:" in line)
+    log = tmp_path / "train.log"
+    log.write_text(accuracy + "".join(lines_of(JUNYIJ, *range(1, 53))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    assert list(store.metrics(run.run_id).index) == list(range(1, 26))
+    assert "no step on the metric lines: the line order is the step (1, 2, ...)" in run.notes
+
+
 def test_a_verl_part_that_is_not_key_value_is_skipped_and_counted(store, tmp_path):
     """A part without a colon (here the bar's text, written between two parts) no longer sinks the file."""
     step_line, bar = lines_of(VERL_DEMO, 604, 605)
