@@ -106,9 +106,8 @@ class RunSeries:
         self.config: RunConfig = run_config(self.run.get("source", ""), self.run.get("config"), ())
         self._pass: dict = {}       # window results, valid for one pass over new steps
         self._rolls: dict = {}      # rolling windows kept between passes: (name, w, fn) -> (first row, _Buffer)
-        self._runs: dict = {}       # running maxima/minima of rolling series, kept between passes
         self._heads: dict = {}      # a series' starting level, fixed once its first window is full
-        self.memo: dict = {}        # rules' own running state over the rows seen (see base.correlation_upto)
+        self.memo: dict = {}        # per-row state kept over the rows seen (``kept``, base.correlation_upto)
         self._first_steps: list[int] = []  # the run's first logged steps, for the logging interval
         self._interval: int | None = None
         self._intervals: dict[str, int] = {}  # per metric, once it has 5 rows
@@ -294,15 +293,13 @@ class RunSeries:
     def running(self, name: str, w: int, fn: str, how: str, lo: int) -> np.ndarray:
         """For rows lo..: the running max (``how="max"``) or min of the rolling series up to each row, over the whole
         run; kept between passes and extended by the rows logged since."""
-        key = (name, self.rows(w, name), fn, how)
-        done = self._runs.get(key)
-        if done is None:
-            done = self._runs[key] = _Buffer(np.float64)
-        if done.n < len(self.finite(name)[1]):
-            best = done.array[-1] if done.n else np.nan
-            acc = np.fmax.accumulate if how == "max" else np.fmin.accumulate
-            done.extend(acc(np.concatenate(([best], self.roll(name, w, fn, done.n))))[1:])
-        return done.array[lo:]
+        acc = np.fmax.accumulate if how == "max" else np.fmin.accumulate
+
+        def more(done: int, so_far: np.ndarray) -> np.ndarray:
+            return acc(np.concatenate(([so_far[-1] if done else np.nan], self.roll(name, w, fn, done))))[1:]
+
+        key = ("running", name, self.rows(w, name), fn, how)
+        return self.kept(key, len(self.finite(name)[1]), more)[lo:]
 
     def asof(self, name: str, steps: np.ndarray) -> np.ndarray:
         """The metric's last finite value at or before each step (NaN before its first)."""
