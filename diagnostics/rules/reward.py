@@ -325,16 +325,16 @@ def _peak_noise(series: RunSeries, name: str, lo: int) -> np.ndarray:
     solved), and a gain is clear only against the noise of the level it reached, not only of the start's."""
     values = series.finite(name)[1]
     n2, n1 = series.rows(2 * W, name), max(series.rows(W, name), MIN_WINDOW_ROWS)
-    # the running peak's row, kept for the rows read so far (a live update reads only its new rows' windows)
-    done, best, at, known = series.memo.get(("peak_noise", name), (0, -np.inf, 0, {}))
-    if lo < done:  # a pass from an earlier row: from the start again
-        done, best, at = 0, -np.inf, 0
-    medians = np.nan_to_num(series.roll(name, 2 * W, "median", done), nan=-np.inf)
-    higher = medians > np.maximum.accumulate(np.concatenate(([best], medians)))[:-1]
-    peaks = np.maximum.accumulate(np.concatenate(([at], np.where(higher, np.arange(done, len(values)), 0))))[1:]
-    if len(medians):
-        series.memo[("peak_noise", name)] = (len(values), max(best, float(medians.max())), int(peaks[-1]), known)
-    where = peaks[lo - done:]
+
+    def peak_rows(done: int, so_far: np.ndarray) -> np.ndarray:  # the row of the running peak, at each row
+        at = int(so_far[-1]) if done else 0
+        best = np.nan_to_num(series.roll(name, 2 * W, "median", at)[0], nan=-np.inf) if done else -np.inf
+        medians = np.nan_to_num(series.roll(name, 2 * W, "median", done), nan=-np.inf)
+        higher = medians > np.maximum.accumulate(np.concatenate(([best], medians)))[:-1]
+        return np.maximum.accumulate(np.concatenate(([at], np.where(higher, np.arange(done, len(values)), 0))))[1:]
+
+    where = series.kept(("peak_row", name), len(values), peak_rows)[lo:].astype(np.int64)
+    known = series.memo.setdefault(("peak_noise", name), {})
     for i in np.unique(where):  # a window's noise never changes as the run grows
         if i not in known:
             known[i] = 6 * MEDIAN_NOISE * rolling.robust_sigma(values[max(0, i - n2 + 1):i + 1]) / math.sqrt(n1)
