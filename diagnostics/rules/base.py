@@ -82,10 +82,10 @@ class Rule:
     # Findings this symptom is a consequence of (root cause first): when one of them is open at warning or above from
     # an earlier or the same step, this finding is listed under it as a consequence (info), not as an equal problem.
     follows_from: tuple[str, ...] = ()
-    # For a symptom read off a W-step median: (that metric, +1 when high is the symptom, −1 when low), or None. A
-    # trailing median shows a change half a window late, so the finding's onset is taken back to where it began
-    # (``began``). None (the default): the onset is the first row the detector held.
-    read_off: Callable[[RunSeries], tuple[str, int] | None] | None = None
+    # For a symptom read off a W-step median: (that metric, +1 when high is the symptom, −1 when low[, the rule's bar on
+    # it]), or None. A trailing median shows a change half a window late, so the finding's onset is taken back to where
+    # it began (``began``). None (the default): the onset is the first row the detector held.
+    read_off: Callable[[RunSeries], tuple | None] | None = None
     # Or the rule's own dating, for a symptom that is a count of events: (series, the step the detector first held) ->
     # where the symptom began (three gradient spikes: the first of them), reading rows up to that step only.
     dated_by: Callable[[RunSeries, int], int] | None = None
@@ -95,7 +95,7 @@ class Rule:
         if self.dated_by:
             return self.dated_by(series, step)
         what = self.read_off(series) if self.read_off else None
-        return began(series, *what, step) if what else step
+        return began(series, what[0], what[1], step, *what[2:]) if what else step
 
     def missing(self, series: RunSeries) -> Skip | None:
         """``needs kl`` / ``needs frac_reward_zero_std or advantage/std`` when an input was never logged."""
@@ -111,19 +111,20 @@ class Rule:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def began(series: RunSeries, name: str, direction: int, step: int) -> int:
-    """Where a symptom its W-step median first showed at ``step`` began: the earliest row of that window at least as
-    far gone as its median (in ``direction``) from which on most rows are (a step change reaches a trailing median half
-    a window late). Reads rows up to ``step`` only, so a live run and a whole-run pass agree."""
+def began(series: RunSeries, name: str, direction: int, step: int, bar: float | None = None) -> int:
+    """Where a symptom its W-step median first showed at ``step`` began: the earliest row of that window past the rule's
+    ``bar`` (or, without one, at least as far gone as the median) in ``direction`` from which on most rows are (a step
+    change reaches a trailing median half a window late). Reads rows up to ``step`` only, so a live run and a whole-run
+    pass agree."""
     steps, values = series.finite(name)
     end = int(np.searchsorted(steps, step, side="right"))
     window = values[max(0, end - max(series.rows(W, name), MIN_WINDOW_ROWS)):end]
     if not len(window):
         return step
-    gone = direction * (window - np.median(window)) >= 0
+    gone = direction * (window - (np.median(window) if bar is None else bar)) >= 0
     share = np.cumsum(gone[::-1])[::-1] / np.arange(len(window), 0, -1)  # of the rows from each one on
-    first = int(np.flatnonzero(gone & (share >= 0.5))[0])
-    return int(steps[end - len(window) + first])
+    first = np.flatnonzero(gone & (share >= 0.5))
+    return int(steps[end - len(window) + first[0]]) if len(first) else step
 
 
 def rows(series: RunSeries, name: str, since: int | None) -> tuple[int, np.ndarray, np.ndarray]:

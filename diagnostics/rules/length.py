@@ -85,6 +85,12 @@ def reward_per_token(series: RunSeries, upto: int) -> float:
     return float(dx @ (y - y.mean()) / (dx @ dx))
 
 
+def _length_read_off(series: RunSeries, direction: int, times: float) -> tuple[str, int, float]:
+    """The length the symptom is read off, and its bar: ``times`` its start (a fast break dates from that crossing)."""
+    name = length_metric(series)
+    return name, direction, times * series.head(name, W)
+
+
 # ---------------------------------------------------------------------------------------- length_shrink
 #: Shorter answers that keep at least this share of the start while the run learns are concision, not a collapse (in
 #: the corpus's train split, healthy runs shorten by 8-45%; its collapses end at 3-11% of the start).
@@ -184,7 +190,7 @@ def _learning(series: RunSeries, step: int, share: float = 1.0) -> bool:
 LENGTH_SHRINK = Rule(
     id="length_shrink", title="Completions are getting shorter",
     requires=((LENGTH, EVAL_LENGTH),), detect=_shrink_detect, explain=_shrink_explain, open_after=3, clear_after=2 * W,
-    read_off=lambda series: (length_metric(series), -1),
+    read_off=lambda series: _length_read_off(series, -1, 0.6),
     references=("docs/troubleshooting.md#outputs-shrink",
                 "docs/field-reports.md#length-has-four-causes"),
     read="The 10-step median of completions/mean_length fell 40% or more below the median of the first 10 "
@@ -258,7 +264,7 @@ def _explode_explain(series: RunSeries, ep: Episode) -> Explanation:
 LENGTH_EXPLODE = Rule(
     id="length_explode", title="Completions grow toward the length cap",
     requires=((LENGTH, EVAL_LENGTH),), detect=_explode_detect, explain=_explode_explain, open_after=3,
-    clear_after=2 * W, read_off=lambda series: (length_metric(series), +1),
+    clear_after=2 * W, read_off=lambda series: _length_read_off(series, +1, 1.3),
     references=("docs/troubleshooting.md#outputs-explode",
                 "docs/field-reports.md#length-inflation"),
     read="The 10-step median length rose 30% or more above its start and reached 80% of the cap (or half "

@@ -265,7 +265,7 @@ def _entropy_collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
 ENTROPY_COLLAPSE = Rule(
     id="entropy_collapse", title="Entropy collapsed: the policy stopped exploring", follows_from=("kl_blowup",),
     requires=(ENTROPY,), detect=_entropy_collapse_detect, explain=_entropy_collapse_explain, open_after=3,
-    read_off=lambda series: (ENTROPY, -1),
+    read_off=lambda series: (ENTROPY, -1, 0.2 * series.head(ENTROPY, W)),
     references=("docs/field-reports.md#entropy-collapse",
                 "docs/health-ranges.md#entropy"),
     read="Entropy's 10-step median is below 20% of its start, groups are more uniform (or reward_std halved) "

@@ -652,6 +652,15 @@ def test_a_kl_that_triples_within_a_few_steps_is_named_at_the_second_of_them(bre
     assert found["kl_blowup"].onset_step == 53 and found["kl_blowup"].severity == "critical"
 
 
+def test_an_entropy_collapse_dates_from_where_it_fell_below_a_fifth_of_the_start():
+    """A train-split verl console (dapo, 125 rollouts): entropy 0.75 at the start, a spike to 1.74 at step 105, then
+    0.99, 0.59, 0.48, 0.40, 0.33, 0.25, 0.12, 0.08 at steps 106-113. Below the rule's 20% of the start (0.15) from
+    step 112: dated there (the reader's by_step is 112), not at 113, the first row as far gone as the window's
+    median."""
+    found = real_findings("other__liushz__cogrpo-verl__xtuner-qwen25-7b-dapo-math-async", ".txt")
+    assert found["entropy_collapse"].onset_step == 112
+
+
 def test_a_loop_whose_update_is_exactly_0_in_most_steps_has_uniform_groups():
     """A train-split hand-written loop (CSV, 2 prompts × 4 completions, 24 steps) that logs no spread: loss and
     grad_norm exactly 0 on 15 of 24 steps (0-5 in a row), the reward 0, 0.5 or 1 there. Every group all right or all
