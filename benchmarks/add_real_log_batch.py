@@ -5,8 +5,9 @@
 INCOMING_FOLDER holds what the helpers wrote: one folder per log (``<kind>__<owner>__<repo>__<run>/``),
 ``readings-*.yaml`` (lists of readings) and ``provenance-*.md``. This copies the folders into the corpus, adds each
 reading with ``batch: N`` and its ``split``, the ``batches:`` entry with the test split drawn at random
-(``random.Random('batch N').sample`` of the batch's repositories, sorted; half of them, rounded up: their logs are the
-test split), the provenance sections and the checksums. Then score the batch's first contact before changing
+(``random.Random('batch N').sample`` of the batch's repositories new to the corpus, sorted; half of them, rounded up:
+their logs are the test split; a repository already in the corpus keeps its split, so no rule tuned on its train logs
+is scored on its others), the provenance sections and the checksums. Then score the batch's first contact before changing
 anything: ``python benchmarks/eval_real_logs.py --first-contact N`` (and paste its block under the batch).
 Refuses a batch number already in the corpus, a log folder already there, or a reading whose file is missing.
 """
@@ -58,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
                      "which run of the file the reading is about")
 
     repos = sorted({repository(f) for f in folders})
-    test = sorted(random.Random(f"batch {args.batch}").sample(repos, math.ceil(len(repos) / 2)))
+    known = {repository(r["file"].split("/", 1)[0]): r["split"] for r in corpus["readings"] if "split" in r}
+    new = [r for r in repos if r not in known]
+    test = sorted([r for r in repos if known.get(r) == "test"]
+                  + random.Random(f"batch {args.batch}").sample(new, math.ceil(len(new) / 2)))
     for folder in folders:
         shutil.copytree(args.incoming / folder, CORPUS / folder)
     added = []
@@ -66,9 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         split = "test" if repository(r["file"].split("/", 1)[0]) in test else "train"
         added.append({"file": r["file"], "batch": args.batch, "split": split,
                       **{k: v for k, v in r.items() if k not in ("file", "batch", "split")}})
+    kept = [r for r in repos if r in known]
     entry = {"batch": args.batch, "added": datetime.date.today().isoformat(), "logs": len(readings),
-             "test_split": f"the logs of {len(test)} of its {len(repos)} repositories, drawn with "
-                           f"random.Random('batch {args.batch}').sample: {', '.join(test)}"}
+             "test_split": f"the logs of {len(test)} of its {len(repos)} repositories, "
+                           + (f"{len(kept)} already in the corpus keeping their split, the new drawn with "
+                              if kept else "drawn with ")
+                           + f"random.Random('batch {args.batch}').sample: {', '.join(test)}"}
     # Append as text, so the comments and the layout of the file stay as they are.
     head, tail = text.split("\nreadings:\n", 1)
     block = yaml.safe_dump([entry], sort_keys=False, allow_unicode=True, width=120)

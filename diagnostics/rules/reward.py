@@ -375,6 +375,7 @@ def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
 REWARD_COLLAPSE = Rule(
     id="reward_collapse", title="Reward collapsed",
     requires=(("reward", "accuracy"),), detect=_collapse_detect, explain=_collapse_explain, open_after=3,
+    read_off=lambda series: (score_metric(series), -1),
     references=("docs/field-reports.md#sudden-collapse",),
     read="The 20-step median reward rose clearly above its start (6 × the noise of a 10-step median, at the start "
          "and in the 20 steps that set the best median: a reward leaving its floor gets noisier), then "

@@ -628,11 +628,12 @@ def breaking_run():
 def test_a_reward_that_breaks_within_a_few_steps_is_named_before_a_10_step_median_would_see_it(breaking_run):
     """The score held ~0.7 for 50 steps, then fell to 0.37 by step 55 and 0.02 by step 57. The 3-step median sees the
     collapse from step 57 on (0.10, below half the ~0.72 peak); the 10-step medians alone saw it only at the last
-    step, too late to open before the log ended."""
+    step, too late to open before the log ended. Its onset is taken back to step 53 (0.56), the first row of the
+    10 up to step 57 as low as their median from which on all are (the reader's by_step is 55)."""
     from grpo_doctor.diagnostics.rules import reward
 
     found, series = breaking_run
-    assert found["reward_collapse"].onset_step == 57 and found["reward_collapse"].severity == "critical"
+    assert found["reward_collapse"].onset_step == 53 and found["reward_collapse"].severity == "critical"
     steps, flagged = reward._collapse_detect(series, None)
     assert steps[flagged].tolist() == [57, 58, 59, 60, 61]
 
