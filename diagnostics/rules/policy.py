@@ -114,6 +114,7 @@ def _step_kl_explain(series: RunSeries, ep: Episode) -> Explanation:
 APPROX_KL_HIGH_RULE = Rule(
     id="approx_kl_high", title="Each update moves the policy too far (policy-ratio KL high)",
     requires=("approx_kl",), detect=_step_kl_detect, explain=_step_kl_explain, open_after=3,
+    read_off=lambda series: ("approx_kl", +1, APPROX_KL_HIGH),
     references=("docs/health-ranges.md#policy-ratio-kl",),
     read=f"The 10-step median of approx_kl (verl's actor/ppo_kl, the KL between the rollout policy and the updated "
          f"one) is above {APPROX_KL_HIGH:g}, five times the top of its usual 1e-3 – 1e-2, or its 3-step median is "

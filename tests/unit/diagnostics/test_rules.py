@@ -640,9 +640,10 @@ def test_a_reward_that_breaks_within_a_few_steps_is_named_before_a_10_step_media
 
 def test_updates_that_leap_in_a_few_steps_are_named_as_approx_kl_high_at_the_first_of_them(breaking_run):
     """ppo_kl ~0.005 for 47 steps, then 0.045, 0.078, 0.031, 0.40, 0.77, 1.52 at steps 49-54. Two updates of three
-    above 0.05 from step 52: named there, not three steps later when the 10-step median crosses."""
+    above 0.05 from step 52: named there, not three steps later when the 10-step median crosses, and dated from step
+    50, the first update above 0.05 from which on most are (the reader's onset is 49)."""
     found, _ = breaking_run
-    assert found["approx_kl_high"].onset_step == 52
+    assert found["approx_kl_high"].onset_step == 50
 
 
 def test_a_kl_that_triples_within_a_few_steps_is_named_at_the_second_of_them(breaking_run):
@@ -660,6 +661,15 @@ def test_an_entropy_collapse_dates_from_where_it_fell_below_a_fifth_of_the_start
     median."""
     found = real_findings("other__liushz__cogrpo-verl__xtuner-qwen25-7b-dapo-math-async", ".txt")
     assert found["entropy_collapse"].onset_step == 112
+
+
+def test_updates_that_leap_at_the_end_date_from_the_first_above_the_bound():
+    """A train-split verl run (math, 72 steps): ppo_kl ~0.005 for 65 steps, then 0.031, 0.138, -0.075, 0.012, 0.129,
+    0.349, 0.554 at steps 66-72. The 3-step median passes 0.05 at step 71; the onset is step 67, the first row above
+    the rule's 0.05 from which on most rows are (the reader's by_step is 70), not step 71, the first as high as the
+    window's median."""
+    found = real_findings("verl-jsonl__dumbkin31__exploration-in-grpo__math-grpo-h200-s1", ".jsonl")
+    assert found["approx_kl_high"].onset_step == 67
 
 
 def test_a_loop_whose_update_is_exactly_0_in_most_steps_has_uniform_groups():
