@@ -107,12 +107,16 @@ GAIN_WINDOW = 20   # rows in the rolling median a real gain is judged on
 GAIN_SIGMAS = 4.0  # how far below its level now a window median must be to count as before the gain
 
 
-def last_gain(series, name: str = "reward", w: int = GAIN_WINDOW) -> int | None:
+def last_gain(series, name: str = "reward", w: int = GAIN_WINDOW, upto: int | None = None) -> int | None:
     """Where a flat reward last really gained: the step from which its ``w``-row rolling median has stayed within
     ``GAIN_SIGMAS`` noise-σ of such a median below the level it holds now (the median of its last 2w rows). A reward
     that never rose beyond the noise has held its level from its first window. None while there are too few rows, or
-    while the latest window is itself below that level (the reward is falling: it holds no level yet)."""
+    while the latest window is itself below that level (the reward is falling: it holds no level yet). ``upto``: as the
+    rows stood at that step."""
     steps, values = series.finite(name)
+    if upto is not None:
+        end = int(np.searchsorted(steps, upto, side="right"))
+        steps, values = steps[:end], values[:end]
     if len(values) < 2 * w:
         return None
     med = rolling(values, w, "median", w - 1)  # vectorised: this runs on every diagnosis of a live run

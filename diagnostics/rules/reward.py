@@ -13,6 +13,7 @@ from grpo_doctor.diagnostics.findings import Evidence
 from grpo_doctor.diagnostics.fixes import advice, doubled_beta, make_fix, scaled, warmer
 from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics import rolling
+from grpo_doctor.diagnostics.report.burned import last_gain
 from grpo_doctor.diagnostics.rules.base import (
     FAST,
     MEDIAN_NOISE,
@@ -274,6 +275,7 @@ REWARD_FLAT = Rule(
     id="reward_flat", title="Reward is flat: no upward trend",
     follows_from=("uniform_groups", "truncation", "kl_blowup", "entropy_collapse", "reward_collapse", "reward_hacking"),
     requires=("reward",), detect=_flat_detect, explain=_flat_explain, open_after=W, clear_after=2 * W,
+    dated_by=lambda series, step: min(step, last_gain(series, score_metric(series), upto=step) or step),
     references=("docs/troubleshooting.md#reward-flat",
                 "docs/field-reports.md#no-learning-signal",
                 "docs/field-reports.md#lora-weights-never-reach-vllm"),
