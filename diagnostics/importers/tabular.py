@@ -23,6 +23,7 @@ from grpo_doctor.diagnostics.importers._base import (
     Source,
     decode_head,
     flatten,
+    held_until_training,
     iter_lines,
     json_line,
     json_records,
@@ -274,7 +275,12 @@ def _chart_rows(source: Source, records, width: int, index: int | None, column: 
 def parse_jsonl(display: str, path: Path, *, step_key: str | None = None) -> ParsedLog:
     source = Source(display)
     return ParsedLog(path=display, format="jsonl", source="jsonl", config={},
-                     rows=_jsonl_rows(source, path, step_key), name=run_name_for(path), reader=source)
+                     rows=held_until_training(_jsonl_rows(source, path, step_key), _validation_only),
+                     name=run_name_for(path), reader=source)
+
+
+def _validation_only(values: dict) -> bool:
+    return bool(values) and all(k.startswith("eval/") for k in values)
 
 
 SPLIT_KEYS = ("split", "mode", "phase", "stage", "subset")
@@ -411,8 +417,10 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
         if is_summary_row(record):  # HF's end-of-training row: what follows is another run
             ended = rows > 0
             continue
-        if is_eval_row(record):
-            continue
+        validation = is_eval_row(record)
+        if validation:  # HF's validation row (only eval_* keys besides its step): eval/* metrics at its step
+            record = {k.split("_", 1)[1] if str(k).startswith(("eval_", "test_")) else k: v for k, v in record.items()
+                      if str(k).startswith(("eval_", "test_")) or k in (step_key, step_column(record))}
         if ended:
             yield NEW_RUN, {}
             ended, order = False, 0
@@ -423,6 +431,7 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
             if by_order:
                 source.note(ROW_ORDER_NOTE.format(looked=LOOKED_FOR))
         split, held_out = split_of(record)
+        held_out |= validation
         if by_order:
             order += not held_out  # a validation row belongs to the training step before it
             values = source.numbers(record, where, skip={split})

@@ -334,7 +334,7 @@ FINITE_REQUIRED: tuple[str, ...] = tuple(m.name for m in CATALOGUE if m.finite_r
 _ALIASES: dict[str, str] = {alias: m.name for m in CATALOGUE for alias in m.aliases}
 _PREFIXES = ("train/", "train_", "env/all/")
 # tinker-cookbook's test-set evaluator logs ``test/env/all/<metric>`` (tinker_cookbook/rl/metric_util.py).
-_EVAL_PREFIXES = ("eval/", "test/env/all/")
+_EVAL_PREFIXES = ("eval/", "eval_", "test/env/all/")
 # Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``.
 _REWARD_FN = re.compile(r"^rewards?/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")
 # A hand-written loop's per-function rewards: ``mean_format_reward``, ``answer_reward``, ``format_reward_mean``; and

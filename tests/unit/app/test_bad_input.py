@@ -97,6 +97,12 @@ def only_eval_rows(tmp: Path) -> Path:
     return p
 
 
+def only_eval_jsonl(tmp: Path) -> Path:
+    p = tmp / "metrics.jsonl"
+    p.write_text('{"step": 10, "eval_loss": 0.3}\n{"step": 20, "eval_loss": 0.2}\n')
+    return p
+
+
 def not_a_log(tmp: Path) -> Path:
     p = tmp / "readme.txt"
     p.write_text("This is a README.\nNothing to see here.\n")
@@ -144,6 +150,7 @@ CASES = [
     (empty_folder, "no log GRPO Doctor can read in this folder"),
     (missing, "no such file or folder"),
     (only_eval_rows, "no training steps found"),
+    (only_eval_jsonl, "no training steps found"),
     (not_a_log, "not a log GRPO Doctor can read"),
     (json_without_history, "without 'log_history'"),
     (wandb_without_steps, "no training steps found"),

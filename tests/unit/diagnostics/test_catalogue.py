@@ -74,7 +74,8 @@ def test_alias_maps_to_canonical(framework, key, name):
 def test_unknown_keys_kept_under_their_own_name():
     assert canonical_name("my/custom_metric") == "my/custom_metric"
     assert canonical_name("train/my_thing") == "my_thing"
-    assert canonical_name("eval_loss") == "eval_loss"
+    assert canonical_name("eval_loss") == "eval/loss"  # HF's validation prefix: a validation metric
+    assert canonical_name("eval_my_thing") == "eval/my_thing"
 
 
 def test_two_keys_claiming_one_name_do_not_overwrite():

@@ -1064,3 +1064,17 @@ def test_a_trainer_states_eval_rows_are_eval_metrics_at_their_steps(store):
     frame = store.metrics(run.run_id)
     assert frame.index.max() == 80 and frame.loc[[20, 40, 60, 80], "eval/reward"].notna().all()
     assert frame["reward"].notna().sum() == 80
+
+
+def test_a_loops_jsonl_validation_rows_are_eval_metrics_at_their_steps(store):
+    """A train-split hand-written loop's JSONL (batch 51) opens with a validation of the base model, a row of only
+    ``eval_*`` keys at step 0 (``{"step": 0, "eval_reward": 0.556, "eval_perplexity": 4.47, ...}``), and logs one every
+    10 steps in its training rows. As in a trainer_state.json, they are the run's ``eval/*`` metrics at their steps:
+    the run starts at step 0, as its reader counts it (the row was dropped, and the run started at step 1), and the
+    ``eval_*`` keys of a training row are validation metrics too (they were kept under their own names)."""
+    path = CORPUS / "handwritten-jsonl__rohanjain2312__grpo-reward-hacking-demo__baseline-beta0-qwen25-05b-imdb-sentiment"
+    [run] = import_runs(store, path / "metrics.jsonl")
+    frame = store.metrics(run.run_id)
+    assert (frame.index.min(), frame.index.max()) == (0, 100)
+    assert frame.loc[0, "eval/reward"] == pytest.approx(0.5561641454696655) and frame["reward"].first_valid_index() == 1
+    assert frame["eval/perplexity"].notna().sum() == 11 and "eval_reward" not in frame
