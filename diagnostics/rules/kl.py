@@ -29,7 +29,7 @@ from grpo_doctor.diagnostics.series import RunSeries
 TARGET_LOW, TARGET_HIGH = 0.01, 0.05
 EXTREME = 1.0        # nats per token: the policy's tokens are e-fold likelier or rarer than the reference's
 HOLD = 4             # a blow-up lasts while KL stays above this many times the target's top
-EARLY = 8            # × the target's top: a KL past it in the first 2W rows (3-row median) broke before any window
+EARLY = 8            # × the target's top: a KL past it in the first 3W rows (3-row median) broke before any window
 SLOW = 10 * W        # steps: the span of a slow drift
 
 
@@ -71,14 +71,14 @@ def _blowup_detect(series: RunSeries, since):
 
 
 def _early(series: RunSeries, idx: np.ndarray, now: np.ndarray, upper: float) -> np.ndarray:
-    """A KL that breaks before there are windows to compare it with (its first 2W rows): the FAST-row median ``now``
-    past EARLY × the target and 3 × the first row. (A KL that starts that high is a reference mismatch,
-    kl_mismatch_at_start's; the embedded model's healthy KL wanders at 0.2-0.35 there.)"""
+    """A KL that breaks before there are windows to compare it with (its first 3W rows, until the windowed tests take
+    over): the FAST-row median ``now`` past EARLY × the target and 3 × the first row. (A KL that starts that high is a
+    reference mismatch, kl_mismatch_at_start's; the embedded model's healthy KL wanders at 0.2-0.35 there.)"""
     if len(idx) == 0:
         return np.zeros(0, dtype=bool)
     first = series.finite("kl")[1][0]
     with np.errstate(invalid="ignore"):
-        return (idx < series.rows(2 * W, "kl") - 1) & (now > EARLY * upper) & (now >= 3 * first)
+        return (idx < series.rows(3 * W, "kl") - 1) & (now > EARLY * upper) & (now >= 3 * first)
 
 
 def _broke(series: RunSeries, idx: np.ndarray, now: np.ndarray, base: np.ndarray, upper: float) -> np.ndarray:
@@ -182,7 +182,8 @@ KL_BLOWUP = Rule(
          "It lasts while "
          "KL stays above 4 × the target's top: a KL that stopped rising far above the target has not recovered. "
          "KL 0 at the "
-         "first step and single spikes are expected.",
+         "first step and single spikes are expected. In its first 30 rows, before windows can be compared: a 3-row "
+         "median past 8 × the target (0.4) and 3 × its first row.",
 )
 
 

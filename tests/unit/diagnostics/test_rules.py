@@ -908,3 +908,14 @@ def test_a_task_score_counted_in_coarse_steps_gains_where_its_means_clearly_rise
     warning. A median that rose, where the means rose twice their bar, is a gain."""
     found = real_findings("handwritten-json__anishmah100__sudoku-rlvr__exp4-8x8-stage2-2empty", ".json")
     assert found.get("reward_flat") is None or found["reward_flat"].severity == "info"
+
+
+def test_a_kl_that_breaks_between_the_early_test_and_the_windows_is_named():
+    """A train-split hand-written GRPO loop with no KL penalty (batch 51, 100 steps): KL under 0.03 for 10 steps, then
+    0.09, 0.35, 0.38, 0.55 and 0.83 at steps 12, 16, 20, 24 and 28, and ~1 from step 52. Its 3-row median passes 0.4
+    (8 × the target) at step 23, after the early test's first 20 rows and before the windowed tests' 30 (whose base
+    windows have risen with it by then): it was named only at step 64, when the median passed 1 nat (the reader's
+    by_step is 30)."""
+    found = real_findings("handwritten-jsonl__rohanjain2312__grpo-reward-hacking-demo__baseline-beta0-qwen25-05b-imdb-"
+                          "sentiment", ".jsonl")
+    assert found["kl_blowup"].onset_step == 23 and found["kl_blowup"].severity == "critical"
