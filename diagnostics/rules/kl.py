@@ -66,19 +66,22 @@ def _blowup_detect(series: RunSeries, since):
         mid, back = _back(series, idx, SLOW // 2), _back(series, idx, SLOW)
         slow = ((med > HOLD * upper) & (med >= 1.5 * mid) & (mid >= 1.5 * back) & (med - mid >= 1.5 * (mid - back))
                 & (back >= upper * TARGET_LOW / TARGET_HIGH))
-        opening = (extreme >= EXTREME) | (above & (fast | steady)) | held | slow | _early(series, idx, now, upper)
+        opening = (extreme >= EXTREME) | (above & (fast | steady)) | held | slow | _early(series, idx, now, med, upper)
         return steps, _while_high(series, opening, med > HOLD * upper, idx[0] if len(idx) else 0)
 
 
-def _early(series: RunSeries, idx: np.ndarray, now: np.ndarray, upper: float) -> np.ndarray:
+def _early(series: RunSeries, idx: np.ndarray, now: np.ndarray, med: np.ndarray, upper: float) -> np.ndarray:
     """A KL that breaks before there are windows to compare it with (its first 3W rows, until the windowed tests take
-    over): the FAST-row median ``now`` past EARLY × the target and 3 × the first row. (A KL that starts that high is a
-    reference mismatch, kl_mismatch_at_start's; the embedded model's healthy KL wanders at 0.2-0.35 there.)"""
+    over): the FAST-row median ``now`` past EARLY × the target and 3 × the first row, and from row 2W on the W-row
+    median ``med`` at 3 × the first W rows' (a KL that rose and holds, not the spikes of a noisy one). (A KL that starts
+    that high is a reference mismatch, kl_mismatch_at_start's; the embedded model's healthy KL wanders at 0.2-0.35.)"""
     if len(idx) == 0:
         return np.zeros(0, dtype=bool)
     first = series.finite("kl")[1][0]
     with np.errstate(invalid="ignore"):
-        return (idx < series.rows(3 * W, "kl") - 1) & (now > EARLY * upper) & (now >= 3 * first)
+        broke = (now > EARLY * upper) & (now >= 3 * first)
+        held = (idx < series.rows(2 * W, "kl") - 1) | (med >= 3 * series.head("kl", W))
+        return (idx < series.rows(3 * W, "kl") - 1) & broke & held
 
 
 def _broke(series: RunSeries, idx: np.ndarray, now: np.ndarray, base: np.ndarray, upper: float) -> np.ndarray:
@@ -183,7 +186,8 @@ KL_BLOWUP = Rule(
          "KL stays above 4 × the target's top: a KL that stopped rising far above the target has not recovered. "
          "KL 0 at the "
          "first step and single spikes are expected. In its first 30 rows, before windows can be compared: a 3-row "
-         "median past 8 × the target (0.4) and 3 × its first row.",
+         "median past 8 × the target (0.4) and 3 × its first row (from row 20, with the 10-row median at 3 × the "
+         "first 10 rows').",
 )
 
 
