@@ -67,8 +67,9 @@ def _uniform_detect(series: RunSeries, since):
         return level(series, name, since, lambda m: m >= 0.5, fn="mean")
     if name == "advantage/std":
         return level(series, name, since, lambda m: m <= 0.02)
-    if name in SPREAD:  # exactly 0 is evidence enough: no window to fill first
-        return level(series, name, since, lambda m: m <= 1e-9, min_periods=1)
+    if name in SPREAD:  # exactly 0 (or a hundredth of the start's) is evidence enough: no window to fill first
+        floor = max(1e-9, 0.01 * series.head(name, W))
+        return level(series, name, since, lambda m: m <= floor, min_periods=1)
     if name == "policy_loss":  # a loop that logs no spread: a policy loss exactly 0 in most steps (all A = 0)
         return level(series, name, since, lambda m: np.abs(m) <= 1e-12)
     # nothing logs the groups' spread: the update exactly 0 (grad_norm and the loss, or the policy loss a loop logs
@@ -161,7 +162,9 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
     name = uniform_metric(series)
     observed = smoothed(series, name, ep.last)
     note = ("10-step median" if name in ("frac_reward_zero_std", "advantage/std") else
-            "the batch's rewards do not spread at all: every completion scored the same" if name in SPREAD else
+            ("the batch's rewards do not spread at all: every completion scored the same" if observed <= 1e-9 else
+             "the batch's rewards barely spread (under a hundredth of the start's): every completion scored alike")
+            if name in SPREAD else
             "10-step median: the policy-gradient loss is exactly 0 in most steps (every advantage 0)"
             if name == "policy_loss" else "10-step median: the update (loss and grad_norm) is exactly 0 in most steps")
     evidence = [smoothed_evidence(series, name, ep.last, note), at(series, name, ep.onset, "onset")]
@@ -250,7 +253,8 @@ UNIFORM_GROUPS = Rule(
     read="The 10-step mean of frac_reward_zero_std (the share of groups alike) is 0.5 or more (critical at 0.9, or "
          "when loss and grad_norm are both 0; info while it has held for less than 10 steps); without it, the "
          "advantages' std is about 0, "
-         "or the batch's rewards do not spread at all (reward_std or max − min exactly 0: every group uniform, "
+         "or the batch's rewards do not spread at all (reward_std or max − min exactly 0, or under a hundredth of its "
+         "start: every group uniform, "
          "critical; info when those batches scored the top tenth of what the run has scored, after a rise: the model "
          "solves those prompts); with none of these, loss (or the policy loss) and grad_norm both exactly 0 in most "
          "steps (critical), or, with no "

@@ -919,3 +919,14 @@ def test_a_kl_that_breaks_between_the_early_test_and_the_windows_is_named():
     found = real_findings("handwritten-jsonl__rohanjain2312__grpo-reward-hacking-demo__baseline-beta0-qwen25-05b-imdb-"
                           "sentiment", ".jsonl")
     assert found["kl_blowup"].onset_step == 23 and found["kl_blowup"].severity == "critical"
+
+
+def test_a_reward_spread_fallen_to_a_hundredth_of_its_start_is_uniform_groups():
+    """The same train-split loop logs no share of uniform groups, only the batch's reward_std: 0.38-0.44 at the start,
+    then 0.0001-0.001 from step 36 on, as every completion scores 0.996 under the sentiment classifier. Not exactly 0
+    (a float reward never ties exactly), but under a hundredth of the start: the groups are uniform (info here, as the
+    reward has saturated at the top of what the run scores)."""
+    found = real_findings("handwritten-jsonl__rohanjain2312__grpo-reward-hacking-demo__baseline-beta0-qwen25-05b-imdb-"
+                          "sentiment", ".jsonl")
+    assert found["uniform_groups"].onset_step <= 40 and found["uniform_groups"].evidence[0].metric == "reward_std"
+    assert "under a hundredth" in found["uniform_groups"].evidence[0].note
