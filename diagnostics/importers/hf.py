@@ -156,7 +156,7 @@ def parse_trainer_state(display: str, path: Path) -> ParsedLog:
     config = normalise_config(raw, framework)
     return ParsedLog(
         path=display, format="trainer_state", source=framework, config=config,
-        rows=held_until_training(_trainer_state_rows(source, path), _is_eval_metrics), name=run_name_for(path),
+        rows=held_until_training(_trainer_state_rows(source, path), is_eval_metrics), name=run_name_for(path),
         reader=source,
     )
 
@@ -186,8 +186,9 @@ def _trainer_state_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[
                                    allowed_strings=HF_STRING_FIELDS, skip=("step",))
 
 
-def _is_eval_metrics(row: Mapping) -> bool:
-    return all(str(k).startswith("eval/") for k in row)
+def is_eval_metrics(row: Mapping) -> bool:
+    """A row of validation metrics only (``eval/*``)."""
+    return bool(row) and all(str(k).startswith("eval/") for k in row)
 
 
 def run_name_for(path: Path) -> str:

@@ -31,11 +31,7 @@ from grpo_doctor.diagnostics.importers._base import (
     read_head,
     to_step,
 )
-from grpo_doctor.diagnostics.importers.hf import (
-    is_eval_row,
-    is_summary_row,
-    run_name_for,
-)
+from grpo_doctor.diagnostics.importers.hf import is_eval_metrics, is_eval_row, is_summary_row, run_name_for
 from grpo_doctor.diagnostics.importers.jsonstream import array_records
 
 WANDB_STEP_KEYS = ("train/global_step", "_step")
@@ -275,12 +271,8 @@ def _chart_rows(source: Source, records, width: int, index: int | None, column: 
 def parse_jsonl(display: str, path: Path, *, step_key: str | None = None) -> ParsedLog:
     source = Source(display)
     return ParsedLog(path=display, format="jsonl", source="jsonl", config={},
-                     rows=held_until_training(_jsonl_rows(source, path, step_key), _validation_only),
+                     rows=held_until_training(_jsonl_rows(source, path, step_key), is_eval_metrics),
                      name=run_name_for(path), reader=source)
-
-
-def _validation_only(values: dict) -> bool:
-    return bool(values) and all(k.startswith("eval/") for k in values)
 
 
 SPLIT_KEYS = ("split", "mode", "phase", "stage", "subset")
@@ -417,8 +409,7 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
         if is_summary_row(record):  # HF's end-of-training row: what follows is another run
             ended = rows > 0
             continue
-        validation = is_eval_row(record)
-        if validation:  # HF's validation row (only eval_* keys besides its step): eval/* metrics at its step
+        if validation := is_eval_row(record):  # HF's validation row (only eval_* keys besides its step): eval/* metrics
             record = {k.split("_", 1)[1] if str(k).startswith(("eval_", "test_")) else k: v for k, v in record.items()
                       if str(k).startswith(("eval_", "test_")) or k in (step_key, step_column(record))}
         if ended:

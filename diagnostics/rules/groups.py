@@ -157,14 +157,18 @@ def _solved_explain(series: RunSeries, ep: Episode, evidence: list[Evidence], to
     return Explanation("info", evidence, causes, fixes)
 
 
+#: What a batch's reward spread says at exactly 0 (True) or under a hundredth of its start's (False).
+_NO_SPREAD = {True: "the batch's rewards do not spread at all: every completion scored the same",
+              False: "the batch's rewards barely spread (under a hundredth of the start's): every completion scored "
+                     "alike"}
+
+
 def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     name = uniform_metric(series)
     observed = smoothed(series, name, ep.last)
     note = ("10-step median" if name in ("frac_reward_zero_std", "advantage/std") else
-            ("the batch's rewards do not spread at all: every completion scored the same" if observed <= 1e-9 else
-             "the batch's rewards barely spread (under a hundredth of the start's): every completion scored alike")
-            if name in SPREAD else
+            _NO_SPREAD[bool(observed <= 1e-9)] if name in SPREAD else
             "10-step median: the policy-gradient loss is exactly 0 in most steps (every advantage 0)"
             if name == "policy_loss" else "10-step median: the update (loss and grad_norm) is exactly 0 in most steps")
     evidence = [smoothed_evidence(series, name, ep.last, note), at(series, name, ep.onset, "onset")]

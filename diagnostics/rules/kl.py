@@ -72,7 +72,7 @@ def _blowup_detect(series: RunSeries, since):
 
 def _early(series: RunSeries, idx: np.ndarray, now: np.ndarray, med: np.ndarray, upper: float) -> np.ndarray:
     """A KL that breaks before there are windows to compare it with (its first 3W rows, until the windowed tests take
-    over): the FAST-row median ``now`` past EARLY × the target and 3 × the first row, and from row 2W on the W-row
+    over): the FAST-row median ``now`` past EARLY × the target and 3 × the first row, and from its 2W-th on the W-row
     median ``med`` at 3 × the first W rows' (a KL that rose and holds, not the spikes of a noisy one). (A KL that starts
     that high is a reference mismatch, kl_mismatch_at_start's; the embedded model's healthy KL wanders at 0.2-0.35.)"""
     if len(idx) == 0:
@@ -186,8 +186,8 @@ KL_BLOWUP = Rule(
          "KL stays above 4 × the target's top: a KL that stopped rising far above the target has not recovered. "
          "KL 0 at the "
          "first step and single spikes are expected. In its first 30 rows, before windows can be compared: a 3-row "
-         "median past 8 × the target (0.4) and 3 × its first row (from row 20, with the 10-row median at 3 × the "
-         "first 10 rows').",
+         "median past 8 × the target (0.4) and 3 × its first row (from its 20th row, with the 10-row median at 3 × "
+         "the first 10 rows').",
 )
 
 
