@@ -20,6 +20,7 @@ from grpo_doctor.diagnostics.rules.base import (
     Rule,
     W,
     at,
+    began,
     row_index,
     rows,
     smoothed,
@@ -35,6 +36,9 @@ WATCHED = FINITE_REQUIRED  # the catalogue's metrics that must stay finite (neve
 
 
 # ---------------------------------------------------------------------------------------- zero_grad
+ZERO_NORM = 1e-8  # a grad_norm this small is no gradient
+
+
 def _zero_grad_detect(series: RunSeries, since):
     lo, steps, _ = rows(series, "grad_norm", since)
     med = series.roll("grad_norm", W, "median", lo, 3)
@@ -45,7 +49,7 @@ def _zero_grad_detect(series: RunSeries, since):
         signal &= series.asof_roll("reward_std", W, steps) > 1e-6
     share = _unexplained_zero_share(series, steps, lo)
     with np.errstate(invalid="ignore"):
-        return steps, ((med <= 1e-8) & signal) | (share >= 0.2)
+        return steps, ((med <= ZERO_NORM) & signal) | (share >= 0.2)
 
 
 def _unexplained_zero_share(series: RunSeries, steps: np.ndarray, lo: int) -> np.ndarray:
@@ -87,17 +91,19 @@ def _zero_grad_explain(series: RunSeries, ep: Episode) -> Explanation:
 ZERO_GRAD = Rule(
     id="zero_grad", title="Gradient norm is 0 although groups differ", follows_from=("uniform_groups",),
     requires=("grad_norm", ("frac_reward_zero_std", "reward_std")), detect=_zero_grad_detect,
-    explain=_zero_grad_explain, open_after=3,
+    explain=_zero_grad_explain, open_after=3, read_off=lambda series: ("grad_norm", -1, ZERO_NORM),
     references=("docs/field-reports.md#zero-gradient-with-varied-groups",),
     read="The 10-step median grad_norm is 0 while fewer than half the groups are uniform and rewards vary, or (in "
          "a log of every step) grad_norm is exactly 0 at 20% of the last 10 steps although most groups of the step "
          "differed: "
-         "there is signal but no gradient, which is a bug (mask, framework), not the task.",
+         "there is signal but no gradient, which is a bug (mask, framework), not the task. Dated from the first "
+         "grad_norm of 0 that most later rows share.",
 )
 
 
 SPIKE_SPAN = 10 * W  # steps: three gradient spikes within this span make a finding; a spike clears after it
 SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of this many rows before it
+TREND = 5            # a grad_norm median this many times its start is a rising trend
 HELD = 1.5           # and is this many times the highest SPIKE_ROWS-row median before it
 
 
@@ -125,13 +131,21 @@ def _not_after_collapse(series: RunSeries, steps: np.ndarray) -> np.ndarray:
 
 def _first_spike(series: RunSeries, step: int) -> int:
     """Where spikes that made a finding at ``step`` began: the first of the three latest spikes within the SPIKE_SPAN
-    steps' rows up to it (``step`` itself when the rising trend made it)."""
+    steps' rows up to it; when the rising trend made it, the first row past 5 × the start that most later rows stay
+    past (a trailing median crosses the bar half a window late)."""
     steps = series.finite(GRAD_SIGNAL)[0]
     end = int(np.searchsorted(steps, step, side="right"))
     found = _spike_rows(series, end)
     found = found[found > end - 1 - max(SPIKE_ROWS, series.rows(SPIKE_SPAN, GRAD_SIGNAL))]
     found = found[_not_after_collapse(series, steps[found])]
-    return int(steps[found[-3]]) if len(found) >= 3 else step
+    if len(found) >= 3:
+        return int(steps[found[-3]])
+    return began(series, GRAD_SIGNAL, +1, step, TREND * series.head(GRAD_SIGNAL, _trend_window(series)))
+
+
+def _trend_window(series: RunSeries) -> int:
+    """Steps in the rising trend's medians: W, or 3 logged rows of a sparse log."""
+    return max(W, 3 * series.interval_of(GRAD_SIGNAL))
 
 
 def _spike_detect(series: RunSeries, since):
@@ -150,11 +164,11 @@ def _spike_detect(series: RunSeries, since):
     rel = np.arange(lo - first, len(flags))
     recent = total[rel + 1] - total[np.maximum(rel + 1 - span, 0)]  # spikes in the last SPIKE_SPAN steps' rows
     idx = row_index(lo, len(steps))
-    window = max(W, 3 * series.interval_of(GRAD_SIGNAL))
+    window = _trend_window(series)
     med = series.roll(GRAD_SIGNAL, window, "median", lo)
     start = series.head(GRAD_SIGNAL, window)
     with np.errstate(invalid="ignore"):
-        trend = (idx >= series.rows(3 * W, GRAD_SIGNAL) - 1) & (med >= 5 * start) & (start > 0)
+        trend = (idx >= series.rows(3 * W, GRAD_SIGNAL) - 1) & (med >= TREND * start) & (start > 0)
         return steps, ((recent >= 3) | trend) & ~_collapsed_at(series, steps)
 
 
@@ -261,6 +275,6 @@ GRAD_SPIKES = Rule(
     read="Among the steps that had a gradient (grad_norm above 0.001: a step whose groups were all uniform has "
          "none), three or more spikes within 100 steps (a spike is above the median of the 10 logged values "
          "before it by 10 MADs and 5×, and 1.5× the highest such median before it), dated from the first of "
-         "the three, or a median 5× its start. grad_norm above max_grad_norm alone is expected: it is logged "
-         "before clipping.",
+         "the three, or a median 5× its start (dated from the first row past 5× the start that most later rows stay "
+         "past). grad_norm above max_grad_norm alone is expected: it is logged before clipping.",
 )

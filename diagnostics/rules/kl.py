@@ -170,6 +170,7 @@ def k1_in_loss(cfg) -> bool:
 KL_BLOWUP = Rule(
     id="kl_blowup", title="KL to the reference is blowing up", follows_from=("kl_mismatch_at_start",),
     requires=("kl",), detect=_blowup_detect, explain=_blowup_explain, open_after=3, clear_after=2 * W,
+    read_off=lambda series: ("kl", +1, EARLY * _upper(series)),
     references=("docs/troubleshooting.md#kl-blow-up",
                 "docs/field-reports.md#sudden-collapse",
                 "docs/field-reports.md#kl-grows-whatever-beta"),
@@ -187,7 +188,8 @@ KL_BLOWUP = Rule(
          "KL 0 at the "
          "first step and single spikes are expected. In its first 30 rows, before windows can be compared: a 3-row "
          "median past 8 × the target (0.4) and 3 × its first row (from its 20th row, with the 10-row median at 3 × "
-         "the first 10 rows').",
+         "the first 10 rows'). Dated from the first row past 8 × the target's top that most later rows stay past, where "
+         "one is among the 10 rows before it was named.",
 )
 
 

@@ -7,7 +7,16 @@ import numpy as np
 
 from grpo_doctor.diagnostics.findings import Evidence
 from grpo_doctor.diagnostics.fixes import advice
-from grpo_doctor.diagnostics.rules.base import Episode, Explanation, Rule, W, needs, smoothed_evidence, start_step
+from grpo_doctor.diagnostics.rules.base import (
+    Episode,
+    Explanation,
+    Rule,
+    W,
+    began,
+    needs,
+    smoothed_evidence,
+    start_step,
+)
 from grpo_doctor.diagnostics.rules.reward import MIN_STEPS, components, reward_rising
 from grpo_doctor.diagnostics.series import RunSeries
 
@@ -138,9 +147,21 @@ def _floor_explain(series: RunSeries, ep: Episode, names: list[str]) -> Explanat
     return Explanation("info", evidence, causes, fixes)
 
 
+def _constant_began(series: RunSeries, step: int) -> int:
+    """Where a finding named at ``step`` began: a function alike at every row so far, at its first row (the finding
+    waits W steps for rows, but the function scored alike from the start); one at its floor, at the first row of
+    the window at that floor from which most rows are."""
+    alike = _holding(series, step, _constant_rows)
+    if alike:
+        return min(start_step(series, name) for name in alike)
+    floors = _holding(series, step, _floor_rows)
+    return min((began(series, name, -1, step, series.value_at(name, step)) for name in floors), default=step)
+
+
 REWARD_COMPONENT_CONSTANT = Rule(
     id="reward_component_constant", title="A reward function gives every completion the same score",
     follows_from=("reward_collapse",), requires=(), detect=_constant_detect, explain=_constant_explain, open_after=1,
+    dated_by=_constant_began,
     gate=lambda series: None if components(series) else needs("per-function rewards (rewards/<fn>/mean)"),
     references=("docs/field-reports.md#no-learning-signal",
                 "docs/field-reports.md#per-function-std-vs-group-std"),
@@ -148,7 +169,8 @@ REWARD_COMPONENT_CONSTANT = Rule(
          "step so far, for 10 steps or more: it scores every completion alike (a function that varies later ends the "
          "finding there). Info at first; a "
          "warning once it has held for 100 steps while the total reward is not rising. Also (info) a function at its "
-         "lowest score so far, with no spread, in 85% of the last 20 steps: it has stopped firing.",
+         "lowest score so far, with no spread, in 85% of the last 20 steps: it has stopped firing. Dated from the "
+         "function's first row (or the first row at that floor from which most are).",
 )
 
 

@@ -57,7 +57,7 @@ def test_the_twin_is_judged_by_the_scenarios_margins_not_by_its_rule_going_quiet
     state, text = lessons.fix_summary(lesson)
     assert state == verdict.state == "improved" and "by the margins set before the twin ran" in text
     assert "`kl` mean over steps" in text and all(line in text for line in verdict.lines())
-    assert "**Improved (2.728 → 0.17), still outside the band 0.01 – 0.05**" in text  # a sixteenth, yet 3× the target
+    assert "**Improved (2.702 → 0.1674), still outside the band 0.01 – 0.05**" in text  # a sixteenth, yet 3× the target
     # the same twin with KL only halved: its diagnosis (what the rule says) is unchanged, the margin (a third) is not
     # met: the verdict follows the margin, and the rule's state is reported as information only
     halved = dataclasses.replace(lesson.twin, series={**lesson.twin.series, "kl": lesson.run.series["kl"] / 2})

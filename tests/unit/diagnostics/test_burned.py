@@ -55,10 +55,10 @@ def test_prices_and_durations():
 
 def test_diagnose_prints_and_prices_what_each_problem_burned(db, run_cli):
     code, out, _ = run_cli("--db", db, "diagnose", "kl_blowup", "--num-gpus", "8", "--gpu-hour-cost", "2.5")
-    assert code == 0 and "  burned    57 steps since step 3, " in out and "GPU-hours, $" in out
+    assert code == 0 and "  burned    58 steps since step 2, " in out and "GPU-hours, $" in out
     code, out, _ = run_cli("--db", db, "diagnose", "kl_blowup", "--json", "--num-gpus", "8")
     kl = next(f for f in json.loads(out)["findings"] if f["rule"] == "kl_blowup")
-    assert kl["burned"]["steps"] == 57 and kl["burned"]["gpu_hours"] == pytest.approx(kl["burned"]["seconds"] * 8 / 3600)
+    assert kl["burned"]["steps"] == 58 and kl["burned"]["gpu_hours"] == pytest.approx(kl["burned"]["seconds"] * 8 / 3600)
     code, _, err = run_cli("--db", db, "diagnose", "kl_blowup", "--num-gpus", "0")
     assert code == 2 and "--num-gpus: must be 1 or more" in err
 

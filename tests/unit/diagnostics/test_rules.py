@@ -649,9 +649,14 @@ def test_updates_that_leap_in_a_few_steps_are_named_as_approx_kl_high_at_the_fir
 def test_a_kl_that_triples_within_a_few_steps_is_named_at_the_second_of_them(breaking_run):
     """KL crept from 0.13 to 0.17 over steps 40-48 (row-to-row noise ~0.01), then 0.23, 0.31, 0.29, 0.96, 1.87 at
     steps 49-53. Rows 52 and 53 lie 3 × and 10 σ above the 10 rows before each: named at step 53, not at 56 when the
-    10-step median passed 1 nat. (A noisy healthy KL that wanders from 0.1 to 0.5 is not a break: eval_healthy.)"""
-    found, _ = breaking_run
-    assert found["kl_blowup"].onset_step == 53 and found["kl_blowup"].severity == "critical"
+    10-step median passed 1 nat, and dated from step 52, the first row past 8 × the target (0.4) from which on most
+    rows are. (A noisy healthy KL that wanders from 0.1 to 0.5 is not a break: eval_healthy.)"""
+    from grpo_doctor.diagnostics.rules import kl
+
+    found, series = breaking_run
+    assert found["kl_blowup"].onset_step == 52 and found["kl_blowup"].severity == "critical"
+    steps, flagged = kl._blowup_detect(series, None)
+    assert steps[flagged][0] == 53
 
 
 def test_an_entropy_collapse_dates_from_where_it_fell_below_a_fifth_of_the_start():
@@ -670,6 +675,32 @@ def test_updates_that_leap_at_the_end_date_from_the_first_above_the_bound():
     window's median."""
     found = real_findings("verl-jsonl__dumbkin31__exploration-in-grpo__math-grpo-h200-s1", ".jsonl")
     assert found["approx_kl_high"].onset_step == 67
+
+
+def test_a_gradient_norm_rising_past_5x_its_start_dates_from_the_first_row_past_that_bar():
+    """The same run: grad_norm 0.034 at the start, 0.05-0.1 by step 60, then 0.22, 0.19, 0.10, 0.20, 0.44, 0.30,
+    0.28 at steps 63-69. The 10-step median passes 5 × the start (0.17) at step 69; the onset is step 63, the first
+    row past 0.17 from which on most rows are (the reader's by_step is 68), not step 69 where the median crossed."""
+    found = real_findings("verl-jsonl__dumbkin31__exploration-in-grpo__math-grpo-h200-s1", ".jsonl")
+    assert found["grad_spikes"].onset_step == 63
+
+
+def test_a_kl_that_breaks_in_its_first_rows_dates_from_the_first_row_past_the_early_bar():
+    """A train-split verl console (math, lr 3e-5, 21 steps): KL 0.03, 0.11, 0.22, 0.19, 0.21, 0.23, 0.36 at steps 2-8,
+    then 0.63, 0.63, 0.68, 0.80 at steps 9-12. The 3-row median passes 8 × the target's top (0.4) at step 10; the onset
+    is step 9, the first row past 0.4 from which on most rows are (the reader's by_step is 9)."""
+    found = real_findings("verl-console__foo1szz__verl__qwen25-1p5b-math-lr3e-5", ".out")
+    assert found["kl_blowup"].onset_step == 9
+
+
+def test_a_gradient_norm_that_drops_to_0_dates_from_the_first_0_that_most_later_rows_share():
+    """A train-split hand-written loop (IMDB sentiment, a reward capped at 0.9): grad_norm 5.5, 5.3, 2.8, 2.8, 2.9, 0,
+    7.2, 3.7 at steps 31-38, then 0, 3.5, 0, 0, 0, 2.4, 3.0, 0, 0 at steps 39-47, while reward_std stays above 0. The
+    10-step median reaches 0 at step 47; the onset is step 39, the first 0 from which on most rows are 0 (the reader's
+    by_step is 45), not step 47."""
+    found = real_findings("handwritten-jsonl__rohanjain2312__grpo-reward-hacking-demo__fixed-cap09-qwen25-05b-imdb-"
+                          "sentiment", ".jsonl")
+    assert found["zero_grad"].onset_step == 39
 
 
 def test_a_loop_whose_update_is_exactly_0_in_most_steps_has_uniform_groups():
@@ -915,10 +946,10 @@ def test_a_kl_that_breaks_between_the_early_test_and_the_windows_is_named():
     0.09, 0.35, 0.38, 0.55 and 0.83 at steps 12, 16, 20, 24 and 28, and ~1 from step 52. Its 3-row median passes 0.4
     (8 × the target) at step 23, after the early test's first 20 rows and before the windowed tests' 30 (whose base
     windows have risen with it by then): it was named only at step 64, when the median passed 1 nat (the reader's
-    by_step is 30)."""
+    by_step is 30). Now it is named at step 23, dated from step 21, the first row past 0.4 from which on most are."""
     found = real_findings("handwritten-jsonl__rohanjain2312__grpo-reward-hacking-demo__baseline-beta0-qwen25-05b-imdb-"
                           "sentiment", ".jsonl")
-    assert found["kl_blowup"].onset_step == 23 and found["kl_blowup"].severity == "critical"
+    assert found["kl_blowup"].onset_step == 21 and found["kl_blowup"].severity == "critical"
 
 
 def test_a_reward_spread_fallen_to_a_hundredth_of_its_start_is_uniform_groups():
@@ -930,3 +961,27 @@ def test_a_reward_spread_fallen_to_a_hundredth_of_its_start_is_uniform_groups():
                           "sentiment", ".jsonl")
     assert found["uniform_groups"].onset_step <= 40 and found["uniform_groups"].evidence[0].metric == "reward_std"
     assert "under a hundredth" in found["uniform_groups"].evidence[0].note
+
+
+def test_a_reward_function_alike_from_the_start_dates_from_its_first_row():
+    """A train-split Unsloth run (Gemma 3, 158 steps): check_answer is -1.0 for every completion at every step. The
+    finding waits for 10 rows before it speaks, but the function scored alike from step 1: dated there (it was dated
+    from step 10, the 10th row, before)."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = ROOT / "tests" / "data" / "real_logs" / "unsloth__duruoli__stats-safety__gemma3-quantqa" / "checkpoint-158" \
+        / "trainer_state.json"
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+    assert found["reward_component_constant"].onset_step == 1
+
+
+def test_a_reward_function_that_stopped_firing_dates_from_where_it_sat_at_its_floor():
+    """A train-split notebook (Qwen3 1.7B, math, 50 steps): accuracy_reward 0.5, 0, …, 0.75 at step 7, 0.125 at step
+    9, then 0.0 at every step from 10 to 38. At its floor in 85% of 20 rows from step 20; dated from step 11, the first
+    row at the floor in the window up to step 20 from which most are (the reader's onset is 9, by_step 25)."""
+    found = real_findings("notebook__1337-artificial-intelligence__hackai-2025__qwen3-1p7b-math-grpo", ".ipynb")
+    assert found["reward_component_constant"].onset_step == 11
