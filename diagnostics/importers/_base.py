@@ -16,8 +16,9 @@ from grpo_doctor.diagnostics.store.schema import MAX_STEP
 HEAD_BYTES = 64 * 1024  # detection never reads more than this from a file
 MAX_LINE_CHARS = 16 * 1024 * 1024  # a longer line is not a log line (and would cost memory)
 
-# Step keys, in order of preference (error messages list them in this order).
-STEP_KEYS = ("train/global_step", "global_step", "step", "_step", "iteration")
+# Step keys, in order of preference (error messages list them in this order). A row's own "step" comes before a
+# "global_step" beside it: a loop that writes both numbers its rows by its "step" (a callback adds the other).
+STEP_KEYS = ("train/global_step", "step", "global_step", "_step", "iteration")
 # Failing those, a column named like a step counter (grpo_step, train_step, iter, update, batch_index), and not like
 # a statistic of steps (avg_steps: the mean length of an agent's episodes; num_steps, total_steps).
 STEP_LIKE = re.compile(r"^(?!(?:avg|mean|median|num|n|total|max|min)[_/ .-])(?:.*[_/ .-])?(?:global_)?"

@@ -38,7 +38,7 @@ _ALL = (
     Format("wandb_csv", "wandb history CSV export (train/global_step or _step column)",
            lambda shown, path, key: tabular.parse_csv(shown, path, wandb=True, step_key=key), step_key=True),
     Format("csv", "CSV (or TSV, or ; with decimal commas) with a header row; the step column is found by name "
-                  "(train/global_step, global_step, step, _step, iteration), else the row order is the step",
+                  "(train/global_step, step, global_step, _step, iteration), else the row order is the step",
            lambda shown, path, key: tabular.parse_csv(shown, path, wandb=False, step_key=key), step_key=True),
     Format("jsonl", "JSON lines with one object per step (after a logger's prefix too), one JSON array of such "
                     "objects, or objects dumped indented one after another; the step key is found by name, else "

@@ -1078,3 +1078,18 @@ def test_a_loops_jsonl_validation_rows_are_eval_metrics_at_their_steps(store):
     assert (frame.index.min(), frame.index.max()) == (0, 100)
     assert frame.loc[0, "eval/reward"] == pytest.approx(0.5561641454696655) and frame["reward"].first_valid_index() == 1
     assert frame["eval/perplexity"].notna().sum() == 11 and "eval_reward" not in frame
+
+
+AYASTAGA = CORPUS / "handwritten-jsonl__ayastaga__sidekick-reward-hacking-evals__baseline" / "train_metrics.jsonl"
+
+
+def test_a_row_with_its_loops_step_and_a_trainers_global_step_is_numbered_by_its_step(store, tmp_path):
+    """A train-split hand-written loop's JSONL (batch 53) writes its own ``"step": 0, 1, 2`` and, from a TRL callback,
+    ``"global_step": 1, 2, 3`` in each row: the run is numbered as the loop numbers it (its reader reads steps 0-299),
+    not one ahead."""
+    log = tmp_path / "train_metrics.jsonl"
+    log.write_text("".join(lines_of(AYASTAGA, 1, 2, 3)), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert frame.index.tolist() == [0, 1, 2]
+    assert frame.loc[0, "grad_norm"] == pytest.approx(27.625)
