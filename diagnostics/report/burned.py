@@ -104,27 +104,29 @@ def _whole_run_seconds(series) -> tuple[float | None, str]:
 
 
 GAIN_WINDOW = 20   # rows in the rolling median a real gain is judged on
+MIN_GAIN_WINDOW = 5  # rows: the least a rolling median of a short run is judged on (10 rows in all)
 GAIN_SIGMAS = 4.0  # how far below its level now a window median must be to count as before the gain
 
 
 def last_gain(series, name: str = "reward", w: int = GAIN_WINDOW, upto: int | None = None) -> int | None:
     """Where a flat reward last really gained: the step from which its ``w``-row rolling median has stayed within
     ``GAIN_SIGMAS`` noise-σ of such a median below the level it holds now (the median of its last 2w rows). A reward
-    that never rose beyond the noise has held its level from its first window. None while there are too few rows, or
+    that never rose beyond the noise has held its level from its first row. None while there are too few rows, or
     while the latest window is itself below that level (the reward is falling: it holds no level yet). ``upto``: as the
     rows stood at that step."""
     steps, values = series.finite(name)
     if upto is not None:
         end = int(np.searchsorted(steps, upto, side="right"))
         steps, values = steps[:end], values[:end]
-    if len(values) < 2 * w:
+    w = min(w, len(values) // 2)  # a short run's level is judged on half its rows
+    if w < MIN_GAIN_WINDOW:
         return None
     med = rolling(values, w, "median", w - 1)  # vectorised: this runs on every diagnosis of a live run
     noise = 1.25 * robust_sigma(values) / math.sqrt(w)
     below = np.flatnonzero(med < np.median(values[-2 * w:]) - GAIN_SIGMAS * noise)
     if len(below) and below[-1] == len(med) - 1:  # the latest window is itself below: falling now, no level held
         return None
-    return int(steps[w - 1 + (below[-1] + 1 if len(below) else 0)])
+    return int(steps[w - 1 + below[-1] + 1]) if len(below) else int(steps[0])
 
 
 def burned(series, onset: int | None, gpus: int | None = None, gpu_hour_cost: float | None = None) -> Burned | None:

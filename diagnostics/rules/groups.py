@@ -81,12 +81,14 @@ def _uniform_detect(series: RunSeries, since):
             & (np.abs(series.asof_roll(loss, W, steps, "median")) <= 1e-9)
 
 
-def _uniform_read_off(series: RunSeries) -> tuple[str, int] | None:
-    """The share of uniform groups (high) or the groups' spread (low) the symptom is read off; None for the runs
-    without groups, or with only the update's being 0 to go by."""
+def _uniform_read_off(series: RunSeries) -> tuple | None:
+    """The share of uniform groups (high) or the groups' spread (low) the symptom is read off (without groups, the
+    spread at 0 from the first row: it never varied); None with only the update's being 0 to go by."""
     name = uniform_metric(series)
-    if no_groups(series) or name not in ("frac_reward_zero_std", "advantage/std", *SPREAD):
+    if name not in ("frac_reward_zero_std", "advantage/std", *SPREAD) or no_groups(series) and name not in SPREAD:
         return None
+    if no_groups(series):
+        return name, -1, 1e-9
     return name, +1 if name == "frac_reward_zero_std" else -1
 
 

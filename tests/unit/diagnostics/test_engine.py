@@ -484,11 +484,11 @@ def whole_and_live(folder: str) -> tuple[Diagnoser, Diagnoser]:
 def test_a_flat_reward_dates_from_its_last_real_gain_live_or_post_hoc():
     """A train-split loop (GSM8K tool agent, one prompt of 4 completions a step, 128 steps): the binary reward's
     32-step means 0.18, 0.21, 0.27, 0.20 are noise around one level. The trend test calls it flat only at step 104,
-    but it never gained beyond its noise: the finding dates from its first 20-row window (step 20), where the flat
-    stretch began (the reader's by_step is 80), not from step 104. Fed one step at a time, the diagnoser dates it the
-    same (``last_gain`` reads the rows up to the step the symptom first held)."""
+    but it never gained beyond its noise: the finding dates from its first row (step 1), where the flat stretch began
+    (the reader's by_step is 80), not from step 104. Fed one step at a time, the diagnoser dates it the same
+    (``last_gain`` reads the rows up to the step the symptom first held)."""
     whole, live = whole_and_live("handwritten-jsonl__alphago1__qwen3-06b-math-agent-rl__qwen3-06b-gsm8k-tool-grpo-"
                                  "round3-128step")
     track = whole.tracks["reward_flat"]
-    assert (track.start, track.onset) == (104, 20)
+    assert (track.start, track.onset) == (104, 1)
     assert as_data(live.findings()) == as_data(whole.findings())

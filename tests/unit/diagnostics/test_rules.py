@@ -985,3 +985,12 @@ def test_a_reward_function_that_stopped_firing_dates_from_where_it_sat_at_its_fl
     row at the floor in the window up to step 20 from which most are (the reader's onset is 9, by_step 25)."""
     found = real_findings("notebook__1337-artificial-intelligence__hackai-2025__qwen3-1p7b-math-grpo", ".ipynb")
     assert found["reward_component_constant"].onset_step == 11
+
+
+def test_a_reward_that_never_gained_is_flat_from_its_first_row():
+    """A train-split Unsloth notebook (Llama 3.2 3B, GSM8K/AQuA, 300 steps logged every 10): the reward holds 5.4-6.8
+    from step 10 on and never gains. The finding opens at its 20th row (step 200), and the flat stretch is dated from
+    the last real gain of the rows so far, none here: step 10, the first row (the reader's by_step is 150). It was
+    dated from step 200, as a 20-row median could not be judged on fewer than 40 rows."""
+    found = real_findings("notebook__iamfaham__llama-3-2-grpo-finetuned__llama32-3b-gsm8k-aqua", ".ipynb")
+    assert found["reward_flat"].onset_step == 10
