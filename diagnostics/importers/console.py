@@ -49,7 +49,7 @@ from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME, canonical_name
 MIN_PAIRS = 3
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)\b"
 _VALUE = rf"(?:(?:np\.|numpy\.|torch\.)?(?:float\d*|int\d*|tensor)\(\s*(?:{_NUMBER})[^()]*\)|(?:{_NUMBER}))"
-_KEY = r"[A-Za-z_][\w./@-]*"
+_KEY = r"[^\W\d][\w./@-]*"  # a letter (any script: π_loss) or _ first
 # key=value, key: value or key is value, the key one word (reward=0.41, actor/kl: 0.01, loss is 0.2), or quoted as a
 # printed dict's ('train/rewards': np.float64(0.09)).
 _PAIR = re.compile(rf"(?<![\w./@'\"-])(['\"]?)({_KEY})\1(?:\s*[=:]\s*|\s+is\s+)({_VALUE})(?![\w.])",

@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support.logs import write_xtuner
 
@@ -1093,3 +1094,25 @@ def test_a_row_with_its_loops_step_and_a_trainers_global_step_is_numbered_by_its
     frame = store.metrics(run.run_id)
     assert frame.index.tolist() == [0, 1, 2]
     assert frame.loc[0, "grad_norm"] == pytest.approx(27.625)
+
+
+LJUNIOR = CORPUS / "notebook__ljunior23__lightweight-rlhf-pipeline-for-llm-alignment-__gpt2-hh-rlhf-manual-ppo" \
+    / "03_ppo_finetuning.ipynb"
+
+
+def test_a_key_in_another_script_is_read_and_a_ppo_loops_pi_and_v_losses_are_mapped(store, tmp_path):
+    """A train-split PPO notebook (batch 54) prints ``Step 0 | reward=+0.6782 | KL=0.9209 | π_loss=inf |
+    v_loss=2.6028``: the key that begins with a Greek letter was dropped without a word (a key had to begin with a
+    Latin letter), so the policy loss's inf on 9 of 20 rows went unseen. It is the policy loss (π_loss), v_loss the
+    value loss, and the inf makes a nonfinite finding."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    cells = json.loads(LJUNIOR.read_text(encoding="utf-8"))["cells"]
+    printed = [line for cell in cells for out in cell.get("outputs", []) for line in out.get("text", [])
+               if "π_loss=" in line]
+    log = tmp_path / "ppo.log"
+    log.write_text("".join(printed[:12]), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert np.isinf(frame.loc[0, "policy_loss"]) and frame.loc[0, "value_loss"] == pytest.approx(2.6028)
+    assert "nonfinite" in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
