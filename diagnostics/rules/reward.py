@@ -184,6 +184,12 @@ def _flat_parts(series: RunSeries, name: str, since) -> tuple[np.ndarray, np.nda
         return steps, judged & no_gain, no_trend
 
 
+def _flat_began(series: RunSeries, step: int) -> int:
+    """Where a reward judged flat at ``step`` began: its last real gain (``last_gain``; step 0 is a step too)."""
+    gain = last_gain(series, score_metric(series), upto=step)
+    return step if gain is None else min(step, gain)
+
+
 def _saturation(series: RunSeries, step: int) -> tuple[float, float, float] | None:
     """(share, top, low): how far the reward's 2W-step median at ``step`` stands between the lowest score any
     completion got so far (``reward_min``) and the best completion's (``reward_max``, its 2W-step median), when it
@@ -275,7 +281,7 @@ REWARD_FLAT = Rule(
     id="reward_flat", title="Reward is flat: no upward trend",
     follows_from=("uniform_groups", "truncation", "kl_blowup", "entropy_collapse", "reward_collapse", "reward_hacking"),
     requires=("reward",), detect=_flat_detect, explain=_flat_explain, open_after=W, clear_after=2 * W,
-    dated_by=lambda series, step: min(step, last_gain(series, score_metric(series), upto=step) or step),
+    dated_by=_flat_began,
     references=("docs/troubleshooting.md#reward-flat",
                 "docs/field-reports.md#no-learning-signal",
                 "docs/field-reports.md#lora-weights-never-reach-vllm"),

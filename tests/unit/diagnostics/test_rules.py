@@ -994,3 +994,11 @@ def test_a_reward_that_never_gained_is_flat_from_its_first_row():
     dated from step 200, as a 20-row median could not be judged on fewer than 40 rows."""
     found = real_findings("notebook__iamfaham__llama-3-2-grpo-finetuned__llama32-3b-gsm8k-aqua", ".ipynb")
     assert found["reward_flat"].onset_step == 10
+
+
+def test_a_flat_reward_whose_log_starts_at_step_0_dates_from_step_0():
+    """A train-split hand-written loop's CSV (steps 0-39): the reward -0.42 at step 0, then ~0 (a 0.25 now and then) for
+    40 steps. Its last real gain is step 0, the first row: the finding dates from there (the reader's by_step is 12),
+    not from step 19 where it was judged, as a step of 0 read as "no gain found"."""
+    found = real_findings("handwritten-csv__barlowa124__llm-posttraining__env-grpo-stuck", ".csv")
+    assert found["reward_flat"].onset_step == 0
