@@ -304,17 +304,17 @@ def score_metric(series: RunSeries) -> str:
 
 def _collapse_detect(series: RunSeries, since):
     """Fallen back by 80% of a clear gain, or lost three quarters of a positive level the run held (its best 20-step
-    median where that is a clear gain, else the median of its first 10 steps), by more than 6 × the noise of a median,
-    to below where the run started (a plateau that drops out from under the run; a reward that dips from its best to a
-    level still above its start has not collapsed); or, read on the last 3 steps, lost half that level by twice as
-    much noise (a run that breaks in a few steps, faster than a 10-step median)."""
+    median where that is a clear gain, else the median of its first 10 steps, 3 rows at least), by more than 6 × the
+    noise of a median, to below where the run started (a plateau that drops out from under the run; a reward that dips
+    from its best to a level still above its start has not collapsed); or, read on the last 3 steps, lost half that
+    level by twice as much noise (a run that breaks in a few steps, faster than a 10-step median)."""
     name = score_metric(series)
     lo, steps, _ = rows(series, name, since)
     peak = series.running(name, 2 * W, "median", "max", lo)
     now = series.roll(name, W, "median", lo)
     fast = series.roll(name, FAST, "median", lo)
     noise = max(6 * median_noise(series, name), 1e-9)
-    start = series.head(name, W)
+    start = series.head(name, max(W, MIN_WINDOW_ROWS * series.interval_of(name)))  # a level: 3 rows at least
     gain = peak - start
     with np.errstate(invalid="ignore"):
         rose = (gain > noise) & (gain > _peak_noise(series, name, lo))

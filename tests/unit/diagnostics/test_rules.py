@@ -1002,3 +1002,12 @@ def test_a_flat_reward_whose_log_starts_at_step_0_dates_from_step_0():
     not from step 19 where it was judged, as a step of 0 read as "no gain found"."""
     found = real_findings("handwritten-csv__barlowa124__llm-posttraining__env-grpo-stuck", ".csv")
     assert found["reward_flat"].onset_step == 0
+
+
+def test_a_start_of_two_rows_is_no_level_a_reward_can_collapse_from():
+    """A train-split TRL JSONL (OLMo-2 7B on MBPP, 200 steps logged every 5): the reward 0.075 at step 5, then 0 at
+    most rows (0.025-0.25 now and then). The start's 10-step median was read off two rows (0.075, 0): a "level" of
+    0.0375 that the reward then "lost", a critical collapse at step 10. A level takes 3 rows at least (its reader: the
+    reward stays near 0 all run, flat and uniform, no collapse)."""
+    found = real_findings("handwritten-jsonl__tjuzek__rlvr-demo__olmo2-7b-mbpp-g4-200step", ".jsonl")
+    assert "reward_collapse" not in found and found["uniform_groups"].severity == "critical"
