@@ -164,7 +164,7 @@ def test_the_teach_page_walks_a_newcomer_through_a_row(served, page):
     page.get_by_role("heading", name="KL blow-up").wait_for(timeout=30_000)
     page.get_by_text(re.compile(f"Finding: {re.escape(KL_TITLE)}")).wait_for(timeout=30_000)
     verdict = page.get_by_text(re.compile(r"Fix applied to the twin.*lower the learning rate tenfold.*"
-                                          r"Improved \(2\.728 → 0\.17\), still outside the band.*by the margins"))
+                                          r"Improved \(2\.702 → 0\.1674\), still outside the band.*by the margins"))
     verdict.wait_for(timeout=30_000)
     visible_chart(page).wait_for(timeout=60_000)
     names = page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].flatMap("
