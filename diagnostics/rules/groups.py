@@ -85,7 +85,7 @@ def _uniform_read_off(series: RunSeries) -> tuple | None:
     """The share of uniform groups (high) or the groups' spread (low) the symptom is read off (without groups, the
     spread at 0 from the first row: it never varied); None with only the update's being 0 to go by."""
     name = uniform_metric(series)
-    if name not in ("frac_reward_zero_std", "advantage/std", *SPREAD) or no_groups(series) and name not in SPREAD:
+    if name not in ("frac_reward_zero_std", "advantage/std", *SPREAD) or (no_groups(series) and name not in SPREAD):
         return None
     if no_groups(series):
         return name, -1, 1e-9

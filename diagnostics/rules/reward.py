@@ -314,7 +314,7 @@ def _collapse_detect(series: RunSeries, since):
     now = series.roll(name, W, "median", lo)
     fast = series.roll(name, FAST, "median", lo)
     noise = max(6 * median_noise(series, name), 1e-9)
-    start = series.head(name, max(W, MIN_WINDOW_ROWS * series.interval_of(name)))  # a level: 3 rows at least
+    start = _start_level(series, name)
     gain = peak - start
     with np.errstate(invalid="ignore"):
         rose = (gain > noise) & (gain > _peak_noise(series, name, lo))
@@ -325,6 +325,12 @@ def _collapse_detect(series: RunSeries, since):
         fell_off = (held > 0) & (held - now >= np.maximum(0.75 * held, noise)) & (now < start)
         broke = (held > 0) & (held - fast >= np.maximum(0.5 * held, 2 * noise)) & (fast < start)
         return steps, fell_back | fell_off | broke
+
+
+def _start_level(series: RunSeries, name: str) -> float:
+    """The level a run started at: the median of its first W steps, 3 logged rows at least (two rows of a sparse
+    log, 0.075 and 0, are no level a reward can lose)."""
+    return series.head(name, max(W, MIN_WINDOW_ROWS * series.interval_of(name)))
 
 
 def _peak_noise(series: RunSeries, name: str, lo: int) -> np.ndarray:
@@ -357,7 +363,7 @@ def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
     med = rolling.rolling(values[upto], series.rows(2 * W, name), "median", min_periods=1)
     peak_i = int(np.nanargmax(med)) if np.isfinite(med).any() else 0
     evidence = [
-        Evidence(start_step(series, name), name, series.head(name, W), "starting level"),
+        Evidence(start_step(series, name), name, _start_level(series, name), "starting level"),
         Evidence(int(steps[upto][peak_i]), name, float(med[peak_i]), "peak (20-step median)"),
         smoothed_evidence(series, name, ep.start, "fallen back from that peak"),
     ]
