@@ -19,6 +19,8 @@ from pathlib import Path
 
 from grpo_doctor.diagnostics.config.keys import checked
 from grpo_doctor.diagnostics.importers._base import NEW_RUN, LogFormatError, ParsedLog
+from grpo_doctor.diagnostics.importers.crash import TEXT_FORMATS as CRASH_FORMATS
+from grpo_doctor.diagnostics.importers.crash import final_error
 from grpo_doctor.diagnostics.importers.detect import detect_format, resolve
 from grpo_doctor.diagnostics.importers.export import export_csv, export_jsonl
 from grpo_doctor.diagnostics.importers.formats import FORMATS
@@ -138,7 +140,7 @@ def _import(store, path, name, fmt, step_key, config, mode: str) -> list[Importe
             raise LogFormatError(parsed.path, "no training steps found" + (f" (the first line that could not be "
                                                                             f"read: {first})" if first else ""))
         said = None if parsed.canonical else names_note(segments.keys)
-        notes = parsed.notes() + notes + ([said] if said else [])
+        notes = parsed.notes() + notes + ([said] if said else []) + _crash(store, parsed, made[-1])
         if len(made) > 1:
             notes.append(f"the file holds {len(made)} runs one after another (a new config, banner or run name "
                          f"starts each): imported as {', '.join(repr(m.name) for m in made)}")
@@ -146,6 +148,19 @@ def _import(store, path, name, fmt, step_key, config, mode: str) -> list[Importe
             m.notes = notes + m.notes
     store.reclaim_space()
     return made
+
+
+def _crash(store, parsed: ParsedLog, last: Imported) -> list[str]:
+    """A console log that ends in a traceback: a crash event at its last run's last step (the rules read it: ``oom``,
+    ``crash``), the run marked crashed, and a note that says so."""
+    path = Path(parsed.path)
+    error = final_error(path) if parsed.format in CRASH_FORMATS and path.is_file() else None
+    if error is None:
+        return []
+    step = int(store.steps(last.run_id).max())
+    store.add_event(last.run_id, step, "crash", {"error": error})
+    store.set_status(last.run_id, "crashed")
+    return [f"the log ends in an error after step {step}: {error}"]
 
 
 def _lineage(store, parsed: ParsedLog) -> tuple[dict, list[str]]:

@@ -114,7 +114,7 @@ def metric_pairs(line: str) -> dict[str, float]:
         if out:
             line = _LIST_PAIR.sub(" ", line)
     for key, text in pairs(line).items():
-        if key in STEP_NAMES or key.endswith("_step"):
+        if key in STEP_NAMES or key.endswith(("_step", ".py")):  # a logger's code location: ``[timer.py:199:stop]``
             continue
         value = to_float(text)
         if isinstance(value, float):
@@ -264,7 +264,8 @@ def _step_kind(source: Source, path: Path) -> tuple[str, bool, bool, bool]:
     """(kind, headed, leads, blocks): "word", "counter", "epoch" or "order", the kind of step the file's first rows
     of metrics carry; whether step lines with no metrics head the metric lines after them; whether lines of one metric
     (``Average Reward: 0.71``) lead the row of their step: those between the first two rows were printed before the
-    first row too; and whether such lines, under step lines of their own, are a step's metrics (``===== Step 2/50
+    first row too (else they follow it: DeepSpeed-Chat's ``average reward score: 7.24`` under its step's line); and
+    whether such lines, under step lines of their own, are a step's metrics (``===== Step 2/50
     =====`` over ``• Loss: 0.02``, ``• Avg Reward: 0.32``). The kind most of the rows that carry a step have, unless
     fewer than two carry one, or the rows without a step are what the steps count (``[step 25] avg_loss=…`` after 25
     lines of ``loss is … and kl is …``): then the line order. Rows without a step between rows that have one are
@@ -366,8 +367,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
         line = _clean(raw)
         if not line:
             continue
-        names = header_names(line)
-        if names is not None:
+        if (names := header_names(line)) is not None:
             header = names
             continue
         row = table_row(line, header) if header is not None else None
@@ -386,8 +386,11 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
                     kind, headed, leads, blocks = _step_kind(Source(source.path), path)
                 if blocks and heading is not None:  # a step's metrics, one a line under its step line
                     yield heading, as_eval(values) if _EVAL_LINE.match(line) else values
-                else:
+                elif leads or step is None:
                     leading.update(values)
+                elif values := {k: v for k, v in values.items() if k not in at_step}:  # it follows its step's row
+                    at_step |= set(values)
+                    yield step, as_eval(values) if _EVAL_LINE.match(line) else values
             continue
         if kind is None:
             kind, headed, leads, blocks = _step_kind(Source(source.path), path)

@@ -231,7 +231,7 @@ def detect_file(path: Path) -> str:
         return "jsonl"  # one JSON array of records (a loop's json.dump of its history)
     if stripped.startswith("{") and not complete and json_table(json_document(path)) is not None:
         return "jsonl"  # a loop's json.dump of its history on one line longer than the head
-    if stripped.startswith("{") or stripped.startswith("["):
+    if stripped.startswith("{") or _JSON_ARRAY.match(stripped):
         raise unknown(path, "JSON that is not a trainer_state.json or JSON lines")
     if not complete:
         found = _scan_further(path)
@@ -239,6 +239,10 @@ def detect_file(path: Path) -> str:
             return found
     raise unknown(path, "no known log lines in it" if size <= DEEP_SCAN_BYTES else
                   f"no known log lines in the first {DEEP_SCAN_BYTES // 2**20} MiB")
+
+
+# A JSON array's opening: a value after "[" (not a logger's "[2023-04-21 15:29:04,405] [INFO]" prefix)
+_JSON_ARRAY = re.compile(r'\[\s*(?:[\[{"]|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\s*[,\]]|true\b|false\b|null\b|$)')
 
 
 def _json_line_format(record: dict) -> str:

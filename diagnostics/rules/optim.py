@@ -324,6 +324,11 @@ ENTROPY_BLOWUP = Rule(
 _MEMORY = re.compile(r"out of memory|outofmemory|memoryerror|cuda oom|cannot allocate memory", re.IGNORECASE)
 
 
+def _crash_gate(series: RunSeries) -> Skip | None:
+    return None if series.events or series.config.ours else needs("crash events (runs trained here, or a log that "
+                                                                   "ends in a traceback)")
+
+
 def _oom_events(series: RunSeries, since) -> list[dict]:
     return [e for e in series.events if e.get("kind") == "crash" and e.get("step") is not None
             and (since is None or e["step"] > since)
@@ -363,13 +368,49 @@ def _oom_explain(series: RunSeries, ep: Episode) -> Explanation:
 OOM = Rule(
     id="oom", title="The run crashed out of memory",
     requires=(), detect=_oom_detect, explain=_oom_explain,
-    gate=lambda series: None if series.events or series.config.ours else needs("crash events (runs trained here)"),
+    gate=_crash_gate,
     references=("docs/troubleshooting.md#oom",
                 "docs/field-reports.md#out-of-memory"),
     read="A crash event whose error mentions memory. The ladder: batch → 32, then G → 4, then gradient "
          "checkpointing, then LoRA.",
 )
 
+
+# ---------------------------------------------------------------------------------------- crash
+def _crash_events(series: RunSeries, since) -> list[dict]:
+    """Crash events with a step that are neither out of memory (``oom``) nor the trainer's own stop on a NaN
+    (``nonfinite``)."""
+    return [e for e in series.events if e.get("kind") == "crash" and e.get("step") is not None
+            and (since is None or e["step"] > since) and not decode_detail(e.get("detail")).get("stop_on_nonfinite")
+            and not _MEMORY.search(" ".join(str(v) for v in decode_detail(e.get("detail")).values()))]
+
+
+def _crash_detect(series: RunSeries, since):
+    steps = np.array(sorted({int(e["step"]) for e in _crash_events(series, since)}), dtype=np.int64)
+    return steps, np.ones(len(steps), dtype=bool)
+
+
+def _crash_explain(series: RunSeries, ep: Episode) -> Explanation:
+    event = next(e for e in _crash_events(series, None) if int(e["step"]) == ep.last)
+    text = " ".join(str(v) for v in decode_detail(event.get("detail")).values())
+    evidence = [Evidence(ep.last, "events", float("nan"), text[:200])]
+    causes = [f"the process stopped with an error after step {ep.last}: {text[:200]}"]
+    fixes = [advice("read the traceback above that line; fix its cause (a full disk or a lost worker while a "
+                    "checkpoint is saved, a code path the run had not reached before), then resume from the last "
+                    "checkpoint")]
+    return Explanation("info", evidence, causes, fixes)
+
+
+CRASH = Rule(
+    id="crash", title="The run crashed",
+    requires=(), detect=_crash_detect, explain=_crash_explain,
+    gate=_crash_gate,
+    references=("docs/rules.md#crashes",),
+    read="A crash event that is neither out of memory (oom) nor the trainer's stop on a NaN (nonfinite): a run of "
+         "ours that died, or a console log that ends in a Python traceback after its last row of metrics "
+         "(information: the metrics up to it are judged as they are).",
+)
+
 RULES = (NONFINITE, SINGLE_GENERATION, ZERO_GRAD, LOSS_SPIKE, GRAD_SPIKES, GRAD_COLLAPSE, ENTROPY_COLLAPSE,
-         ENTROPY_BLOWUP, OOM)
+         ENTROPY_BLOWUP, OOM, CRASH)
 

@@ -1116,3 +1116,55 @@ def test_a_key_in_another_script_is_read_and_a_ppo_loops_pi_and_v_losses_are_map
     frame = store.metrics(run.run_id)
     assert np.isinf(frame.loc[0, "policy_loss"]) and frame.loc[0, "value_loss"] == pytest.approx(2.6028)
     assert "nonfinite" in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
+
+
+DEEPSPEED_CHAT = CORPUS / "other__gouqi666__deep-speed-chat__opt13b-step3-ppo-120step" / "training.log"
+
+
+def test_a_deepspeed_chat_console_is_read_with_the_reward_printed_under_each_step(store, tmp_path):
+    """DeepSpeed-Chat's step-3 PPO (a train-split log) prints ``epoch: 0|step: 0|ppo_ep: 1|act_loss: ...|cri_loss:
+    ...`` and, on the next line, ``average reward score: 7.24``; its file starts with DeepSpeed's ``[2023-04-21 ...]
+    [WARNING]`` logger lines (140 KB of them before the first step: more than the head a format is told from), which
+    are no JSON array, and a logger's line written into a step's line names a code location
+    (``[fused_optimizer.py:363:_update_scale]``), which is no metric."""
+    log = tmp_path / "training.log"
+    log.write_text("".join(lines_of(DEEPSPEED_CHAT, *range(1, 1555), 1582, 1583, 1711, 1712, 1713, 1714, 1715)),
+                   encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == [0, 1, 9]
+    assert list(frame["reward"]) == [7.2421875, 7.15625, 7.2265625]
+    assert frame.loc[0, "policy_loss"] == 0.38134765625 and frame.loc[0, "value_loss"] == 0.25390625
+    assert not any(name.endswith(".py") for name in frame.columns)
+
+
+SEARCH_R1 = CORPUS / "verl-console__wallacexuhanxiao__search-r1__qwen25-3b-lora-grpo-bm25-steps1-149" \
+    / "train_v2.pre_resume_step100.log"
+
+
+def test_a_console_log_that_ends_in_a_traceback_is_a_crash_at_its_last_step(store, tmp_path):
+    """A verl-agent run (train split) dies saving its step-150 checkpoint: its last step line, then a traceback ending
+    in ``RuntimeError: [enforce fail at inline_container.cc:672] ...``. Imported, the run is crashed, with a crash
+    event at step 149 that the ``crash`` rule names; a step line after the traceback (the run went on), or a
+    ``KeyboardInterrupt`` (its user stopped it), is no crash."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    steps = lines_of(SEARCH_R1, 2229, 2231)
+    traceback = lines_of(SEARCH_R1, *range(2638, 2697))
+    log = tmp_path / "output.log"
+    log.write_text("".join(steps + traceback), encoding="utf-8")
+    [run] = import_runs(store, log, fmt="verl_console")
+    [event] = store.events(run.run_id, "crash").to_dict("records")
+    assert event["step"] == 149 and event["detail"]["error"].startswith("RuntimeError: [enforce fail at inline_cont")
+    assert store.get_run(run.run_id)["status"] == "crashed"
+    assert any(n.startswith("the log ends in an error after step 149: RuntimeError") for n in run.notes)
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "crash"]
+    assert found.severity == "info" and found.onset_step == 149
+
+    went_on = tmp_path / "went_on.log"
+    went_on.write_text("".join(steps[:1] + traceback + steps[1:]), encoding="utf-8")
+    stopped = tmp_path / "stopped.log"
+    stopped.write_text("".join(steps + traceback[:-3] + ["KeyboardInterrupt\n"]), encoding="utf-8")
+    for path in (went_on, stopped):
+        [run] = import_runs(store, path, fmt="verl_console")
+        assert store.events(run.run_id, "crash").empty and store.get_run(run.run_id)["status"] == "finished"

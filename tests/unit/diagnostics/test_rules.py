@@ -274,6 +274,11 @@ FIXTURES = [
     Fixture("out of memory", {"oom": "critical"},
             events=({"kind": "crash", "step": 90, "detail": {"error": "OutOfMemoryError: CUDA out of memory"}},),
             fix={"per_device_train_batch_size": 32, "num_generations": 4, "lora_r": 16}),
+    Fixture("a crash that is not out of memory", {"crash": "info"},
+            events=({"kind": "crash", "step": 90, "detail": {"error": "RuntimeError: unexpected pos 7919266816"}},)),
+    Fixture("the trainer's own stop on a NaN is the NaN's finding, not a crash", {},
+            events=({"kind": "crash", "step": 90, "detail": {"reason": "non-finite loss or gradient",
+                                                              "stop_on_nonfinite": True}},)),
     Fixture("reward hacking", {"reward_hacking": "warning", "reward_flat": "info"},  # flat correctness: its consequence
             metrics={"reward": ramp(N, 0.5, 1.5, 20) + noise(N, 0.01),
                      "rewards/correctness/mean": ramp(N, 0.5, 0.1, 20) + noise(N, 0.01, 25),
