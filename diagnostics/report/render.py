@@ -67,7 +67,8 @@ def finding_text(f: Finding, ours: bool, samples=None) -> list[str]:
             lines.append(head + number_ + item[0])
             lines.extend(" " * (12 + len(number_)) + extra for extra in item[1:])
 
-    block("evidence", [[f"step {e.step}: {e.metric} = {number(e.value)}" + (f"  ({e.note})" if e.note else "")]
+    block("evidence", [[f"step {e.step}: {e.note}" if e.metric == "events" else  # a crash's error, no value
+                        f"step {e.step}: {e.metric} = {number(e.value)}" + (f"  ({e.note})" if e.note else "")]
                        for e in f.evidence])
     if f.burned:
         block("burned", [[burned_text(f.burned)]])

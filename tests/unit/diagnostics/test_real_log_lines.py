@@ -1148,6 +1148,7 @@ def test_a_console_log_that_ends_in_a_traceback_is_a_crash_at_its_last_step(stor
     event at step 149 that the ``crash`` rule names; a step line after the traceback (the run went on), or a
     ``KeyboardInterrupt`` (its user stopped it), is no crash."""
     from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.report.render import finding_text
 
     steps = lines_of(SEARCH_R1, 2229, 2231)
     traceback = lines_of(SEARCH_R1, *range(2638, 2697))
@@ -1160,6 +1161,8 @@ def test_a_console_log_that_ends_in_a_traceback_is_a_crash_at_its_last_step(stor
     assert any(n.startswith("the log ends in an error after step 149: RuntimeError") for n in run.notes)
     [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "crash"]
     assert found.severity == "info" and found.onset_step == 149
+    shown = "\n".join(finding_text(found, ours=False))
+    assert "evidence  step 149: RuntimeError: [enforce fail" in shown and "events =" not in shown
 
     went_on = tmp_path / "went_on.log"
     went_on.write_text("".join(steps[:1] + traceback + steps[1:]), encoding="utf-8")
