@@ -37,19 +37,38 @@ WATCHED = FINITE_REQUIRED  # the catalogue's metrics that must stay finite (neve
 
 # ---------------------------------------------------------------------------------------- zero_grad
 ZERO_NORM = 1e-8  # a grad_norm this small is no gradient
+NEVER_SHARE = 0.9  # a run whose grad_norm is 0 at this share of its rows so far (W rows at least) has never updated
 
 
 def _zero_grad_detect(series: RunSeries, since):
     lo, steps, _ = rows(series, "grad_norm", since)
     med = series.roll("grad_norm", W, "median", lo, 3)
-    signal = np.ones(len(steps), dtype=bool)
-    if series.has("frac_reward_zero_std"):  # most groups differ: a step with every group uniform is then unlikely
-        signal &= series.asof_roll("frac_reward_zero_std", W, steps) < 0.5
-    if series.has("reward_std"):
-        signal &= series.asof_roll("reward_std", W, steps) > 1e-6
     share = _unexplained_zero_share(series, steps, lo)
     with np.errstate(invalid="ignore"):
-        return steps, ((med <= ZERO_NORM) & signal) | (share >= 0.2)
+        return steps, ((med <= ZERO_NORM) & _groups_differ(series, steps)) | (share >= 0.2) | _never_updated(series, lo)
+
+
+def _groups_differ(series: RunSeries, steps: np.ndarray) -> np.ndarray:
+    """Per row, whether most groups of the last W steps differed and the rewards varied (as far as either is logged):
+    a gradient of 0 there is unexplained."""
+    differ = np.ones(len(steps), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        if series.has("frac_reward_zero_std"):  # most groups differ: a step with every group uniform is then unlikely
+            differ &= series.asof_roll("frac_reward_zero_std", W, steps) < 0.5
+        for name in ("reward_std", "reward_gap"):  # the batch's rewards vary (verl logs their max and min)
+            if series.has(name):
+                differ &= series.asof_roll(name, W, steps) > 1e-6
+    return differ
+
+
+def _never_updated(series: RunSeries, lo: int) -> np.ndarray:
+    """Per row from ``lo``: grad_norm was 0 at ``NEVER_SHARE`` or more of the rows so far, W rows at least: the policy
+    has all but never been updated, whatever the groups say (uniform groups explain it: then it is their
+    consequence)."""
+    grads = series.finite("grad_norm")[1]
+    zeros = np.cumsum(grads <= ZERO_NORM)[lo:]
+    seen = np.arange(lo + 1, len(grads) + 1)
+    return (seen >= series.rows(W, "grad_norm")) & (zeros >= NEVER_SHARE * seen)
 
 
 def _unexplained_zero_share(series: RunSeries, steps: np.ndarray, lo: int) -> np.ndarray:
@@ -68,6 +87,17 @@ def _unexplained_zero_share(series: RunSeries, steps: np.ndarray, lo: int) -> np
 def _zero_grad_explain(series: RunSeries, ep: Episode) -> Explanation:
     evidence = [smoothed_evidence(series, "grad_norm", ep.last, "10-step median")]
     gsteps, grads = series.finite("grad_norm")
+    if not _groups_differ(series, np.array([ep.last]))[0]:  # the policy never updated, and uniform groups say why
+        upto = gsteps <= ep.last
+        evidence.append(Evidence(ep.last, "grad_norm", 0.0, f"exactly 0 at {int((grads[upto] <= ZERO_NORM).sum())} of "
+                                                            f"the {int(upto.sum())} logged steps so far"))
+        for name in ("frac_reward_zero_std", "reward_std", "reward_gap"):
+            if series.has(name):
+                evidence.append(smoothed_evidence(series, name, ep.last, "groups scoring alike"))
+        return Explanation("critical", evidence, ["every group scores alike, so every advantage is 0 and no step "
+                                                  "updates the policy: the run has not trained at all"],
+                           [advice("see uniform_groups: give the groups reward to tell apart (an easier task or a "
+                                   "reward that can score partial success), then restart")])
     recent = (gsteps > ep.last - 10 * W) & (gsteps <= ep.last)
     zeros = int((grads[recent] == 0).sum())
     if zeros:
@@ -89,15 +119,16 @@ def _zero_grad_explain(series: RunSeries, ep: Episode) -> Explanation:
 
 
 ZERO_GRAD = Rule(
-    id="zero_grad", title="Gradient norm is 0 although groups differ", follows_from=("uniform_groups",),
-    requires=("grad_norm", ("frac_reward_zero_std", "reward_std")), detect=_zero_grad_detect,
+    id="zero_grad", title="Gradient norm is 0: the policy is not updated", follows_from=("uniform_groups",),
+    requires=("grad_norm", ("frac_reward_zero_std", "reward_std", "reward_gap")), detect=_zero_grad_detect,
     explain=_zero_grad_explain, open_after=3, read_off=lambda series: ("grad_norm", -1, ZERO_NORM),
     references=("docs/field-reports.md#zero-gradient-with-varied-groups",),
     read="The 10-step median grad_norm is 0 while fewer than half the groups are uniform and rewards vary, or (in "
          "a log of every step) grad_norm is exactly 0 at 20% of the last 10 steps although most groups of the step "
          "differed: "
-         "there is signal but no gradient, which is a bug (mask, framework), not the task. Dated from the first "
-         "grad_norm of 0 that most later rows share.",
+         "there is signal but no gradient, which is a bug (mask, framework), not the task. Also where grad_norm has "
+         "been 0 at 90% of the logged steps so far (10 at least): the run has never trained; with uniform groups, "
+         "as their consequence. Dated from the first grad_norm of 0 that most later rows share.",
 )
 
 

@@ -1171,3 +1171,20 @@ def test_a_console_log_that_ends_in_a_traceback_is_a_crash_at_its_last_step(stor
     for path in (went_on, stopped):
         [run] = import_runs(store, path, fmt="verl_console")
         assert store.events(run.run_id, "crash").empty and store.get_run(run.run_id)["status"] == "finished"
+
+
+def test_a_run_whose_gradient_was_never_above_0_is_named_as_never_updated(store):
+    """A verl GRPO run (train split) whose every answer scores −1: its batch rewards never spread (``reward_gap`` 0,
+    verl logs no reward std), and its grad_norm is 0 at all 21 steps. The policy never trained: ``zero_grad``, as
+    the consequence of the uniform groups, saying so."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "verl-jsonl__alexjj009__verl-recipe__qwen3-17b-joint-grpo-gsm8k-reward-stuck-21step" \
+        / "Joint-GRPO-Qwen3-1.7B-GSM8K_1773498644.jsonl"
+    [run] = import_runs(store, log)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["uniform_groups"].severity == "critical"
+    zero = found["zero_grad"]
+    assert zero.severity == "info" and zero.caused_by == "uniform_groups" and zero.onset_step == 1
+    assert any(e.note == "exactly 0 at 21 of the 21 logged steps so far" for e in zero.evidence)
+    assert "has not trained at all" in " ".join(zero.causes)
