@@ -36,8 +36,8 @@ FLASH_KEY = "run.flash"
 def evidence_table(finding: Finding) -> str:
     """The evidence as a markdown table (step, metric, value, note)."""
     rows = ["| step | metric | value | note |", "|---:|---|---:|---|"]
-    rows += [f"| {e.step} | `{e.metric}` | {number(e.value)} | {e.note.replace('|', '/')} |"
-             for e in finding.evidence]
+    rows += [f"| {e.step} | `{e.metric}` | {'—' if e.metric == 'events' else number(e.value)} | "  # a crash: no value
+             f"{e.note.replace('|', '/')} |" for e in finding.evidence]
     return "\n".join(rows)
 
 

@@ -955,3 +955,12 @@ def test_a_finding_shows_the_completions_behind_it(store_path):
     shown = " ".join(m.value for m in at.markdown)
     assert "**At the start**" in shown and "**From the onset**" in shown and "the the the" in shown
     assert "Chosen for the symptom: the first logged." in texts(at) + " ".join(c.value for c in at.caption)
+
+
+def test_a_crash_findings_evidence_shows_its_error_and_no_value():
+    from grpo_doctor.app.dashboard.findings_panel import evidence_table
+
+    crash = Finding(rule="crash", title="The run crashed", severity="info", onset_step=149, last_step=149,
+                    evidence=[Evidence(149, "events", math.nan, "RuntimeError: unexpected pos 7919266816")],
+                    causes=[], fixes=[], references=[])
+    assert "| 149 | `events` | — | RuntimeError: unexpected pos 7919266816 |" in evidence_table(crash)
