@@ -66,7 +66,8 @@ def _never_updated(series: RunSeries, lo: int) -> np.ndarray:
     has all but never been updated, whatever the groups say (uniform groups explain it: then it is their
     consequence)."""
     grads = series.finite("grad_norm")[1]
-    zeros = np.cumsum(grads <= ZERO_NORM)[lo:]
+    zeros = series.kept("grad_zero_rows", len(grads),  # how many rows up to each had a grad_norm of 0
+                        lambda done, so_far: (so_far[-1] if done else 0) + np.cumsum(grads[done:] <= ZERO_NORM))[lo:]
     seen = np.arange(lo + 1, len(grads) + 1)
     return (seen >= series.rows(W, "grad_norm")) & (zeros >= NEVER_SHARE * seen)
 
