@@ -329,21 +329,36 @@ def _crash_gate(series: RunSeries) -> Skip | None:
                                                                    "ends in a traceback)")
 
 
-def _oom_events(series: RunSeries, since) -> list[dict]:
+def _error_text(event: dict) -> str:
+    """A crash event's detail as one text (its error, or its reason)."""
+    return " ".join(str(v) for v in decode_detail(event.get("detail")).values())
+
+
+def _crashes(series: RunSeries, since, memory: bool) -> list[dict]:
+    """The crash events with a step after ``since`` whose error mentions memory (``memory``), or the others but the
+    trainer's own stop on a NaN (``nonfinite`` names that)."""
     return [e for e in series.events if e.get("kind") == "crash" and e.get("step") is not None
-            and (since is None or e["step"] > since)
-            and _MEMORY.search(" ".join(str(v) for v in decode_detail(e.get("detail")).values()))]
+            and (since is None or e["step"] > since) and bool(_MEMORY.search(_error_text(e))) == memory
+            and (memory or not decode_detail(e.get("detail")).get("stop_on_nonfinite"))]
+
+
+def _crash_steps(events: list[dict]):
+    steps = np.array(sorted({int(e["step"]) for e in events}), dtype=np.int64)
+    return steps, np.ones(len(steps), dtype=bool)
+
+
+def _oom_events(series: RunSeries, since) -> list[dict]:
+    return _crashes(series, since, memory=True)
 
 
 def _oom_detect(series: RunSeries, since):
-    steps = np.array(sorted({int(e["step"]) for e in _oom_events(series, since)}), dtype=np.int64)
-    return steps, np.ones(len(steps), dtype=bool)
+    return _crash_steps(_oom_events(series, since))
 
 
 def _oom_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     event = next(e for e in _oom_events(series, None) if int(e["step"]) == ep.last)
-    text = " ".join(str(v) for v in decode_detail(event.get("detail")).values())
+    text = _error_text(event)
     evidence = [Evidence(ep.last, "events", float("nan"), text[:200])]
     if series.has("memory/peak_gb"):
         evidence.append(at(series, "memory/peak_gb", ep.last, "peak memory before the crash"))
@@ -377,22 +392,12 @@ OOM = Rule(
 
 
 # ---------------------------------------------------------------------------------------- crash
-def _crash_events(series: RunSeries, since) -> list[dict]:
-    """Crash events with a step that are neither out of memory (``oom``) nor the trainer's own stop on a NaN
-    (``nonfinite``)."""
-    return [e for e in series.events if e.get("kind") == "crash" and e.get("step") is not None
-            and (since is None or e["step"] > since) and not decode_detail(e.get("detail")).get("stop_on_nonfinite")
-            and not _MEMORY.search(" ".join(str(v) for v in decode_detail(e.get("detail")).values()))]
-
-
 def _crash_detect(series: RunSeries, since):
-    steps = np.array(sorted({int(e["step"]) for e in _crash_events(series, since)}), dtype=np.int64)
-    return steps, np.ones(len(steps), dtype=bool)
+    return _crash_steps(_crashes(series, since, memory=False))
 
 
 def _crash_explain(series: RunSeries, ep: Episode) -> Explanation:
-    event = next(e for e in _crash_events(series, None) if int(e["step"]) == ep.last)
-    text = " ".join(str(v) for v in decode_detail(event.get("detail")).values())
+    text = _error_text(next(e for e in _crashes(series, None, memory=False) if int(e["step"]) == ep.last))
     evidence = [Evidence(ep.last, "events", float("nan"), text[:200])]
     causes = [f"the process stopped with an error after step {ep.last}: {text[:200]}"]
     fixes = [advice("read the traceback above that line; fix its cause (a full disk or a lost worker while a "
