@@ -37,7 +37,7 @@ WATCHED = FINITE_REQUIRED  # the catalogue's metrics that must stay finite (neve
 
 # ---------------------------------------------------------------------------------------- zero_grad
 ZERO_NORM = 1e-8  # a grad_norm this small is no gradient
-NEVER_SHARE = 0.9  # a run whose grad_norm is 0 at this share of its rows so far (W rows at least) has never updated
+NEVER_SHARE = 0.9  # a run whose grad_norm is 0 at this share of its rows so far has never updated
 
 
 def _zero_grad_detect(series: RunSeries, since):
@@ -62,14 +62,13 @@ def _groups_differ(series: RunSeries, steps: np.ndarray) -> np.ndarray:
 
 
 def _never_updated(series: RunSeries, lo: int) -> np.ndarray:
-    """Per row from ``lo``: grad_norm was 0 at ``NEVER_SHARE`` or more of the rows so far, W rows at least: the policy
-    has all but never been updated, whatever the groups say (uniform groups explain it: then it is their
-    consequence)."""
+    """Per row from ``lo``: grad_norm was 0 at ``NEVER_SHARE`` or more of the rows so far (the rule's open_after rows
+    make the first three rows of 0 the least that names it): the policy has all but never been updated, whatever the
+    groups say (uniform groups explain it: then it is their consequence)."""
     grads = series.finite("grad_norm")[1]
     zeros = series.kept("grad_zero_rows", len(grads),  # how many rows up to each had a grad_norm of 0
                         lambda done, so_far: (so_far[-1] if done else 0) + np.cumsum(grads[done:] <= ZERO_NORM))[lo:]
-    seen = np.arange(lo + 1, len(grads) + 1)
-    return (seen >= series.rows(W, "grad_norm")) & (zeros >= NEVER_SHARE * seen)
+    return zeros >= NEVER_SHARE * np.arange(lo + 1, len(grads) + 1)
 
 
 def _unexplained_zero_share(series: RunSeries, steps: np.ndarray, lo: int) -> np.ndarray:
@@ -128,8 +127,8 @@ ZERO_GRAD = Rule(
          "a log of every step) grad_norm is exactly 0 at 20% of the last 10 steps although most groups of the step "
          "differed: "
          "there is signal but no gradient, which is a bug (mask, framework), not the task. Also where grad_norm has "
-         "been 0 at 90% of the logged steps so far (10 at least): the run has never trained; with uniform groups, "
-         "as their consequence. Dated from the first grad_norm of 0 that most later rows share.",
+         "been 0 at 90% of the logged steps so far (from the first 3 on): the run has never trained; with uniform "
+         "groups, as their consequence. Dated from the first grad_norm of 0 that most later rows share.",
 )
 
 

@@ -21,6 +21,7 @@ from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics import rolling
 from grpo_doctor.diagnostics.metrics.catalogue import FINITE_REQUIRED
 from grpo_doctor.diagnostics.rules.base import (
+    FAST,
     Episode,
     Explanation,
     Rule,
@@ -216,6 +217,9 @@ SINGLE_GENERATION = Rule(
 # ---------------------------------------------------------------------------------------- entropy
 ENTROPY = ENTROPY_MEASURED  # entropy's measured values (an exact 0.0 means no token was measured)
 EARLY_BREAK = 2.0  # nats per token: far above any LLM's sampling entropy at its start (0.3 – 1.5)
+# nats per token: the floor of the documents' entropy band (docs/health-ranges.md#entropy); a policy that starts below
+# it samples (all but) the same tokens every time: collapsed from the outset, with no start to fall from
+ENTROPY_FLOOR = 0.01
 
 
 def _as_entropy(evidence: Evidence) -> Evidence:
@@ -238,11 +242,24 @@ def _entropy_collapse_detect(series: RunSeries, since):
             now = series.asof_roll("reward", W, steps)
             before = series.asof_roll("reward", W, steps - 3 * W)
             stalled = ~(now > before + 1e-9 + np.maximum(0.02 * np.abs(before), median_noise(series, "reward")))
-        low = med <= 0.2 * series.head(ENTROPY, W)
-        return steps, (idx >= series.rows(3 * W, ENTROPY) - 1) & low & less_variety & stalled
+        low = (idx >= series.rows(3 * W, ENTROPY) - 1) & (med <= 0.2 * series.head(ENTROPY, W)) & less_variety
+        if len(idx) and _from_the_outset(series):  # no variety to lose either
+            low |= series.roll(ENTROPY, W, "median", int(idx[0]), FAST) < ENTROPY_FLOOR
+        return steps, low & stalled
+
+
+def _from_the_outset(series: RunSeries) -> bool:
+    """The entropy's first 3 rows' median is below the floor: no start to fall from."""
+    return series.head(ENTROPY, FAST) < ENTROPY_FLOOR
+
+
+def _collapse_bar(series: RunSeries) -> float:
+    return ENTROPY_FLOOR if _from_the_outset(series) else 0.2 * series.head(ENTROPY, W)
 
 
 def _entropy_collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
+    if _from_the_outset(series):
+        return _collapsed_from_the_outset(series, ep)
     cfg = series.config
     evidence = [Evidence(start_step(series, ENTROPY), "entropy", series.head(ENTROPY, W), "start"),
                 _as_entropy(smoothed_evidence(series, ENTROPY, ep.last, "now: below 20% of the start"))]
@@ -262,14 +279,30 @@ def _entropy_collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
     return Explanation("warning", evidence, causes, fixes)
 
 
+def _collapsed_from_the_outset(series: RunSeries, ep: Episode) -> Explanation:
+    """An entropy below the floor from the first rows: training did not sharpen the policy, the sampling did."""
+    evidence = [Evidence(start_step(series, ENTROPY), "entropy", series.head(ENTROPY, FAST), "start (first 3 rows)"),
+                _as_entropy(smoothed_evidence(series, ENTROPY, ep.last, f"now: below {ENTROPY_FLOOR} nats per token "
+                                              "since the start: the completions of a group are (nearly) the same"))]
+    for name in ("frac_reward_zero_std", "reward_std"):
+        if series.has(name):
+            evidence.append(smoothed_evidence(series, name, ep.last, "groups scoring alike"))
+    causes = ["sampling is (nearly) greedy: a low temperature, or a starting checkpoint already sharpened by SFT, "
+              "so the completions of a group do not differ and there is nothing to compare"]
+    fixes = warmer(series.config) + [advice("an entropy bonus (TRL entropy_coef, verl entropy_coeff)")]
+    return Explanation("warning", evidence, causes, fixes)
+
+
 ENTROPY_COLLAPSE = Rule(
     id="entropy_collapse", title="Entropy collapsed: the policy stopped exploring", follows_from=("kl_blowup",),
     requires=(ENTROPY,), detect=_entropy_collapse_detect, explain=_entropy_collapse_explain, open_after=3,
-    read_off=lambda series: (ENTROPY, -1, 0.2 * series.head(ENTROPY, W)),
+    read_off=lambda series: (ENTROPY, -1, _collapse_bar(series)),
     references=("docs/field-reports.md#entropy-collapse",
                 "docs/health-ranges.md#entropy"),
-    read="Entropy's 10-step median is below 20% of its start, groups are more uniform (or reward_std halved) "
-         "and the reward has stopped rising over the last 30 logged steps (its 10-step window no higher than 30 "
+    read="Entropy's 10-step median is below 20% of its start (from the 30th row) and groups are more uniform (or "
+         "reward_std halved); or, in a run that starts below 0.01 nats per token (its first 3 rows' median below the "
+         "floor of the documents' band: the policy samples the same tokens), below it from the 3rd row. In both "
+         "the reward has stopped rising over the last 30 logged steps (its 10-step window no higher than 30 "
          "steps before by more than its noise). Falling entropy while reward still rises is learning, not collapse.",
 )
 

@@ -1188,3 +1188,23 @@ def test_a_run_whose_gradient_was_never_above_0_is_named_as_never_updated(store)
     assert zero.severity == "info" and zero.caused_by == "uniform_groups" and zero.onset_step == 1
     assert any(e.note == "exactly 0 at 21 of the 21 logged steps so far" for e in zero.evidence)
     assert "has not trained at all" in " ".join(zero.causes)
+
+
+def test_a_smoke_run_with_no_gradient_and_no_entropy_is_named_from_its_first_rows(store, tmp_path):
+    """A 10-step TRL smoke run (train split): every group scores 0, so grad_norm and loss are 0 from step 1, and the
+    policy's entropy is 1e-2 to 1e-7 nats per token from the start (its 4 samples are mostly identical). Its first 5
+    rows name both: a run that has not trained (``zero_grad``, saying the uniform groups are why) and an entropy that has
+    collapsed from the outset, below the documents' 0.01 floor, with no start it could have fallen from."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    source = CORPUS / "handwritten-jsonl__honbul__rl__qwen3-4b-schema-dsl-grpo-smoke10" / "training_log.jsonl"
+    log = tmp_path / "training_log.jsonl"
+    log.write_text("".join(lines_of(source, 1, 2, 3, 4, 5)), encoding="utf-8")
+    [run] = import_runs(store, log)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    zero = found["zero_grad"]
+    assert zero.onset_step == 1 and "has not trained at all" in " ".join(zero.causes)
+    collapse = found["entropy_collapse"]
+    assert collapse.severity == "warning" and collapse.onset_step <= 5
+    assert any("below 0.01 nats per token since the start" in e.note for e in collapse.evidence)
+    assert "sampling is (nearly) greedy" in collapse.causes[0]
