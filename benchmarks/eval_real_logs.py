@@ -373,6 +373,13 @@ KNOWN_FAILURES = {
         "batch 60: one prompt and 2 completions a step; the mean length's first 10 rows (median 40 tokens) are short "
         "answers, later windows 90-250 tokens as the model learns to write whole schedules while the reward rises "
         "(0.4 -> 3.1 over the run), warned length_explode (tripled); its reader calls the run healthy",
+    # Batch 62 (2026-12-05): its train-split first-contact failures.
+    "notebook__esmaeilnarimissa__aws-sft-grpo-budget-llm-finetune__qwen25-05b-lora-numina-grpo-g2-resume-1730step/"
+    "main_controller.ipynb":
+        "batch 62: three SageMaker GRPO jobs in three cells (a 10-step test, a real run resumed at step 270, a "
+        "relaunch); their dicts carry no step, so the reader numbers them by row (1-5, 1-865, 1) where the import "
+        "steps them by the notebook's logging_steps 10 (the trainer's own was 2). Split into its 3 runs since the "
+        "real run's last dicts, printed after its summary, carry its num_tokens on (test_real_log_lines)",
 }
 
 

@@ -380,7 +380,8 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
     number of dicts, unless the dicts' ``step_time`` shows the run stopped early (HF counts the planned steps). The
     step itself never comes from a bar: output is buffered, so dicts and bars interleave
     out of order. A new run starts where a config is printed again after dicts, after HF's end-of-training summary
-    (a smoke test, then the real run), where ``epoch`` goes back, or where RL metrics appear or vanish. A phase
+    (a smoke test, then the real run; not where the next dict's ``num_tokens`` carries on: the summary was printed out
+    of order), where ``epoch`` goes back, or where RL metrics appear or vanish. A phase
     without RL metrics (an SFT warm-up before GRPO) in a file that also holds an RL run is left out, with a note:
     the file's run is the RL one."""
     segments: list[tuple[list[tuple[int, dict]], dict[int, list[int]], dict | None, bool]] = []  # + summary, RL
@@ -416,7 +417,7 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
             epoch = to_float(d.get("epoch")) if "epoch" in d else None
             epoch = epoch if isinstance(epoch, float) and math.isfinite(epoch) else None
             rl = _is_rl(d)
-            restart = pending and (config_seen_after_dicts or finished is not None or (
+            restart = pending and (config_seen_after_dicts or (finished is not None and not _counts_on(pending, d)) or (
                 epoch is not None and last_epoch is not None and epoch < last_epoch - 1e-9) or rl != last_rl)
             if restart:
                 segments.append((pending, bars, finished, bool(last_rl)))
@@ -438,6 +439,14 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
                         "logging_steps not read off them")
             reached = None
         yield from _console_run(source, dicts, seg_bars, every, reached, i == 0, scripted)
+
+
+def _counts_on(pending: list[tuple[int, dict]], d: Mapping) -> bool:
+    """Whether ``d`` carries on the run before it: TRL's cumulative ``num_tokens`` goes on growing from its last dict
+    (a new run counts from 0). A summary row printed before a run's last dicts (stderr's logger and stdout's dicts
+    merged out of order, as a SageMaker job's log stream does) then ends nothing."""
+    before, now = to_float(pending[-1][1].get("num_tokens")), to_float(d.get("num_tokens"))
+    return isinstance(before, float) and isinstance(now, float) and now > before
 
 
 def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, list[int]], every: int | None,

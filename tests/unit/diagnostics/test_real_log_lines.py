@@ -1208,3 +1208,23 @@ def test_a_smoke_run_with_no_gradient_and_no_entropy_is_named_from_its_first_row
     assert collapse.severity == "warning" and collapse.onset_step <= 5
     assert any("below 0.01 nats per token since the start" in e.note for e in collapse.evidence)
     assert "sampling is (nearly) greedy" in collapse.causes[0]
+
+
+def test_a_summary_printed_before_a_runs_last_dicts_ends_no_run(store, tmp_path):
+    """A SageMaker job's log stream (a notebook's saved output, train split) merges the logger's stderr with the dicts'
+    stdout out of order: HF's end-of-training summary comes before the run's last dicts. Those dicts carry on the
+    run (TRL's cumulative num_tokens goes on growing); the relaunch in the next cell, whose num_tokens starts again,
+    is a new run."""
+    notebook = json.loads((CORPUS / "notebook__esmaeilnarimissa__aws-sft-grpo-budget-llm-finetune__qwen25-05b-lora-"
+                                     "numina-grpo-g2-resume-1730step" / "main_controller.ipynb").read_text("utf-8"))
+    real_run, relaunch = ("".join("".join(o["text"]) for o in notebook["cells"][i]["outputs"] if "text" in o)
+                          .split("\n") for i in (27, 28))
+    summary = next(i for i, line in enumerate(real_run) if line.startswith("INFO:__main__:Final training metrics"))
+    dicts = [i for i, line in enumerate(real_run) if line.startswith("{'loss'")]
+    before, after = [i for i in dicts if i < summary][-3:], [i for i in dicts if i > summary]
+    assert len(after) == 11
+    log = tmp_path / "output.log"
+    log.write_text("\n".join([real_run[i] for i in before + [summary] + after]
+                             + [line for line in relaunch if line.startswith("{'loss'")]) + "\n", encoding="utf-8")
+    runs = import_runs(store, log, fmt="trl_console")
+    assert [len(store.metrics(r.run_id)) for r in runs] == [14, 1]
