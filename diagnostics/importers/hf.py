@@ -7,7 +7,6 @@ import ast
 import json
 import math
 import re
-import statistics
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from grpo_doctor.diagnostics.importers._base import (
     to_step,
 )
 from grpo_doctor.diagnostics.importers.jsonstream import stream_items
+from grpo_doctor.diagnostics.importers.log_interval import interval_from_bars, paced, steps_from_summary
 from grpo_doctor.diagnostics.importers.safe_pickle import (
     UnsafeToRead,
     read_training_args,
@@ -433,8 +433,8 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
                     f"in {len(left)} stretch{'es' if len(left) > 1 else ''} before or after the RL run")
         segments = [seg for seg in segments if seg[3]]
     for i, (dicts, seg_bars, summary, _rl) in enumerate(segments):
-        reached = (planned or _steps_from_summary(summary, len(dicts))) if summary is not None else None
-        if reached is not None and not _paced(summary, dicts, reached):
+        reached = (planned or steps_from_summary(summary, len(dicts))) if summary is not None else None
+        if reached is not None and not paced(summary, dicts, reached):
             source.note(f"the run stopped before its {reached} planned steps (its step_time says so): "
                         "logging_steps not read off them")
             reached = None
@@ -456,7 +456,7 @@ def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, 
     if not first:
         yield NEW_RUN, {}
     if every is None:
-        every = _interval_from_bars(bars, len(dicts))
+        every = interval_from_bars(bars, len(dicts))
         if every is not None and every > 1:
             source.note(f"logging_steps not printed: read as {every} from the progress bar")
     if every is None and scripted is not None:
@@ -475,33 +475,3 @@ def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, 
             step = ordinal * every
         yield step, source.numbers(d, f"line {lineno}", allowed_strings=HF_STRING_FIELDS,
                                    skip=("step", "global_step"))
-
-
-def _steps_from_summary(summary: Mapping, n_dicts: int) -> int | None:
-    """The steps a finished run took, from its summary row: ``train_runtime`` × ``train_steps_per_second``, when the
-    rate's printed rounding (3 decimals) leaves no doubt about the steps per log dict (then a whole number of them)."""
-    runtime, rate = to_float(summary.get("train_runtime")), to_float(summary.get("train_steps_per_second"))
-    if not (isinstance(runtime, float) and isinstance(rate, float) and runtime > 0 and rate > 0 and n_dicts):
-        return None
-    low, high = runtime * max(rate - 5e-4, 0.0) / n_dicts, runtime * (rate + 5e-4) / n_dicts
-    return round(low) * n_dicts if round(low) == round(high) else None
-
-
-def _paced(summary: Mapping, dicts: list[tuple[int, dict]], steps: int) -> bool:
-    """Whether a finished run's ``train_runtime`` could hold ``steps`` steps at the pace its dicts' ``step_time``
-    logs (True when they log none). HF's summary counts max_steps, so a run that a callback stopped early reports
-    the steps it planned, not the ones it took."""
-    runtime = to_float(summary.get("train_runtime"))
-    paces = [t for _, d in dicts if isinstance(t := to_float(d.get("step_time")), float) and t > 0]
-    if not (isinstance(runtime, float) and runtime > 0 and paces):
-        return True
-    return steps <= 1.5 * runtime / statistics.median(paces)
-
-
-def _interval_from_bars(bars: dict[int, list[int]], n_dicts: int) -> int | None:
-    """Steps per log dict: the training bar's highest count over the number of dicts. The training bar is the one
-    drawn most often (it moves every step; generation and eval bars come and go)."""
-    if not bars or n_dicts < 2:
-        return None
-    _times, reached = max(bars.values())
-    return max(1, round(reached / n_dicts)) if reached >= n_dicts else None
