@@ -136,6 +136,7 @@ SPIKE_SPAN = 10 * W  # steps: three gradient spikes within this span make a find
 SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of this many rows before it
 TREND = 5            # a grad_norm median this many times its start is a rising trend
 HELD = 1.5           # and is this many times the highest SPIKE_ROWS-row median before it
+ABOVE_UPPER = 5      # and this many times the upper level of the 2 × SPIKE_ROWS rows before it (_upper_level)
 
 
 # ---------------------------------------------------------------------------------------- grad_spikes
@@ -144,14 +145,29 @@ HELD = 1.5           # and is this many times the highest SPIKE_ROWS-row median 
 def _spikes(series: RunSeries, n: int, lo: int) -> np.ndarray:
     """``rolling.spikes`` of grad_norm's first n rows (rows lo..), each also above HELD × the highest level the norm
     held before it (its running maximum 10-row median): a norm that alternates between steps with and without uniform
-    groups jumps 5× over a median of quiet rows, back to where it has often been, and that is no spike."""
+    groups jumps 5× over a median of quiet rows, back to where it has often been, and that is no spike; nor is a norm
+    5× above a median that rows of next to no gradient pulled down (``_upper_level``)."""
     values = series.finite(GRAD_SIGNAL)[1][:n]
     flags = rolling.spikes(values, SPIKE_ROWS, lo)
     peak = series.running(GRAD_SIGNAL, SPIKE_ROWS * series.interval_of(GRAD_SIGNAL), "median", "max", 0)
     held = np.fmax(0.0, peak[max(lo - 1, 0):n - 1])  # the running maximum up to the row before each
     if lo == 0 and n:
         held = np.concatenate(([0.0], held))
-    return flags & (values[lo:] > HELD * held)
+    flags &= values[lo:] > HELD * held
+    for i in np.flatnonzero(flags):  # few rows: the flagged ones
+        upper = _upper_level(values[max(0, lo + i - 2 * SPIKE_ROWS):lo + i])
+        flags[i] = upper is None or values[lo + i] > ABOVE_UPPER * upper
+    return flags
+
+
+def _upper_level(past: np.ndarray) -> float | None:
+    """The median of the rows within a decade of the highest of ``past``, when they are a quarter of it or more and
+    the rest lie further below: the upper of two levels a norm alternates between (a step whose groups were nearly all
+    uniform leaves little more than the KL term's gradient). None for a norm of one level, or too few rows."""
+    if len(past) < SPIKE_ROWS:
+        return None
+    top = past >= 0.1 * past.max()
+    return float(np.median(past[top])) if 0.25 * len(past) <= top.sum() < len(past) else None
 
 
 def _not_after_collapse(series: RunSeries, steps: np.ndarray) -> np.ndarray:
@@ -305,7 +321,9 @@ GRAD_SPIKES = Rule(
                 "docs/field-reports.md#gradient-norm-above-max_grad_norm"),
     read="Among the steps that had a gradient (grad_norm above 0.001: a step whose groups were all uniform has "
          "none), three or more spikes within 100 steps (a spike is above the median of the 10 logged values "
-         "before it by 10 MADs and 5×, and 1.5× the highest such median before it), dated from the first of "
+         "before it by 10 MADs and 5×, and 1.5× the highest such median before it, and 5× the median of the 20 "
+         "rows before it that lie within a decade of their highest, where those are a quarter of them or more: "
+         "rows with next to no gradient do not lower the reference), dated from the first of "
          "the three, or a median 5× its start (dated from the first row past 5× the start that most later rows stay "
          "past). grad_norm above max_grad_norm alone is expected: it is logged before clipping.",
 )

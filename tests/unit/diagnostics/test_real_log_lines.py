@@ -1228,3 +1228,15 @@ def test_a_summary_printed_before_a_runs_last_dicts_ends_no_run(store, tmp_path)
                              + [line for line in relaunch if line.startswith("{'loss'")]) + "\n", encoding="utf-8")
     runs = import_runs(store, log, fmt="trl_console")
     assert [len(store.metrics(r.run_id)) for r in runs] == [14, 1]
+
+
+def test_rows_with_almost_no_gradient_do_not_lower_the_spike_reference(store):
+    """A code-GRPO probe (train split) whose sibling groups mostly tie: most steps' gradient norm is 0.004-0.01, and
+    the steps whose groups differ reach 0.03-0.07, never a spike to its reader. Judged against the plain median of
+    the rows before, those steps read as gradient spikes; against the median of the recent rows within a decade of
+    their highest, they do not."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "handwritten-jsonl__a36600248-eng__code-grpo__variance-probe-qwen25coder7b-mbpp" / "实验结果.txt"
+    [run] = import_runs(store, log)
+    assert "grad_spikes" not in {f.rule for f in diagnose(store, run.run_id, save=False).findings}
