@@ -241,6 +241,10 @@ CATALOGUE: tuple[Metric, ...] = (
                     "rollout/truncated_ratio", "truncated", "truncated_ratio", "clipped_ratio",
                     "is_truncated/mean"),  # prime-rl's orchestrator
            note="≈0.6 is normal for distilled reasoning models, ≈0.98 is not (docs/health-ranges.md#truncated-share)", domain=SHARE),
+    Metric("completions/num_eos", "completions of the batch that ended with EOS: TRL PPO/RLOO's val/num_eos_tokens",
+           group="length", aliases=("val/num_eos_tokens",),
+           note="0 = no completion ended: every one ran to response_length (docs/health-ranges.md#truncated-share)",
+           domain=NONNEG),
     Metric("completions/mean_terminated_length", "mean length of completions that ended with EOS",
            unit="tokens", group="length", domain=NONNEG),
     # ---- advantages

@@ -53,6 +53,7 @@ def length_metric(series: RunSeries) -> str:
     """The completion length the run logs: the training batch's, else the validation rows'."""
     return LENGTH if series.has(LENGTH) or not series.has(EVAL_LENGTH) else EVAL_LENGTH
 CLIPPED = "completions/clipped_ratio"
+NUM_EOS = "completions/num_eos"  # TRL PPO/RLOO: how many completions of the batch ended with EOS
 
 
 def length_cap(series: RunSeries) -> tuple[float | None, str]:
@@ -281,20 +282,28 @@ AT_CAP = 0.95  # of the cap: a mean length this close to it is most completions 
 def _truncation_detect(series: RunSeries, since):
     if series.has(CLIPPED):
         return level(series, CLIPPED, since, lambda m: m >= 0.8, min_periods=1)
+    if series.has(NUM_EOS):  # a step where no completion ended with EOS cut them all at response_length
+        lo, steps, values = rows(series, NUM_EOS, since)
+        return steps, _most_rows(values == 0, series.rows(W, NUM_EOS), lo)
     # No clipped_ratio (old TRL, hand-written loops): a step whose mean length is within 5% of the cap cut most of its
     # completions (an answer that ends on its own stops well short of a cap that others reach: a mean of 190 of 200
     # leaves no room for many of them); 80% of the rows of a 10-step window, or of the first 3 rows or more, at the cap
     lo, steps, values = rows(series, LENGTH, since)
     cap, _ = length_cap(series)
-    at_cap = (values >= AT_CAP * cap).astype(np.float64)
+    return steps, _most_rows(values >= AT_CAP * cap, series.rows(W, LENGTH), lo)
+
+
+def _most_rows(cut: np.ndarray, window: int, lo: int) -> np.ndarray:
+    """80% of the rows of a window (or of the first 3 rows or more) cut at the cap, from row lo on."""
     with np.errstate(invalid="ignore"):
-        return steps, rolling.rolling(at_cap, series.rows(W, LENGTH), "mean", lo, min_periods=3) >= 0.8
+        return rolling.rolling(cut.astype(np.float64), window, "mean", lo, min_periods=3) >= 0.8
 
 
 def _truncation_gate(series: RunSeries) -> Skip | None:
-    if series.has(CLIPPED) or length_cap(series)[0] is not None:
+    if series.has(CLIPPED) or series.has(NUM_EOS) or length_cap(series)[0] is not None:
         return None
-    return needs("completions/clipped_ratio, or a known max_completion_length beside completions/mean_length")
+    return needs("completions/clipped_ratio (or TRL PPO's val/num_eos_tokens), or a known max_completion_length "
+                 "beside completions/mean_length")
 
 
 def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -302,6 +311,9 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
     cap, cap_text = length_cap(series)
     if series.has(CLIPPED):
         evidence = [smoothed_evidence(series, CLIPPED, ep.last, "share of completions cut at the cap")]
+    elif series.has(NUM_EOS):
+        evidence = [smoothed_evidence(series, NUM_EOS, ep.last, "completions that ended with EOS: none, so every "
+                                      "one ran to response_length")]
     else:
         evidence = [smoothed_evidence(series, LENGTH, ep.last, "the mean length is at the cap: most completions cut")]
     for name, note in (("completions/mean_terminated_length", "mean length of the completions that ended"),
@@ -330,16 +342,23 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
     return Explanation("critical" if severe else "warning", evidence, causes, fixes)
 
 
+def _truncation_read_off(series: RunSeries) -> tuple:
+    if series.has(CLIPPED):
+        return CLIPPED, +1
+    return (NUM_EOS, -1, 0.0) if series.has(NUM_EOS) else (LENGTH, +1)
+
+
 TRUNCATION = Rule(
     id="truncation", title="Most completions are truncated at the length cap",
-    requires=((CLIPPED, LENGTH),), detect=_truncation_detect, explain=_truncation_explain, gate=_truncation_gate,
-    read_off=lambda series: (CLIPPED if series.has(CLIPPED) else LENGTH, +1),
+    requires=((CLIPPED, NUM_EOS, LENGTH),), detect=_truncation_detect, explain=_truncation_explain, gate=_truncation_gate,
+    read_off=_truncation_read_off,
     references=("docs/troubleshooting.md#truncation-zeroes-the-reward",
                 "docs/field-reports.md#shorter-outputs-from-truncation",
                 "docs/field-reports.md#high-truncation-in-reasoning-models"),
     read="The 10-step median of completions/clipped_ratio is 0.8 or more (0.6 is normal for distilled "
          "reasoning models, 0.98 is not); without clipped_ratio, 80% of the last 10 steps (or of the first 3 or more) "
-         "have a mean length within 5% of the cap (recorded, or the ceiling the mean hits exactly again and again). "
+         "have a mean length within 5% of the cap (recorded, or the ceiling the mean hits exactly again and again), "
+         "or (TRL PPO/RLOO) no completion ending with EOS (val/num_eos_tokens 0). "
          "Critical when frac_reward_zero_std is also ≥ 0.9: truncation has zeroed the reward signal.",
 )
 

@@ -1240,3 +1240,17 @@ def test_rows_with_almost_no_gradient_do_not_lower_the_spike_reference(store):
     log = CORPUS / "handwritten-jsonl__a36600248-eng__code-grpo__variance-probe-qwen25coder7b-mbpp" / "实验结果.txt"
     [run] = import_runs(store, log)
     assert "grad_spikes" not in {f.rule for f in diagnose(store, run.run_id, save=False).findings}
+
+
+def test_a_ppo_run_whose_completions_never_end_with_eos_is_named_as_truncation(store):
+    """A TRL PPO run (train split) logs no clipped ratio and no length, but ``val/num_eos_tokens``: how many completions
+    of the batch ended with EOS. It is 0 at every step, so every completion ran to ``response_length`` and the reward
+    model scored cut text: ``truncation`` from the first rows, its evidence that count."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "trl-state__vedang1308__rlaif__qwen25-05b-gsm8k-ppo-38step" / "trainer_state.json"
+    [run] = import_runs(store, log)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    truncation = found["truncation"]
+    assert truncation.severity in ("warning", "critical") and truncation.onset_step <= 3
+    assert truncation.evidence[0].metric == "completions/num_eos" and truncation.evidence[0].value == 0
