@@ -380,6 +380,23 @@ KNOWN_FAILURES = {
         "relaunch); their dicts carry no step, so the reader numbers them by row (1-5, 1-865, 1) where the import "
         "steps them by the notebook's logging_steps 10 (the trainer's own was 2). Split into its 3 runs since the "
         "real run's last dicts, printed after its summary, carry its num_tokens on (test_real_log_lines)",
+    # Batch 64 (2026-12-05): its train-split first-contact failures.
+    "handwritten-csv__m1chae11u__llm-ad-integration__llama31-8b-reinforce-ads-2000q/training_log.csv":
+        "batch 64: a REINFORCE loop's CSV, one row per update, with columns batch_idx (restarting every epoch), "
+        "global_batch_idx (0-62) and query_idx (0-2008, its reader's step); batch_idx, named like a step counter, is "
+        "read as the step, so the 2,000 rows fold onto 19 steps",
+    "trl-console__joy-swang__r1-aqa-omni__qwen25-omni-7b-avqa-grpo-500step/output.log":
+        "batch 64: a healthy 500-step audio-QA run warned grad_spikes: pre-clip norms of 39 and 48 (steps 134, 178) "
+        "and others 2-3x against a noisy median of ~5, each gone the next step; its reader calls them noise under "
+        "the clip at 1.0",
+    "notebook__thetharz__c-code-scanner-and-vulnerability-identifier__qwen3-4b-cwe-similarity-grpo-100step/"
+    "Qwen3_(4B)-GRPO.ipynb":
+        "batch 64: GRPO on an SFT-trained LoRA whose reference is the adapter-free base: KL 1.36 from step 1 (a "
+        "mismatch at the start, info at beta 0.001) is warned as kl_blowup (past 1 nat per token), and a length "
+        "that swings 18-749 tokens with 2 prompts a step as length_shrink; its reader calls the run healthy",
+    "notebook__surfiniaburger__openenv__gptoss-20b-dipg-safety-grpo-372step/dipg-rl.ipynb":
+        "batch 64: the same SFT-then-GRPO setup (KL 1.9 at the first logged step, ~1.2 after) warned "
+        "kl_mismatch_at_start as critical; its reader lists that as acceptable but calls the run healthy",
 }
 
 

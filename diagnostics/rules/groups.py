@@ -15,6 +15,7 @@ from grpo_doctor.diagnostics.rules.base import (
     Rule,
     W,
     at,
+    began,
     first_present,
     level,
     medians,
@@ -74,11 +75,31 @@ def _uniform_detect(series: RunSeries, since):
         return level(series, name, since, lambda m: np.abs(m) <= 1e-12)
     # nothing logs the groups' spread: the update exactly 0 (grad_norm and the loss, or the policy loss a loop logs
     # instead) in most steps of the window, as a loop that skips the backward pass when every advantage is 0 logs it
+    if not series.has("grad_norm"):  # nor the update: a batch's mean reward the same to the last digit for W steps
+        return _same_reward(series, since)  # running means every completion scored alike (all 0, or all solved)
     lo, steps, _ = rows(series, "grad_norm", since)
     loss = first_present(series, "loss", "policy_loss") or "loss"
     with np.errstate(invalid="ignore"):
         return steps, (series.roll("grad_norm", W, "median", lo, 3) <= 1e-9) \
             & (np.abs(series.asof_roll(loss, W, steps, "median")) <= 1e-9)
+
+
+def _uniform_dated(series: RunSeries, step: int) -> int:
+    """Where uniform groups the detector first saw at ``step`` began: read off the metric that says so (see
+    _uniform_read_off), or, with only the reward to go by, the first of the steps its value has held since."""
+    if uniform_metric(series) == "reward" and not series.has("grad_norm"):
+        steps, values = series.finite("reward")
+        end = int(np.searchsorted(steps, step, side="right"))
+        moved = np.flatnonzero(values[:end] != values[end - 1]) if end else []
+        return int(steps[moved[-1] + 1]) if len(moved) else int(steps[0]) if end else step
+    what = _uniform_read_off(series)
+    return began(series, what[0], what[1], step, *what[2:]) if what else step
+
+
+def _same_reward(series: RunSeries, since):
+    lo, steps, _ = rows(series, "reward", since)
+    with np.errstate(invalid="ignore"):
+        return steps, series.roll("reward", W, "max", lo) - series.roll("reward", W, "min", lo) <= 0.0
 
 
 def _uniform_read_off(series: RunSeries) -> tuple | None:
@@ -165,15 +186,24 @@ _NO_SPREAD = {True: "the batch's rewards do not spread at all: every completion 
                      "alike"}
 
 
+def _uniform_note(series: RunSeries, name: str, observed: float) -> str:
+    if name in ("frac_reward_zero_std", "advantage/std"):
+        return "10-step median"
+    if name in SPREAD:
+        return _NO_SPREAD[bool(observed <= 1e-9)]
+    if name == "policy_loss":
+        return "10-step median: the policy-gradient loss is exactly 0 in most steps (every advantage 0)"
+    if series.has("grad_norm"):
+        return "10-step median: the update (loss and grad_norm) is exactly 0 in most steps"
+    return "the batch's mean reward has been exactly this for 10 steps running: every completion scored the same"
+
+
 def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     name = uniform_metric(series)
     observed = smoothed(series, name, ep.last)
-    note = ("10-step median" if name in ("frac_reward_zero_std", "advantage/std") else
-            _NO_SPREAD[bool(observed <= 1e-9)] if name in SPREAD else
-            "10-step median: the policy-gradient loss is exactly 0 in most steps (every advantage 0)"
-            if name == "policy_loss" else "10-step median: the update (loss and grad_norm) is exactly 0 in most steps")
-    evidence = [smoothed_evidence(series, name, ep.last, note), at(series, name, ep.onset, "onset")]
+    evidence = [smoothed_evidence(series, name, ep.last, _uniform_note(series, name, observed)),
+                at(series, name, ep.onset, "onset")]
     top = _solved(series, name, ep) if name in SPREAD else None
     if top is not None:  # success, not a lack of signal: those prompts have nothing left to teach
         return _solved_explain(series, ep, evidence, top)
@@ -250,8 +280,9 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
 UNIFORM_GROUPS = Rule(
     id="uniform_groups", title="Groups score all alike: advantage ≈ 0, no learning signal",
     follows_from=("truncation", "entropy_collapse", "kl_blowup"),
-    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, "grad_norm", "policy_loss"),), detect=_uniform_detect,
-    explain=_uniform_explain, read_off=_uniform_read_off,
+    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, "grad_norm", "policy_loss", "reward"),),
+    detect=_uniform_detect,
+    explain=_uniform_explain, dated_by=_uniform_dated,
     open_after=3,
     references=("docs/troubleshooting.md#advantage-std-near-0",
                 "docs/field-reports.md#no-learning-signal",
@@ -264,7 +295,9 @@ UNIFORM_GROUPS = Rule(
          "critical; info when those batches scored the top tenth of what the run has scored, after a rise: the model "
          "solves those prompts); with none of these, loss (or the policy loss) and grad_norm both exactly 0 in most "
          "steps (critical), or, with no "
-         "grad_norm, a policy-gradient loss exactly 0 in most steps (every advantage 0). Compare with the share "
+         "grad_norm, a policy-gradient loss exactly 0 in most steps (every advantage 0), or, with only the reward "
+         "logged, a batch mean reward exactly the same for 10 steps running (critical; dated from the first of them). "
+         "Compare with the share "
          "expected by chance, p^G + (1−p)^G for a binary reward with success rate p: far above it means the samples "
          "lack variety; close to it means the task is too easy or too hard for this G.",
 )

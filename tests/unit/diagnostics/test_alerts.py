@@ -64,7 +64,8 @@ def test_the_callback_posts_alerts(tmp_path, webhook):
     callback.on_train_begin(args, state, control)
     for step in range(1, 31):
         state.global_step = step
-        callback.on_log(args, state, control, logs={"loss": math.nan if step >= 20 else 0.01, "reward": 0.5})
+        callback.on_log(args, state, control, logs={"loss": math.nan if step >= 20 else 0.01,
+                                                         "reward": 0.5 + 0.01 * (step % 3)})
     callback.on_train_end(args, state, control)  # posts go out from a worker thread: the end waits for them
     assert len(received) == 1 and "run 'r'" in received[0]["text"] and "since step 20" in received[0]["text"]
     assert not control.should_training_stop  # alerts alone never stop training
@@ -193,7 +194,8 @@ def test_forecasts_are_posted_and_can_stop_a_run_only_when_opted_in(tmp_path, we
         callback.on_train_begin(args, state, control)
         for step in range(1, 31):
             state.global_step = step
-            callback.on_log(args, state, control, logs={"loss": 0.01, "reward": 0.5, "entropy": entropy_halving(step)})
+            callback.on_log(args, state, control, logs={"loss": 0.01, "reward": 0.5 + 0.01 * (step % 3),
+                                                         "entropy": entropy_halving(step)})
             if control.should_training_stop:
                 break
         callback.on_train_end(args, state, control)

@@ -1254,3 +1254,20 @@ def test_a_ppo_run_whose_completions_never_end_with_eos_is_named_as_truncation(s
     truncation = found["truncation"]
     assert truncation.severity in ("warning", "critical") and truncation.onset_step <= 3
     assert truncation.evidence[0].metric == "completions/num_eos" and truncation.evidence[0].value == 0
+
+
+def test_a_mean_reward_that_holds_to_the_last_digit_is_named_as_uniform_groups_from_its_first_step(store):
+    """An AReaL run's curve export (train split) logs the batch's mean reward and nothing of its spread or of the
+    update. The reward slides to exactly 0.0 at step 105 and holds there to the end: every completion scores the same,
+    so no group has a signal. ``uniform_groups`` names it once 10 steps hold the same value, dated from the first."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "handwritten-csv__foosynaptic__kimi3-align__areal-qwen3-4b-gsm8k-p6v1-opd-151step" \
+        / "p6-mopd-p1teacher-24gpu.csv"
+    [run] = import_runs(store, log)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    uniform = found["uniform_groups"]
+    assert uniform.severity == "critical"
+    steps, values = store.series(run.run_id, ["reward"])["reward"]
+    assert uniform.onset_step == int(steps[values != 0.0][-1]) + 1 == 105
+    assert "exactly this for 10 steps running" in uniform.evidence[0].note

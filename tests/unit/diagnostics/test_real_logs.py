@@ -123,9 +123,11 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # 372 after batch 59; 292 of 386 after batch 60; 294 with a run that never trained named from its first 3 rows and
 # an entropy below 0.01 nats per token from the start read as collapsed (a 10-step smoke run's zero_grad and
 # entropy_collapse); 299 of 393 after batch 61; 299 of 398 after batch 62 (its train notebook of three SageMaker
-# jobs, numbered by row by its reader, stays steps misread); 302 of 401 after batch 63.
+# jobs, numbered by row by its reader, stays steps misread); 302 of 401 after batch 63; 304 with a TRL PPO run's
+# val/num_eos_tokens of 0 read as every completion truncated; 316 of 419 after batch 64; 317 with a mean reward
+# that holds to the last digit for 10 steps read as uniform groups (an AReaL curve export's reward stuck at 0.0).
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 302
+TRAIN_NAMED = 317
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):
