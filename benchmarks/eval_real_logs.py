@@ -397,6 +397,10 @@ KNOWN_FAILURES = {
     "notebook__surfiniaburger__openenv__gptoss-20b-dipg-safety-grpo-372step/dipg-rl.ipynb":
         "batch 64: the same SFT-then-GRPO setup (KL 1.9 at the first logged step, ~1.2 after) warned "
         "kl_mismatch_at_start as critical; its reader lists that as acceptable but calls the run healthy",
+    # Batch 65 (2026-12-05): its train-split first-contact failures.
+    "handwritten-csv__m1chae11u__llm-ad-integration__llama31-8b-reinforce-ads-640q/training_log.csv":
+        "batch 65: the same loop's second run: its batch_idx, read as the step, goes back to 0 each epoch, and the "
+        "rows fold into two runs where its reader sees one of 640 updates (query_idx 0-640)",
 }
 
 

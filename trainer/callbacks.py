@@ -41,7 +41,7 @@ from grpo_doctor.diagnostics.config.keys import normalise_config
 from grpo_doctor.diagnostics.engine import RANK, Diagnoser
 from grpo_doctor.diagnostics.forecast import forecasts
 from grpo_doctor.diagnostics.importers._base import SUMMARY_KEYS
-from grpo_doctor.diagnostics.metrics.catalogue import canonical_row
+from grpo_doctor.diagnostics.metrics.names import canonical_row
 from grpo_doctor.diagnostics.report.alerts import Alerter, check_url
 from grpo_doctor.diagnostics.store import (
     RunNotFound,

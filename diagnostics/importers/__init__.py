@@ -24,7 +24,7 @@ from grpo_doctor.diagnostics.importers.crash import final_error
 from grpo_doctor.diagnostics.importers.detect import detect_format, resolve
 from grpo_doctor.diagnostics.importers.export import export_csv, export_jsonl
 from grpo_doctor.diagnostics.importers.formats import FORMATS
-from grpo_doctor.diagnostics.metrics.catalogue import DERIVED, canonical_name, canonical_row, claim_rank, mapped
+from grpo_doctor.diagnostics.metrics.names import DERIVED, canonical_name, canonical_row, claim_rank, mapped
 from grpo_doctor.diagnostics.store import safe_run_name
 
 __all__ = [

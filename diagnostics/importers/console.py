@@ -44,7 +44,8 @@ from grpo_doctor.diagnostics.importers._base import (
 )
 from grpo_doctor.diagnostics.importers.hf import run_name_for
 from grpo_doctor.diagnostics.importers.tabular import as_eval
-from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME, canonical_name
+from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME
+from grpo_doctor.diagnostics.metrics.names import canonical_name
 
 MIN_PAIRS = 3
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)\b"

@@ -22,7 +22,7 @@ from grpo_doctor.diagnostics.importers import parse
 from grpo_doctor.diagnostics.importers._base import NEW_RUN, LogFormatError, ParsedLog
 from grpo_doctor.diagnostics.importers.detect import resolve
 from grpo_doctor.diagnostics.importers.tabular import ROW_ORDER_NOTE
-from grpo_doctor.diagnostics.metrics.catalogue import canonical_row
+from grpo_doctor.diagnostics.metrics.names import canonical_row
 
 #: formats whose complete lines parse on their own (a CSV with its header line in front)
 LINE_FORMATS = frozenset({"verl_jsonl", "swift_jsonl", "jsonl", "grpo_doctor_jsonl", "csv", "wandb_csv"})

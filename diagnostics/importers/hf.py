@@ -363,7 +363,9 @@ def _console_is_swift(path: Path) -> bool:
 
 # Printed at the start of a training run: a config repr, after which the dicts belong to a new run.
 _RUN_START = re.compile(r"\b(?:GRPO|RLOO|PPO|SFT|DPO|KTO|ORPO|Online\w*)?Config\(|\bTrainingArguments\(")
-_RL_KEYS = ("reward", "rewards/", "kl", "completion_length", "completions/", "frac_reward_zero_std")
+# Keys only an RL trainer logs. TRL's GRPO logs its rewards and completions on the steps that generate, and its
+# clip_ratio/* on every optimizer step: a dict with those alone (steps_per_generation > 1) is a step of the same run.
+_RL_KEYS = ("reward", "rewards/", "kl", "completion_length", "completions/", "frac_reward_zero_std", "clip_ratio/")
 
 
 def _is_rl(d: Mapping) -> bool:

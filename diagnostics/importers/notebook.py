@@ -21,7 +21,7 @@ import numpy as np
 
 from grpo_doctor.diagnostics.config.keys import normalise_config
 from grpo_doctor.diagnostics.importers._base import BAD, MISSING, NEW_RUN, LogFormatError, ParsedLog, Source, to_float
-from grpo_doctor.diagnostics.metrics.catalogue import canonical_name, mapped
+from grpo_doctor.diagnostics.metrics.names import canonical_name, mapped
 
 _NOTEBOOK = re.compile(r'\A\ufeff?\s*\{\s*"(?:cells|metadata|nbformat)"\s*:')
 _STEP_HEADER = re.compile(r"<th>\s*Step\s*</th>", re.IGNORECASE)

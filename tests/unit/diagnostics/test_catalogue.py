@@ -9,10 +9,9 @@ from grpo_doctor.diagnostics.metrics.catalogue import (
     BY_NAME,
     CATALOGUE,
     FINITE_REQUIRED,
-    canonical_name,
-    canonical_row,
     health,
 )
+from grpo_doctor.diagnostics.metrics.names import canonical_name, canonical_row
 
 ALIASES = [
     # (framework, logged key, canonical name)

@@ -1271,3 +1271,28 @@ def test_a_mean_reward_that_holds_to_the_last_digit_is_named_as_uniform_groups_f
     steps, values = store.series(run.run_id, ["reward"])["reward"]
     assert uniform.onset_step == int(steps[values != 0.0][-1]) + 1 == 105
     assert "exactly this for 10 steps running" in uniform.evidence[0].note
+
+
+def test_a_trl_console_that_logs_its_rewards_every_other_step_is_one_run(store, tmp_path):
+    """A TRL GRPO console (train split) with steps_per_generation 2: the dict of a step that generated holds the
+    rewards and completions, the next one only loss, entropy and clip_ratio/* (logged on every step). Those are GRPO's own metrics, not an
+    SFT phase, so the dicts alternate within one run, numbered 1, 2, 3, ... with the rewards on every other step."""
+    source = CORPUS / "trl-console__iamseungpil__gpt-oss__gptoss-20b-arc-dapo-uniform-100step" / "output.log"
+    log = tmp_path / "output.log"
+    log.write_text("".join(lines_of(source, 31, 32, 38, 39, 45, 46)), encoding="utf-8")
+    [run] = import_runs(store, log)
+    series = store.series(run.run_id, ["clip_ratio/region_mean", "rewards/reward_function/mean"])
+    assert list(series["clip_ratio/region_mean"][0]) == [1, 2, 3, 4, 5, 6]
+    assert list(series["rewards/reward_function/mean"][0]) == [1, 3, 5]
+
+
+def test_verl_names_flattened_without_their_role_are_read(store, tmp_path):
+    """A SWE-bench GRPO run's curve export (train split) copies verl's critic/score/mean and critic/score/max as
+    ``score_mean`` and ``score_max``: the same words without the role, read as the reward and its batch maximum."""
+    source = CORPUS / "handwritten-csv__blia0006__swe-rl-verified__qwen25coder-3b-swebench-grpo-31step" / "reward_curve.csv"
+    log = tmp_path / "reward_curve.csv"
+    log.write_text("".join(lines_of(source, 1, 2, 3, 4, 5)), encoding="utf-8")
+    [run] = import_runs(store, log)
+    series = store.series(run.run_id)
+    assert {"reward", "reward_max", "grad_norm", "policy_loss"} <= set(series)
+    assert series["reward_max"][1][1] == 1.0

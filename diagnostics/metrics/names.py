@@ -1,0 +1,169 @@
+"""Logged keys onto catalogue names. ``canonical_name`` maps a key from TRL (current and old), verl, OpenRLHF,
+ms-swift, open-instruct, NeMo-RL or slime, with or without wandb's / TensorBoard's ``train/`` prefix, onto a
+canonical name (unknown keys keep their own name); ``canonical_row`` maps a logged row, with the metrics its keys
+determine (``derive``)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME, CATALOGUE
+
+_ALIASES: dict[str, str] = {alias: m.name for m in CATALOGUE for alias in m.aliases}
+_PREFIXES = ("train/", "train_", "env/all/")
+# tinker-cookbook's test-set evaluator logs ``test/env/all/<metric>`` (tinker_cookbook/rl/metric_util.py).
+_EVAL_PREFIXES = ("eval/", "eval_", "test/env/all/")
+# Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``.
+_REWARD_FN = re.compile(r"^rewards?/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")
+# A hand-written loop's per-function rewards: ``mean_format_reward``, ``answer_reward``, ``format_reward_mean``; and
+# prime-rl's (its orchestrator logs each rubric function's mean as ``metrics/<fn>``: ``metrics/exact_match_reward``).
+_LOOP_REWARD_FN = re.compile(r"^(?:mean_|avg_)?(?P<fn>[a-z0-9]+(?:_[a-z0-9]+)*?)_rewards?(?:_(?P<stat>mean|std))?$")
+_NOT_FUNCTIONS = frozenset({"mean", "avg", "total", "train", "eval", "val", "batch", "group", "raw", "sum", "max",
+                            "min", "std", "shaped", "final", "episode", "reward", "kl", "non_score", "rlhf",
+                            "score"})
+
+
+def canonical_name(key: str) -> str:
+    """The catalogue name for a logged key, or the key itself (``train/`` prefix removed) if unknown. A
+    validation metric keeps its ``eval/`` prefix before its canonical name."""
+    if key in BY_NAME:
+        return key
+    for prefix in _EVAL_PREFIXES:
+        if key.startswith(prefix):
+            return "eval/" + canonical_name(key[len(prefix):])
+    if key in _ALIASES:
+        return _ALIASES[key]
+    bare = key
+    for prefix in _PREFIXES:
+        if key.startswith(prefix):
+            bare = key[len(prefix):]
+            break
+    if bare in BY_NAME:
+        return bare
+    if bare in _ALIASES:
+        return _ALIASES[bare]
+    match = _REWARD_FN.match(bare)
+    if match and match["fn"] not in ("mean", "std", "max", "min"):
+        return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
+    match = _LOOP_REWARD_FN.match(bare.removeprefix("metrics/"))
+    if match and match["fn"] not in _NOT_FUNCTIONS:
+        return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
+    return _by_suffix(bare) or _by_words(bare) or bare
+
+
+# Name resolution after the exact aliases (the passes rldoctor uses, too): the last path segment when it names one
+# metric on its own (``policy/entropy`` → entropy), then the set of words (``response_length_mean`` →
+# completions/mean_length). A segment that says only which statistic (mean, std, ...) is no name, and a prefix that
+# says the value is of something else (a prompt, a validation split, a timer) keeps the key its own.
+_GENERIC_TAILS = frozenset({"mean", "std", "max", "min", "avg", "sum", "count", "n", "value", "total", "median"})
+_OTHER_PREFIXES = ("prompt", "val", "eval", "test", "timing", "perf", "time", "critic",
+                   "response_length", "global_seqlen", "sampling", "rollout_corr", "tool", "memory", "system")
+
+
+# An RL loop's return ("mean_ret", "avg_return") is a completion's reward: one step per episode.
+_SYNONYMS = {"len": "length", "avg": "mean", "average": "mean", "resp": "response", "gen": "completion",
+             "generation": "completion", "rewards": "reward", "ret": "reward", "return": "reward"}
+
+
+def _tokens(key: str) -> frozenset[str]:
+    """The words of a key, with common abbreviations spelt out (``avg_resp_len`` → mean, response, length)."""
+    return frozenset(_SYNONYMS.get(t, t) for t in re.split(r"[^a-z0-9]+", key.lower()) if t)
+
+
+_SINGLE: dict[str, str] = {k: v for k, v in {**_ALIASES, **{m.name: m.name for m in CATALOGUE}}.items() if "/" not in k}
+_TOKENS: dict[frozenset[str], str] = {}
+for _metric in CATALOGUE:
+    for _name in (_metric.name, *_metric.aliases):
+        _TOKENS.setdefault(_tokens(_name), _metric.name)
+# verl's keys without their role (``critic/``, ``actor/``), as a loop that copies them flattens them: ``score_mean``
+# is critic/score/mean, the reward
+for _metric in CATALOGUE:
+    for _name in _metric.aliases:
+        _role, _sep, _rest = _name.partition("/")
+        if _sep and _role in ("critic", "actor"):
+            _TOKENS.setdefault(_tokens(_rest), _metric.name)
+
+
+def _by_words(key: str) -> str | None:
+    """The metric whose name has the same words, or the same words but a ``mean`` (``loss_avg`` → loss), or a loss
+    with a ``sum`` (``loss:sum``: the loss rules judge finiteness and spikes, which a sum keeps)."""
+    words = _tokens(key)
+    if len(words) > 1 and "mean" in words:
+        return _TOKENS.get(words) or _TOKENS.get(words - {"mean"})
+    if len(words) > 1 and "sum" in words:
+        name = _TOKENS.get(words - {"sum"})
+        return name if name in BY_NAME and BY_NAME[name].group == "loss" else _TOKENS.get(words)
+    return _TOKENS.get(words)
+
+
+def _by_suffix(key: str) -> str | None:
+    head, sep, tail = key.rpartition("/")
+    if not sep or tail in _GENERIC_TAILS or head.lower().startswith(_OTHER_PREFIXES):
+        return None
+    return _SINGLE.get(tail) or _SINGLE.get(tail.lower())
+
+
+def mapped(key: str) -> bool:
+    """Whether a logged key resolves to a metric the diagnoser judges (a catalogue name or a reward function)."""
+    name = canonical_name(key)
+    name = name[5:] if name.startswith("eval/") else name
+    return name in BY_NAME or bool(_REWARD_FN.match(name))
+
+
+def canonical_row(row: Mapping[str, float]) -> dict[str, float]:
+    """A logged row under canonical names, plus the metrics its keys determine (``derive``).
+
+    When several keys of the row claim one canonical name (verl's ``actor/kl_loss`` next to a
+    ``kl``), the key already spelt canonically wins, then the earlier alias in the catalogue; the
+    others keep their own names, so no value overwrites another."""
+    claims: dict[str, list[str]] = {}
+    for key in row:
+        claims.setdefault(canonical_name(key), []).append(key)
+    out: dict[str, float] = {}
+    for name, keys in claims.items():
+        keys.sort(key=lambda k: claim_rank(k, name))
+        out[name] = row[keys[0]]
+        for other in keys[1:]:
+            out[other] = row[other]
+    return derive(out)
+
+
+def claim_rank(key: str, name: str) -> tuple[int, int]:
+    if key == name:
+        return (0, 0)
+    aliases = BY_NAME[name].aliases if name in BY_NAME else ()
+    bare = key.split("/", 1)[1] if key.startswith("train/") else key
+    for rank, alias in enumerate(aliases):
+        if alias in (key, bare):
+            return (1, rank)
+    return (1 if bare == name else 2, len(aliases))
+
+
+def derive(row: dict[str, float]) -> dict[str, float]:
+    """Fill metrics that other logged keys determine (only where the row lacks them)."""
+    if "advantage/abs_max" not in row and "advantage/max" in row and "advantage/min" in row:
+        row["advantage/abs_max"] = max(abs(row["advantage/max"]), abs(row["advantage/min"]))
+    if "reward_gap" not in row and "reward_max" in row and "reward_min" in row:
+        row["reward_gap"] = row["reward_max"] - row["reward_min"]
+    for target, sources, how, _ in DERIVED:
+        if target not in row and all(k in row for k in sources):
+            value = how(*(row[k] for k in sources))
+            if value == value:
+                row[target] = value
+    return row
+
+
+#: Catalogue metrics a framework logs only as a complement or a count: (metric, the keys (canonical) it is made from,
+#: how, how the import note writes it).
+DERIVED = (
+    ("completions/clipped_ratio", ("val/stop_rate",), lambda stop: 1.0 - stop, "1 − {0}"),  # open-instruct
+    # tinker-cookbook's share of groups whose rewards differ (tinker_cookbook/rl/metric_util.py)
+    ("frac_reward_zero_std", ("by_group/frac_mixed",), lambda mixed: 1.0 - mixed, "1 − {0}"),
+    # a loop that counts the groups it dropped for uniform rewards (tinker's remove_constant_reward_groups)
+    ("frac_reward_zero_std", ("groups_skipped", "groups_total"),
+     lambda skipped, total: skipped / total if total > 0 else math.nan, "{0} / {1}"),
+    ("frac_reward_zero_std", ("groups/all_correct", "groups/all_wrong"), lambda right, wrong: right + wrong,
+     "{0} + {1}"),
+)
