@@ -115,8 +115,16 @@ def reward_rising(series: RunSeries, step: int, share: float = 1.0, name: str = 
 
 def flat_ended_in_a_gain(series: RunSeries, step: int) -> bool:
     """A flat reward that resolved at ``step`` ended in a gain: the reward's 20-step median there, and the task's
-    reward's where one is logged beside shaping terms, stand above their start by more than the noise."""
-    return all(reward_rising(series, step, name=name) for name in ("reward", _task_reward(series)) if name)
+    reward's where one is logged beside shaping terms, stand above their start by more than the noise, or trend
+    upward over every row up to it (Mann–Kendall z above Z_TREND: a rise too slow for a window to show)."""
+    return all(reward_rising(series, step, name=name) or _trends_up(series, name, step)
+               for name in ("reward", _task_reward(series)) if name)
+
+
+def _trends_up(series: RunSeries, name: str, step: int) -> bool:
+    steps = series.finite(name)[0]
+    row = int(np.searchsorted(steps, step, side="right")) - 1
+    return row >= TREND_MIN - 1 and float(trend_z(series, name, row)[0]) > Z_TREND
 
 
 def rose_after(series: RunSeries, step: int) -> bool:
@@ -164,8 +172,9 @@ def _flat_parts(series: RunSeries, name: str, since) -> tuple[np.ndarray, np.nda
     start = start_window(series, name)
     # The best of many short windows of a long noisy log is a lucky one, and a short run has too few windows: the
     # trend over every row judges these (as information: a reward that rose early and holds has no trend either)
-    z = np.abs(trend_z(series, name, lo))
-    z[:max(0, TREND_MIN - 1 - lo)] = 0.0
+    signed = trend_z(series, name, lo)
+    signed[:max(0, TREND_MIN - 1 - lo)] = 0.0
+    z = np.abs(signed)
 
     def highest(done: int, so_far: np.ndarray) -> np.ndarray:  # a reward that once trended clearly is no flat one
         fresh = np.abs(trend_z(series, name, done))
@@ -181,7 +190,8 @@ def _flat_parts(series: RunSeries, name: str, since) -> tuple[np.ndarray, np.nda
         # coarse steps (solved 1 of 16) moves its median a step at a time
         clear_mean = (median_gain > 0) & (mean_gain >= 2 * tolerance / MEDIAN_NOISE)
         no_gain = ((median_gain < tolerance) & ~clear_mean) | (mean_gain < tolerance / MEDIAN_NOISE)
-        return steps, judged & no_gain, no_trend
+        # a rise too slow for any window to clear the noise, over every row so far, is a gain all the same
+        return steps, judged & no_gain & ~(signed > Z_TREND), no_trend
 
 
 def _flat_began(series: RunSeries, step: int) -> int:
