@@ -352,11 +352,6 @@ KNOWN_FAILURES = {
     "other__happynessi__prefix-grpo__babyai-dapo/training_metrics_dapo.csv":
         "batch 41: a BabyAI agent's response length falls 3489 -> 976 tokens (-72%) as it reaches the goal in fewer "
         "turns while the reward rises, warned as length_shrink",
-    # Batch 45 (2026-12-04): its train-split first-contact failures, not yet worked on.
-    "notebook__insop__nano-aha-moment__qwen25-3b-countdown-46it/nano_r1.ipynb":
-        "batch 45: a hand-written loop's notebook prints two sample completions a step between its 'Iteration i/1000' "
-        "and 'KEY METRICS: {...}' lines; their text ('Reward: 0.0, Response Length: 708', a model's 'Step 1:') reads "
-        "as metric lines and step counters (the dicts alone read right: test_real_log_lines)",
     # Batch 47 (2026-12-04): its train-split first-contact failures, not yet worked on.
     "handwritten-jsonl__rohunagrawal__reward-hacking-entropy__llama32-3b-easy-g-llmjudge-restarted/metrics.jsonl":
         "batch 47: one job relaunched from scratch twice into the same file (steps 0-24, 0, 0-20; no config or banner "

@@ -15,12 +15,14 @@ notebook's progress table, tab-, ``|``- or space-separated).
     |    1 |      0.000000 | 0.1250 |   0.231455 | 0.0 |
 
 The step is the line's own: a step or iteration key (``step=12``, ``Step 12``, ``iter 12/500``), else an ``(i/N)``
-or ``[i/N]`` counter (which continues across epochs when it starts again as the epoch goes up), else the line order.
+or ``[i/N]`` counter (which continues across epochs when it starts again as the epoch goes up; a progress bar's
+``1/1000 [`` takes the number a line of the same loop gave just before, ``Iteration 0/1000``), else the line order.
 A line with a step word and no metrics (``Step 12: generating 2 candidates...``) heads the metric lines after it that
 carry no step of their own; one metric a line under such step lines is that step's row (NeMo-RL's ``===== Step 2/50
 =====`` over ``• Loss: 0.02``, ``• Avg Reward: 0.27``), and one printed before each step line that carries a metric
 joins it (``Average Reward: 0.71`` over ``Iteration 1/1, Step 1/500, loss: 0.0``). Progress bars that carry no metric
-the catalogue knows (a generator's ``Processed prompts: 92%|...``) are no rows. A list of per-completion scores
+the catalogue knows (a generator's ``Processed prompts: 92%|...``) are no rows, nor is a line that numbers one sampled
+completion (``Example 1 (Reward: 0.0, Response Length: 708)``). A list of per-completion scores
 (``Rewards: [-1.0, 0.36]``, quoted or not) gives their mean, their std and whether the group scored all alike
 (``per_completion``).
 Which of these the file uses is what most of its first rows of metrics carry; a later line without that kind of step
@@ -236,9 +238,17 @@ def _step_word(line: str) -> re.Match | None:
     return counting[0] if counting else None
 
 
+# A line that numbers one sampled completion (``########## Example 1 (Reward: 0.0, Response Length: 708)``,
+# ``Sample 3: reward=1.0 len=212``): that completion's scores, not the batch's.
+_SAMPLE = re.compile(r"^\W*(?:example|sample|completion|response|generation)\s*#?\s*\d+\b", re.IGNORECASE)
+
+
 def is_row(line: str, values: dict[str, float]) -> bool:
     """Whether a line's pairs make a row of metrics: ``enough`` of them, or metrics the catalogue knows on a line
-    with a step word (``Step 5 | reward: 0.3``; a bare ``(7/30)`` may be a count of answers)."""
+    with a step word (``Step 5 | reward: 0.3``; a bare ``(7/30)`` may be a count of answers); never one sampled
+    completion's line."""
+    if _SAMPLE.match(line):
+        return False
     return enough(values) or (bool(values) and all(map(_known, values)) and _STEP_WORD.search(line) is not None)
 
 
@@ -363,6 +373,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
     header: list[str] | None = None
     leading: dict[str, float] = {}  # one-metric lines waiting for the row of their step
     leads = blocks = False
+    named: tuple[int, int] | None = None  # (step, total) of a line like "Iteration 0/1000" since the last row
     row_keys: set[str] | None = None  # the first row's keys
     for lineno, raw in iter_lines(source, path):
         line = _clean(raw)
@@ -378,6 +389,8 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
         if not any(c.isdigit() for c in line):  # no number, no metric (a cheap test before the patterns)
             continue
         values = metric_pairs(line)
+        if not values:
+            named = _named_step(line) or named
         if _noise(line, values):
             continue
         if not is_row(line, values):
@@ -413,15 +426,10 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
                 order += 1
             step = order
         elif found is not None:
-            here = found[1]
+            here, named = found[1] if found[0] != "counter" else _loop_step(found, named), None
             at_step = set(values)
             if found[0] == "counter":
-                epoch = _EPOCH.search(line)
-                epoch_n = int(epoch[1]) if epoch else None
-                if last_counter is not None and here < last_counter and epoch_n is not None and \
-                        last_epoch is not None and epoch_n > last_epoch:
-                    offset += found[2] or last_counter  # a new epoch: the counter starts again
-                last_counter, last_epoch = here, epoch_n
+                offset, last_counter, last_epoch = _epoch_offset(line, found, here, offset, last_counter, last_epoch)
             step = offset + here
         elif step is None:
             source.skip_line(f"line {lineno}", "metrics before the first step")
@@ -432,6 +440,33 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
                 continue
             at_step |= set(values)
         yield step, as_eval(values) if _EVAL_LINE.match(line) else values
+
+
+def _epoch_offset(line: str, found: tuple, here: int, offset: int, last_counter: int | None,
+                  last_epoch: int | None) -> tuple[int, int, int | None]:
+    """(offset, counter, epoch) after a row stepped by an (i/N) counter: a counter that starts again as the line's
+    epoch goes up continues from where the last epoch's left off."""
+    epoch = _EPOCH.search(line)
+    epoch_n = int(epoch[1]) if epoch else None
+    if last_counter is not None and here < last_counter and epoch_n is not None and \
+            last_epoch is not None and epoch_n > last_epoch:
+        offset += found[2] or last_counter  # a new epoch: the counter starts again
+    return offset, here, epoch_n
+
+
+def _named_step(line: str) -> tuple[int, int] | None:
+    """(step, total) of a step word with a total on a line of no metrics (``Iteration 0/1000``), else None."""
+    m = _step_word(line) if any(c.isdigit() for c in line) else None
+    return (int(m[2]), int(m[3])) if m and m[3] else None
+
+
+def _loop_step(found: tuple[str, int, int | None], named: tuple[int, int] | None) -> int:
+    """The step of a row stepped by a progress bar's count: the loop's own number for it where a line of the same
+    loop (the same total) named it just before (``Iteration 0/1000`` over ``1/1000 [01:03<…] KEY METRICS: …``: the
+    bar counts the iterations done, the loop numbers them from 0), else the count."""
+    if named is not None and named[1] == found[2] and found[1] - named[0] in (0, 1):
+        return named[0]
+    return found[1]
 
 
 def _table_step(source: Source, row: dict[str, float], lineno: int, order: int) -> Iterator[tuple[int, dict]]:

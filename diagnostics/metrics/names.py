@@ -15,8 +15,9 @@ _ALIASES: dict[str, str] = {alias: m.name for m in CATALOGUE for alias in m.alia
 _PREFIXES = ("train/", "train_", "env/all/")
 # tinker-cookbook's test-set evaluator logs ``test/env/all/<metric>`` (tinker_cookbook/rl/metric_util.py).
 _EVAL_PREFIXES = ("eval/", "eval_", "test/env/all/")
-# Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``.
-_REWARD_FN = re.compile(r"^rewards?/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")
+# Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``; a loop
+# groups them as ``reward_metrics/<fn>`` (nano-aha-moment) or ``reward_components/<fn>``.
+_REWARD_FN = re.compile(r"^(?:rewards?|reward_(?:metrics|components|breakdown))/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")
 # A hand-written loop's per-function rewards: ``mean_format_reward``, ``answer_reward``, ``format_reward_mean``; and
 # prime-rl's (its orchestrator logs each rubric function's mean as ``metrics/<fn>``: ``metrics/exact_match_reward``).
 _LOOP_REWARD_FN = re.compile(r"^(?:mean_|avg_)?(?P<fn>[a-z0-9]+(?:_[a-z0-9]+)*?)_rewards?(?:_(?P<stat>mean|std))?$")

@@ -1308,3 +1308,20 @@ def test_a_reward_that_rises_too_slowly_for_any_window_is_not_flat(store):
     [run] = import_runs(store, log)
     found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
     assert "reward_flat" not in found or found["reward_flat"].severity == "info"
+
+
+NANO_AHA = CORPUS / "notebook__insop__nano-aha-moment__qwen25-3b-countdown-46it" / "nano_r1.ipynb"
+
+
+def test_a_loop_that_numbers_its_iterations_over_a_progress_bar_keeps_its_numbers_and_its_batch_reward(store):
+    """A train-split notebook of a hand-written GRPO loop prints ``Iteration 0/1000``, two sampled completions headed
+    ``########## Example 1 (Reward: 0.0, Response Length: 708)``, then the progress bar's ``1/1000 [01:03<…]`` and
+    ``KEY METRICS: {'train/rewards': np.float64(0.09375), 'train/reward_metrics/format_reward': …}``. The steps are
+    the loop's (0-45: the bar counts iterations done), the reward is the batch's, not a sample's, and the per-function
+    rewards are reward components."""
+    [run] = import_runs(store, NANO_AHA)
+    frame = store.metrics(run.run_id)
+    assert (frame.index.min(), frame.index.max()) == (0, 45)
+    assert frame.loc[0, "reward"] == pytest.approx(0.09375) and frame.loc[1, "reward"] == pytest.approx(0.0859375)
+    assert frame.loc[0, "rewards/format_reward/mean"] == pytest.approx(0.09375)
+    assert "completions/mean_length" not in frame  # only the two samples' lengths are printed
