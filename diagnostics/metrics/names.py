@@ -167,4 +167,9 @@ DERIVED = (
      lambda skipped, total: skipped / total if total > 0 else math.nan, "{0} / {1}"),
     ("frac_reward_zero_std", ("groups/all_correct", "groups/all_wrong"), lambda right, wrong: right + wrong,
      "{0} + {1}"),
+    # old TRL PPO/RLOO log KL and entropy summed over each completion's tokens: per token, over the mean length, or
+    # over the tokens a completion has, the per-sequence entropy over the per-token one (the same completions)
+    ("kl", ("kl/per_sequence", "completions/mean_length"), lambda kl, n: kl / n if n > 0 else math.nan, "{0} / {1}"),
+    ("kl", ("kl/per_sequence", "entropy", "entropy/per_sequence"),
+     lambda kl, ent, per_seq: kl * ent / per_seq if ent > 0 and per_seq > 0 else math.nan, "{0} × {1} / {2}"),
 )

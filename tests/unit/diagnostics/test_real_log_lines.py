@@ -1325,3 +1325,23 @@ def test_a_loop_that_numbers_its_iterations_over_a_progress_bar_keeps_its_number
     assert frame.loc[0, "reward"] == pytest.approx(0.09375) and frame.loc[1, "reward"] == pytest.approx(0.0859375)
     assert frame.loc[0, "rewards/format_reward/mean"] == pytest.approx(0.09375)
     assert "completions/mean_length" not in frame  # only the two samples' lengths are printed
+
+
+CHESS_PPO = CORPUS / "trl-state__ukhan1219__pychess__distilgpt2-chess-ppo" / "trainer_state.json"
+
+
+def test_old_trl_ppo_kl_summed_over_a_completion_is_read_per_token(store):
+    """A train-split TRL PPOTrainer history (distilgpt2 playing chess moves, 125 steps) logs ``objective/kl`` and
+    ``objective/entropy`` summed over each completion's ~6 tokens, and ``policy/entropy_avg`` per token. The per-token
+    KL is the summed KL over the tokens a completion has (the summed entropy over the per-token one): 2.5 nats at
+    step 63, a critical blow-up, where the sum (11.6) says nothing of the length."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, CHESS_PPO)
+    frame = store.metrics(run.run_id)
+    row = next(r for r in json.loads(CHESS_PPO.read_text())["log_history"] if r.get("step") == 63)
+    per_token = row["objective/kl"] * row["policy/entropy_avg"] / row["objective/entropy"]
+    assert frame.loc[63, "kl"] == pytest.approx(per_token) and 2.4 < per_token < 2.7
+    assert frame.loc[63, "kl/per_sequence"] == pytest.approx(row["objective/kl"])
+    found = {f.rule: f.severity for f in diagnose(store, run.run_id, save=False).findings}
+    assert found.get("kl_blowup") == "critical"
