@@ -396,6 +396,17 @@ KNOWN_FAILURES = {
     "handwritten-csv__m1chae11u__llm-ad-integration__llama31-8b-reinforce-ads-640q/training_log.csv":
         "batch 65: the same loop's second run: its batch_idx, read as the step, goes back to 0 each epoch, and the "
         "rows fold into two runs where its reader sees one of 640 updates (query_idx 0-640)",
+    # Batch 68 (2026-12-05): its train-split first-contact failures.
+    "ms-swift__moshi1412__rl-basketball-video-highlight-detection__qwen25vl-3b-clevr-count-g2-100step/"
+    "logging_grpo100.jsonl":
+        "batch 68: a healthy ms-swift CLEVR-counting run with 2 completions per group (4 groups a step) warned "
+        "uniform_groups: frac_reward_zero_std averages 0.49-0.69 per window, what two 0/1 answers give by chance, but "
+        "the log records no num_generations to judge chance by, and the reward (1.31 -> 1.58 -> 1.48) is not rising "
+        "at the end",
+    "notebook__mikeethanh__finetune-advance__llama32-3b-vi-legal-grpo-v3-806step/2_grpo_v3.ipynb":
+        "batch 68: a healthy Unsloth run whose reward (3.0 -> 6.5) comes from a length-band reward; "
+        "match_format_approximately, taken as the task's reward by its 'match', does not rise, so it is warned "
+        "reward_flat and reward_hacking, and its length doubling toward a band the reward asks for, length_explode",
 }
 
 

@@ -131,7 +131,8 @@ def _blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
     upper = _upper(series)
     evidence = [smoothed_evidence(series, "kl", ep.onset, "onset, 10-step median"),
                 smoothed_evidence(series, "kl", ep.last, f"latest; target ≤ {number(upper, 3)}")]
-    fell = reward_fell(series, ep, "after the KL rise")
+    # a reward that fell while KL sits under HOLD × the target's top is the reward's own noise as often as the KL's doing
+    fell = reward_fell(series, ep, "after the KL rise") if now > HOLD * upper else None
     severe = now >= EXTREME or fell is not None
     evidence += [fell] if fell else []
     beta = cfg.get("beta")
@@ -181,7 +182,7 @@ KL_BLOWUP = Rule(
          "within a few steps (two of its last 3 rows past 3 × and 10 σ above the 10 rows before them), or drifted "
          "from inside the band to above 4 × its top, up by half in each half of 100 steps, the second rise half "
          "again the first (too slowly for a 10-step window); or it exceeds 1 nat per token at all (critical, as when "
-         "the reward falls after it). Info while the "
+         "the reward falls after it with KL past 4 × the target's top). Info while the "
          "median stays under 4 × the target's top (a KL settling at a new level as the run learns looks the same). "
          "It lasts while "
          "KL stays above 4 × the target's top: a KL that stopped rising far above the target has not recovered. "

@@ -277,11 +277,13 @@ LENGTH_EXPLODE = Rule(
 
 # ---------------------------------------------------------------------------------------- truncation
 AT_CAP = 0.95  # of the cap: a mean length this close to it is most completions cut
+MOST_CUT = 0.8  # clipped_ratio's 10-step median at which truncation is a warning (0.6 is normal for distilled reasoning)
+SOME_CUT = 0.2  # ... and at which it is worth a note: a fifth of the answers never arrive, and the reward sees cut text
 
 
 def _truncation_detect(series: RunSeries, since):
     if series.has(CLIPPED):
-        return level(series, CLIPPED, since, lambda m: m >= 0.8, min_periods=1)
+        return level(series, CLIPPED, since, lambda m: m >= SOME_CUT, min_periods=1)
     if series.has(NUM_EOS):  # a step where no completion ended with EOS cut them all at response_length
         lo, steps, values = rows(series, NUM_EOS, since)
         return steps, _most_rows(values == 0, series.rows(W, NUM_EOS), lo)
@@ -339,7 +341,20 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
                       current=None if cfg.get("max_completion_length") else {"max_completion_length": cap})]
     if not cfg.get("mask_truncated_completions"):
         fixes.append(make_fix(cfg, "take truncated completions out of the loss", {"mask_truncated_completions": True}))
-    return Explanation("critical" if severe else "warning", evidence, causes, fixes)
+    return Explanation("critical" if severe else "warning" if _most_cut(series, ep) else "info", evidence, causes,
+                       fixes)
+
+
+def _most_cut(series: RunSeries, ep: Episode) -> bool:
+    """Whether most completions are cut as the episode stands: the 10-step median of clipped_ratio at MOST_CUT or
+    more in the last 10 steps up to its last (always, where only a count of EOS or a mean length at the cap says so).
+    Below it, and 10 steps after it fell back under it, the share cut is worth a note, not a warning."""
+    if not series.has(CLIPPED):
+        return True
+    steps, _ = series.finite(CLIPPED)
+    end = int(np.searchsorted(steps, ep.last, side="right"))
+    recent = series.roll(CLIPPED, W, "median", 0, 1)[max(0, end - series.rows(W, CLIPPED)):end]
+    return bool(np.any(recent >= MOST_CUT))
 
 
 def _truncation_read_off(series: RunSeries) -> tuple:
@@ -349,14 +364,14 @@ def _truncation_read_off(series: RunSeries) -> tuple:
 
 
 TRUNCATION = Rule(
-    id="truncation", title="Most completions are truncated at the length cap",
+    id="truncation", title="Completions are truncated at the length cap",
     requires=((CLIPPED, NUM_EOS, LENGTH),), detect=_truncation_detect, explain=_truncation_explain, gate=_truncation_gate,
     read_off=_truncation_read_off,
     references=("docs/troubleshooting.md#truncation-zeroes-the-reward",
                 "docs/field-reports.md#shorter-outputs-from-truncation",
                 "docs/field-reports.md#high-truncation-in-reasoning-models"),
     read="The 10-step median of completions/clipped_ratio is 0.8 or more (0.6 is normal for distilled "
-         "reasoning models, 0.98 is not); without clipped_ratio, 80% of the last 10 steps (or of the first 3 or more) "
+         "reasoning models, 0.98 is not; info from 0.2: a fifth of the answers never arrive); without clipped_ratio, 80% of the last 10 steps (or of the first 3 or more) "
          "have a mean length within 5% of the cap (recorded, or the ceiling the mean hits exactly again and again), "
          "or (TRL PPO/RLOO) no completion ending with EOS (val/num_eos_tokens 0). "
          "Critical when frac_reward_zero_std is also ≥ 0.9: truncation has zeroed the reward signal.",

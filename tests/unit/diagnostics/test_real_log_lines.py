@@ -1345,3 +1345,36 @@ def test_old_trl_ppo_kl_summed_over_a_completion_is_read_per_token(store):
     assert frame.loc[63, "kl/per_sequence"] == pytest.approx(row["objective/kl"])
     found = {f.rule: f.severity for f in diagnose(store, run.run_id, save=False).findings}
     assert found.get("kl_blowup") == "critical"
+
+
+CPPO = CORPUS / "trl-state__saifutdinov2008__cppo-grpo-acceleration__qwen3-06b-dapomath-cppo-p875-63step" / "profile.json"
+
+
+def test_a_third_of_the_completions_cut_at_the_cap_is_worth_a_note(store):
+    """A train-split CPPO run (Qwen3-0.6B on DAPO-Math, a 1,024-token cap) has 27-46% of its completions truncated on
+    every step: under the 0.8 that makes truncation a warning, but a third of the answers never arrive (and score no
+    format reward), which its reader wants said. Named as info from the first steps, and a warning nowhere."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, CPPO)
+    clipped = store.metrics(run.run_id)["completions/clipped_ratio"]
+    assert 0.25 < clipped.min() and clipped.max() < 0.5
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["truncation"].severity == "info" and found["truncation"].onset_step <= 10
+
+
+UNSLOTH_T4 = CORPUS / "notebook__ymdarum__llm-finetuning-resources__qwen25-3b-gsm8k-grpo-t4-250step" / "reasoning_grpo.ipynb"
+
+
+def test_a_kl_settling_near_the_target_is_no_critical_blowup_when_a_noisy_reward_dips(store):
+    """A train-split Unsloth GRPO notebook (Qwen2.5-3B on GSM8K, beta 0.04) whose KL warms up from 0 to 0.05-0.1 by
+    step 84 while its reward, one prompt a step, swings by more than 10%: its reader calls the run healthy. The rise
+    is named as information (a KL settling at a new level), and a reward dip under a KL below 4 × the target's top
+    no longer makes it critical."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, UNSLOTH_T4)
+    kl = store.metrics(run.run_id)["kl"]
+    assert kl.loc[84:100].median() < 4 * 0.05
+    found = {f.rule: f.severity for f in diagnose(store, run.run_id, save=False).findings}
+    assert found.get("kl_blowup") == "info"

@@ -156,11 +156,12 @@ FIXTURES = [
     Fixture("outputs shrink under grpo loss", {"length_shrink": "warning"},
             metrics={"completions/mean_length": ramp(N, 200, 80)}, config={"loss_type": "grpo"},
             cause="per-sequence", fix={"loss_type": "dr_grpo"}),
-    Fixture("outputs shrink because truncation is punished", {"length_shrink": "warning", "reward_flat": "warning"},
+    Fixture("outputs shrink because truncation is punished", {"length_shrink": "warning", "reward_flat": "warning",
+                                                                 "truncation": "info"},
             metrics={"completions/mean_length": ramp(N, 400, 150), "completions/clipped_ratio": ramp(N, 0.4, 0.0),
                      "reward": 0.3 + noise(N, 0.03, 7)},  # shorter, and no better for it
             cause="truncated", fix={"max_completion_length": 1024, "mask_truncated_completions": True}),
-    Fixture("outputs shrink as the answers learn to end inside the cap", {"length_shrink": "info"},
+    Fixture("outputs shrink as the answers learn to end inside the cap", {"length_shrink": "info", "truncation": "info"},
             metrics={"completions/mean_length": ramp(N, 400, 150), "completions/clipped_ratio": ramp(N, 0.4, 0.0)},
             cause="learned to finish inside the cap"),  # the base run's reward rises meanwhile
     Fixture("outputs explode to the cap", {"length_explode": "warning", "truncation": "warning"},
@@ -187,7 +188,8 @@ FIXTURES = [
                      "completions/mean_terminated_length": np.zeros(N), "reward": np.zeros(N),
                      "reward_std": np.zeros(N), "rewards/correctness/mean": np.zeros(N)},
             fix={"max_completion_length": 1024}, never=("num_generations", "temperature")),
-    Fixture("moderate truncation is expected", {}, metrics={"completions/clipped_ratio": np.full(N, 0.6)},
+    # 0.6 truncated: a note that the share is worth knowing, and that distilled reasoning models cut that many
+    Fixture("moderate truncation is expected", {"truncation": "info"}, metrics={"completions/clipped_ratio": np.full(N, 0.6)},
             notes=("truncation_moderate",)),
     Fixture("repetition at low temperature", {"repetition": "warning"},
             metrics={"repetition": ramp(N, 0.02, 0.45, 30)}, config={"temperature": 0.3},
