@@ -407,6 +407,20 @@ KNOWN_FAILURES = {
         "batch 68: a healthy Unsloth run whose reward (3.0 -> 6.5) comes from a length-band reward; "
         "match_format_approximately, taken as the task's reward by its 'match', does not rise, so it is warned "
         "reward_flat and reward_hacking, and its length doubling toward a band the reward asks for, length_explode",
+    # Batch 69 (2026-12-05): its train-split first-contact failures.
+    "handwritten-console__tsushanth__rlhf-lab__qwen25-15b-hh-ppo-pipeline-170step/pipeline_final.log":
+        "batch 69: a whole pipeline's console (SFT, reward model and DPO stages as TRL dicts, then PPO) whose PPO stage "
+        "is 18 lines of two pairs (`step 10/500  mean_reward=1.688  kl=10.929`) among TRL warnings: read as a TRL "
+        "console, the earlier stages' dicts are the run (steps 20-2720) and the PPO lines none of it",
+    "tensorboard__zz1358m__soft-grpo-master__r1-distill-qwen-1p5b-softgrpo-gaussian-noise-439step/"
+    "events.out.tfevents.1761630992.hopper-23.3268107.0":
+        "batch 69: a healthy soft-GRPO run whose Gaussian noise makes actor and reference disagree (KL 0.1 at step 1, "
+        "2.5 by step 7, then 0.01-7.3) warned kl_blowup (critical from step 4) and entropy_blowup (2 -> 4 nats at "
+        "steps 268-298); its reader accepts kl_mismatch_at_start and entropy_blowup but calls the run healthy "
+        "(validation MATH 0.52 -> 0.77)",
+    "notebook__yandexdataschool__nlp_course__gpt2-imdb-lora-ppo-sentiment-39steps/practice.ipynb":
+        "batch 69: a course notebook's PPO steps 0-38 are read (its STEP blocks), but the reward model's training "
+        "before them ends in a printed TrainOutput(global_step=1000, ...) that is read as a row at step 1000",
 }
 
 

@@ -24,7 +24,7 @@ joins it (``Average Reward: 0.71`` over ``Iteration 1/1, Step 1/500, loss: 0.0``
 the catalogue knows (a generator's ``Processed prompts: 92%|...``) are no rows, nor is a line that numbers one sampled
 completion (``Example 1 (Reward: 0.0, Response Length: 708)``). A list of per-completion scores
 (``Rewards: [-1.0, 0.36]``, quoted or not) gives their mean, their std and whether the group scored all alike
-(``per_completion``).
+(``per_completion``); a note after a value (``rewards/mean: 0.25  <---- average reward``) is left out.
 Which of these the file uses is what most of its first rows of metrics carry; a later line without that kind of step
 belongs to the step before it (an evaluation or rollout summary printed after its training line), and with the line
 order, so does a line whose keys are none of the first row's. This is the reader of last resort: it comes
@@ -196,10 +196,11 @@ def _known(key: str) -> bool:
 
 
 _BULLET = re.compile(r"^[•·‣◦▪▶►*-]\s+")  # a list item's mark: ``• Avg Reward: 0.32``
+_COMMENT = re.compile(r"\s+(?:<-{2,}|#)\s.*$")  # a note after the value: ``rewards/mean: 0.25\t<---- average reward``
 
 
 def _clean(line: str) -> str:
-    return _BULLET.sub("", _RAY_PREFIX.sub("", strip_ansi(line).strip()))
+    return _COMMENT.sub("", _BULLET.sub("", _RAY_PREFIX.sub("", strip_ansi(line).strip())))
 
 
 def parse_console(display: str, path: Path) -> ParsedLog:

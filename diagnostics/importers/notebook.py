@@ -290,18 +290,15 @@ def _printed_log(display: str, path: Path, texts: list[str], config: dict, name:
         folder.cleanup()
         raise LogFormatError(display, "a Jupyter notebook whose saved outputs hold no training log (no progress "
                                       "table with a Step column, no log lines): save it after the training cell ran")
-    parsed = FORMATS[fmt].parse(display, printed, None)
+    with folder:
+        parsed = FORMATS[fmt].parse(display, printed, None)
+        rows = list(parsed.rows)
+        if not rows and fmt != "console":  # a trainer's marks (TRL's warnings) over a loop's own lines: read those
+            parsed, fmt = FORMATS["console"].parse(display, printed, None), "console"
+            rows = list(parsed.rows)
     parsed.config = {**config, **parsed.config}  # a printed config is what ran; the code's fills in the rest
     if parsed.reader is not None:
         parsed.reader.note(f"read the notebook's printed outputs as {fmt}")
     parsed.name = name
-    parsed.rows = _then_remove(parsed.rows, folder)
+    parsed.rows = iter(rows)
     return parsed
-
-
-def _then_remove(rows: Iterator, folder: tempfile.TemporaryDirectory) -> Iterator:
-    """The rows, then the temporary copy of the outputs removed (also when the reader stops early)."""
-    try:
-        yield from rows
-    finally:
-        folder.cleanup()

@@ -1378,3 +1378,20 @@ def test_a_kl_settling_near_the_target_is_no_critical_blowup_when_a_noisy_reward
     assert kl.loc[84:100].median() < 4 * 0.05
     found = {f.rule: f.severity for f in diagnose(store, run.run_id, save=False).findings}
     assert found.get("kl_blowup") == "info"
+
+
+PPO_COURSE = CORPUS / "notebook__yandexdataschool__nlp_course__gpt2-imdb-lora-ppo-sentiment-39steps" / "practice.ipynb"
+
+
+def test_a_notebooks_step_blocks_of_commented_metrics_are_read_under_trls_warnings(store):
+    """A train-split course notebook (TRL 0.7 PPO on gpt2-imdb) prints its own ``----- STEP 12 -----`` blocks of one
+    metric a line with a note after each value (``rewards/mean: 0.25\\t<---- average reward over this batch``), among
+    TRL's warnings, which make its outputs look like a TRL console with no dict in it. Read as a loop's console
+    instead, the blocks are its steps 0-38 (the reward model's 1,000-step training before them ends in the
+    TrainOutput line still read as a row: the known failure)."""
+    [run] = import_runs(store, PPO_COURSE)
+    frame = store.metrics(run.run_id)
+    assert frame.loc[0, "reward"] == pytest.approx(-0.030790329)
+    assert frame.loc[38, "reward"] == pytest.approx(2.579690933)
+    assert frame.loc[38, "kl/per_sequence"] == pytest.approx(7.212903023)
+    assert frame.loc[0:38, "reward"].notna().sum() == 39
