@@ -371,7 +371,8 @@ TRUNCATION = Rule(
                 "docs/field-reports.md#shorter-outputs-from-truncation",
                 "docs/field-reports.md#high-truncation-in-reasoning-models"),
     read="The 10-step median of completions/clipped_ratio is 0.8 or more (0.6 is normal for distilled "
-         "reasoning models, 0.98 is not; info from 0.2: a fifth of the answers never arrive); without clipped_ratio, 80% of the last 10 steps (or of the first 3 or more) "
+         "reasoning models, 0.98 is not; info from 0.2: a fifth of the answers never arrive); without "
+         "clipped_ratio, 80% of the last 10 steps (or of the first 3 or more) "
          "have a mean length within 5% of the cap (recorded, or the ceiling the mean hits exactly again and again), "
          "or (TRL PPO/RLOO) no completion ending with EOS (val/num_eos_tokens 0). "
          "Critical when frac_reward_zero_std is also ≥ 0.9: truncation has zeroed the reward signal.",

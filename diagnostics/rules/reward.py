@@ -144,7 +144,8 @@ def _gain_tolerance(series: RunSeries, name: str) -> float:
 # ---------------------------------------------------------------------------------------- reward_flat
 def _flat_detect(series: RunSeries, since):
     steps, no_gain, no_trend = _flat_parts(series, "reward", since)
-    flat = no_gain | no_trend
+    lo, _steps, values = rows(series, "reward", since)  # one value since its first row (a smoke run's 0): flat
+    flat = no_gain | no_trend | (np.maximum.accumulate(values) == np.minimum.accumulate(values))[lo:]  # open_after W
     task = _task_reward(series)
     if task is not None and len(steps):  # the shaping terms may rise while the task's own reward never does
         task_steps, task_no_gain, task_no_trend = _flat_parts(series, task, since)
@@ -300,7 +301,8 @@ REWARD_FLAT = Rule(
          "reward, where one is logged beside other reward functions (shaping may rise while the task never does). Read reward_std and "
          "frac_reward_zero_std next: 0 spread means the reward cannot tell completions apart; otherwise raise lr or G. "
          "Information only, from 20 logged points (or 10 over 100 steps): no trend up or down over every row so far "
-         "(Mann–Kendall |z| ≤ 1.5) and none clear before (|z| ≤ 3). A reward 90% of the way from the lowest score "
+         "(Mann–Kendall |z| ≤ 1.5) and none clear before (|z| ≤ 3). A reward that has held one value to the last "
+         "digit since its first row is flat from its 10th row, however short the run. A reward 90% of the way from the lowest score "
          "to the best completion's (reward_min, reward_max) is at its ceiling: information only, nothing left to "
          "gain.",
 )

@@ -1395,3 +1395,18 @@ def test_a_notebooks_step_blocks_of_commented_metrics_are_read_under_trls_warnin
     assert frame.loc[38, "reward"] == pytest.approx(2.579690933)
     assert frame.loc[38, "kl/per_sequence"] == pytest.approx(7.212903023)
     assert frame.loc[0:38, "reward"].notna().sum() == 39
+
+
+SMOKE = CORPUS / "handwritten-jsonl__honbul__rl__qwen3-4b-schema-dsl-grpo-smoke10" / "training_log.jsonl"
+
+
+def test_a_reward_that_never_moved_is_flat_however_short_the_run(store):
+    """A train-split 10-step GRPO smoke run whose reward is exactly 0 at every step: too short for the windows (100
+    steps) or the trend test (20 rows), but a reward that has held one value since its first row for 10 rows is flat."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, SMOKE)
+    reward = store.metrics(run.run_id)["reward"]
+    assert len(reward) == 10 and (reward == 0).all()
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert "reward_flat" in found and found["reward_flat"].onset_step == 1
