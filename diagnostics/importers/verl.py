@@ -25,6 +25,7 @@ from grpo_doctor.diagnostics.importers._base import (
 )
 from grpo_doctor.diagnostics.importers.console import loop_rows
 from grpo_doctor.diagnostics.importers.hf import run_name_for
+from grpo_doctor.diagnostics.metrics.names import mapped
 
 STEP_LINE = re.compile(r"(?<![\w/])step:(\d+) - (\S+?:.*)$")
 _RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
@@ -124,12 +125,18 @@ def parse_verl_console(display: str, path: Path) -> ParsedLog:
 
 
 def _or_loop_lines(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    """verl's step lines; in a file with none (NeMo-RL prints a config that begins as verl's does), a loop's console
-    lines."""
-    found = False
-    for row in _console_rows(source, path):
+    """verl's step lines, less those that hold none of the metrics the catalogue knows and no validation (another
+    counter's); in a file with none (NeMo-RL prints a config that begins as verl's does), a loop's console lines."""
+    found, other = False, 0
+    for step, row in _console_rows(source, path):
         found = True
-        yield row
+        if row and not is_val_row(row) and not any(map(mapped, row)):  # a counter of its own (a rollout pipeline's
+            other += 1                                                   # rounds: step:9 - pipe/n_inject:512 - ...)
+            continue
+        yield step, row
+    if other:
+        source.note(f"left out {other} step line(s) with none of the metrics GRPO Doctor reads: another counter's "
+                    "(a rollout pipeline's rounds), not the training steps")
     if not found:
         source.note("no verl step lines (step:N - key:value) in it: read as a training loop's console lines")
         yield from loop_rows(source, path)

@@ -1410,3 +1410,19 @@ def test_a_reward_that_never_moved_is_flat_however_short_the_run(store):
     assert len(reward) == 10 and (reward == 0).all()
     found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
     assert "reward_flat" in found and found["reward_flat"].onset_step == 1
+
+
+DYNSEG = CORPUS / "verl-console__watsontao__mindrlhf_wst__qwen2.5-7b-dynseg-grpo-gsm8k-58steps" / \
+    "dynamic_segment_train_log_20260401_093526.txt"
+
+
+def test_a_verl_console_s_step_lines_of_another_counter_are_left_out(store):
+    """A train-split verl-style console (MindRLHF's dynamic-segment GRPO, 58 training steps) prints a rollout
+    pipeline's rounds as step lines of their own (``step:9 - pipe/step:9 - pipe/n_inject:512 - ...``, up to round 63)
+    between its training lines (``step:7 - critic/score/mean:0.8 - ... - training/global_step:7``). Lines with none of
+    the metrics the catalogue knows and no validation are another counter's: left out, and the note says so."""
+    [run] = import_runs(store, DYNSEG)
+    frame = store.metrics(run.run_id)
+    train = frame["reward"].dropna()
+    assert train.index.min() == 1 and train.index.max() == 58 and frame.index.max() == 58
+    assert any("another counter's" in note for note in run.notes)
