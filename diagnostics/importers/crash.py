@@ -3,7 +3,8 @@ last line names the error (``RuntimeError: [enforce fail at inline_container.cc:
 saves a checkpoint, ``torch.OutOfMemoryError: CUDA out of memory``). Read off the file's tail; none when rows of
 metrics follow the traceback (a warning's traceback mid-run, a relaunch), and none for a run its user stopped
 (``KeyboardInterrupt``). Of the tracebacks after the last row, the last error that is not a launcher's wrapper of it
-(torchrun's ``ChildFailedError`` over the child's ``OutOfMemoryError``)."""
+(torchrun's ``ChildFailedError`` over the child's ``OutOfMemoryError``); or, before any of them, slurm's report that
+it killed the job for memory (``slurmstepd: error: Detected 1 oom_kill event``), with or without a traceback."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ _ERROR = re.compile(r"^(?:\[rank\d+\]:\s*|\([\w.:-]+ pid=\d+[^)]*\)\s*)?"
                     r"((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Failure)(?::.*)?)$")
 _STOPPED = ("KeyboardInterrupt", "SystemExit")
 _WRAPPERS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "ChildFailedError")
+# a job scheduler that killed the job for memory (``slurmstepd: error: Detected 1 oom_kill event in StepId=46926.batch``)
+_OOM_KILLED = re.compile(r"^slurmstepd: .*\boom[_-]kill", re.IGNORECASE)
 
 
 def final_error(path: str | Path) -> str | None:
@@ -33,6 +36,9 @@ def final_error(path: str | Path) -> str | None:
     lines = [strip_ansi(line).strip() for line in tail.splitlines()]
     last_row = max((i for i, line in enumerate(lines) if _TRACEBACK not in line and is_row(line, metric_pairs(line))),
                    default=-1)
+    killed = [line for line in lines[last_row + 1:] if _OOM_KILLED.match(line)]
+    if killed:  # the scheduler's word is the cause: the tracebacks before it are the workers it took down
+        return killed[-1][:300]
     start = next((i for i, line in enumerate(lines) if i > last_row and line.endswith(_TRACEBACK)), None)
     if start is None:
         return None  # no traceback after the last row: the run went on after any error

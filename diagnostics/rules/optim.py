@@ -354,7 +354,8 @@ ENTROPY_BLOWUP = Rule(
 
 
 # ---------------------------------------------------------------------------------------- oom
-_MEMORY = re.compile(r"out of memory|outofmemory|memoryerror|cuda oom|cannot allocate memory", re.IGNORECASE)
+_MEMORY = re.compile(r"out of memory|outofmemory|memoryerror|cuda oom|cannot allocate memory|oom[_-]kill",
+                     re.IGNORECASE)
 
 
 def _crash_gate(series: RunSeries) -> Skip | None:

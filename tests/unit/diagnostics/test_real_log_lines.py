@@ -1363,7 +1363,8 @@ def test_a_third_of_the_completions_cut_at_the_cap_is_worth_a_note(store):
     assert found["truncation"].severity == "info" and found["truncation"].onset_step <= 10
 
 
-UNSLOTH_T4 = CORPUS / "notebook__ymdarum__llm-finetuning-resources__qwen25-3b-gsm8k-grpo-t4-250step" / "reasoning_grpo.ipynb"
+UNSLOTH_T4 = CORPUS / "notebook__ymdarum__llm-finetuning-resources__qwen25-3b-gsm8k-grpo-t4-250step" / \
+    "reasoning_grpo.ipynb"
 
 
 def test_a_kl_settling_near_the_target_is_no_critical_blowup_when_a_noisy_reward_dips(store):
@@ -1426,3 +1427,30 @@ def test_a_verl_console_s_step_lines_of_another_counter_are_left_out(store):
     train = frame["reward"].dropna()
     assert train.index.min() == 1 and train.index.max() == 58 and frame.index.max() == 58
     assert any("another counter's" in note for note in run.notes)
+
+
+ORZ_PPO = CORPUS / "openrlhf-console__avecplezir__open-reasoner-zero__orz-ppo-qwen25-15b-strategyqa-v5-39step" / \
+    "46926.out"
+
+
+def test_slurm_s_oom_kill_after_the_last_row_is_an_out_of_memory_crash(store):
+    """A train-split Open-Reasoner-Zero PPO job dies at its checkpoint save after step 39: Ray's workers leave
+    tracebacks, and slurm ends the file with ``slurmstepd: error: Detected 1 oom_kill event in StepId=46926.batch``.
+    The scheduler's line is the cause: a crash at the last step, named out of memory."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, ORZ_PPO)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["oom"].severity == "critical" and found["oom"].onset_step == 39
+    assert "oom_kill" in found["oom"].evidence[0].note
+
+
+def test_a_tail_of_tracebacks_without_slurm_s_word_is_no_oom(tmp_path):
+    """The same tail less slurm's line is a crash, not an out-of-memory one (Ray's worker died: no memory named)."""
+    from grpo_doctor.diagnostics.importers.crash import final_error
+
+    text = ORZ_PPO.read_text(errors="replace")
+    cut = tmp_path / "46926.out"
+    cut.write_text("\n".join(line for line in text.splitlines() if not line.startswith("slurmstepd:")) + "\n")
+    assert "oom_kill" in final_error(ORZ_PPO)
+    assert "oom" not in (final_error(cut) or "").lower()
