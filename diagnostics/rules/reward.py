@@ -145,7 +145,9 @@ def _gain_tolerance(series: RunSeries, name: str) -> float:
 def _flat_detect(series: RunSeries, since):
     steps, no_gain, no_trend = _flat_parts(series, "reward", since)
     lo, _steps, values = rows(series, "reward", since)  # one value since its first row (a smoke run's 0): flat
-    flat = no_gain | no_trend | (np.maximum.accumulate(values) == np.minimum.accumulate(values))[lo:]  # open_after W
+    def held(done: int, so_far: np.ndarray) -> np.ndarray:  # kept between passes: a live step reads its own row only
+        return np.logical_and.accumulate(values[done:] == values[0]) & (done == 0 or bool(so_far[-1]))
+    flat = no_gain | no_trend | series.kept(("held_since_first", "reward"), len(values), held, bool)[lo:]
     task = _task_reward(series)
     if task is not None and len(steps):  # the shaping terms may rise while the task's own reward never does
         task_steps, task_no_gain, task_no_trend = _flat_parts(series, task, since)
