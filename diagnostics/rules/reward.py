@@ -1,6 +1,5 @@
-"""Rules on the reward signal: flat reward, collapse after rising, and reward hacking / baseline drift. A reward
-function that scores every completion alike is in ``reward_functions``; the groups' spread (uniform groups) in
-``groups``."""
+"""Rules on the reward signal: flat reward, collapse after rising, and reward hacking / baseline drift (a reward
+function that scores every completion alike: ``reward_functions``; the groups' spread: ``groups``)."""
 
 from __future__ import annotations
 
@@ -244,8 +243,10 @@ def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
     severity = "warning" if _no_gain_at(series, "reward", ep.last) or _no_gain_at(series, task, ep.last) else "info"
     if severity == "info":
         n = int(np.searchsorted(series.finite("reward")[0], ep.last, side="right"))
-        evidence[1].note = (f"median of the last {2 * W} logged steps; no trend up or down over the {n} logged steps "
-                            f"so far (Mann–Kendall z {trend_z(series, 'reward')[n - 1]:.1f})")
+        z = float(trend_z(series, "reward")[n - 1])
+        trend = "no trend up or down" if abs(z) <= Z_FLAT else "a trend down, no gain" if z < 0 else "a slow trend up"
+        evidence[1].note = (f"median of the last {2 * W} logged steps; {trend} over the {n} logged steps so far "
+                            f"(Mann–Kendall z {z:.1f})")
     if task is not None and reward_rising(series, ep.last):  # flat is the task's own reward, under rising shaping
         w = start_window(series, task)
         evidence[1].note = f"median of the last {2 * W} logged steps: higher, through the shaping terms"
@@ -342,8 +343,7 @@ def _collapse_detect(series: RunSeries, since):
 
 
 def _start_level(series: RunSeries, name: str) -> float:
-    """The level a run started at: the median of its first W steps, 3 logged rows at least (two rows of a sparse
-    log, 0.075 and 0, are no level a reward can lose)."""
+    """The median of the run's first W steps, 3 logged rows at least (a sparse log's 0.075 and 0 are no level)."""
     return series.head(name, max(W, MIN_WINDOW_ROWS * series.interval_of(name)))
 
 

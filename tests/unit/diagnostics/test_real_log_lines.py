@@ -1454,3 +1454,18 @@ def test_a_tail_of_tracebacks_without_slurm_s_word_is_no_oom(tmp_path):
     cut.write_text("\n".join(line for line in text.splitlines() if not line.startswith("slurmstepd:")) + "\n")
     assert "oom_kill" in final_error(ORZ_PPO)
     assert "oom" not in (final_error(cut) or "").lower()
+
+
+PPO_HH = CORPUS / "handwritten-console__tsushanth__rlhf-lab__qwen25-15b-hh-ppo-run1-0to104" / "ppo_run.log"
+
+
+def test_a_flat_reward_that_trends_down_is_not_said_to_have_no_trend(store):
+    """A train-split TRL PPO run whose reward-model score falls from 0.66 to about -4.7 over 105 steps: no window rose
+    above the start, so the reward is flat (information while that verdict is younger than 10 steps), and the
+    evidence says the trend is down (Mann–Kendall z -7.9), not that there is no trend."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, PPO_HH)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    note = found["reward_flat"].evidence[1].note
+    assert "a trend down" in note and "no trend" not in note
