@@ -205,6 +205,10 @@ CATALOGUE: tuple[Metric, ...] = (
            "they agree)", group="kl",
            aliases=("rollout_corr/kl", "mismatch_kl", "vllm_kl", "rollout_corr/k3_kl", "optim/kl_sample_train_v1"),
            note="~1e-3 is kernel noise; growing toward 1 means the two disagree (docs/health-ranges.md#rollout-kl)"),
+    Metric("rollout_probs_diff", "mean |p_rollout − p_trainer| of the sampled tokens' probabilities (verl's "
+           "training/rollout_probs_diff_mean; 0 when they agree)", group="kl",
+           aliases=("training/rollout_probs_diff_mean", "rollout_corr/rollout_probs_diff_mean"),
+           note="0.003-0.01 is kernel noise; 0.1 or more means the two disagree (docs/health-ranges.md#rollout-kl)"),
     Metric("kl/k1", "k1 estimate of KL, −log r with r = π_ref/π_θ (for comparison)", group="kl"),
     Metric("kl/k2", "k2 estimate of KL, (log r)²/2 (for comparison)", group="kl", domain=NONNEG),
     Metric("kl/k3", "k3 estimate of KL, r − 1 − log r ≥ 0 (for comparison)", group="kl", domain=NONNEG),

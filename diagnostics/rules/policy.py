@@ -34,6 +34,7 @@ CLIP = ("clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean")
 LOGP_DIFF = "sampling/sampling_logp_difference/mean"
 IS_RATIO = IS_RATIO_MEASURED  # the ratio's measured rows (a row of exactly 0 is a placeholder)
 ROLLOUT_KL = "rollout_kl"
+PROBS_DIFF = "rollout_probs_diff"  # the same disagreement in probability, where no KL of it is logged
 
 
 def _clip_metric(series: RunSeries) -> str:
@@ -125,7 +126,7 @@ APPROX_KL_HIGH_RULE = Rule(
 
 # ---------------------------------------------------------------------------------------- rollout_mismatch
 def _mismatch_gate(series: RunSeries) -> Skip | None:
-    if series.has(IS_RATIO) or series.has(ROLLOUT_KL):
+    if series.has(IS_RATIO) or series.has(ROLLOUT_KL) or series.has(PROBS_DIFF):
         return None
     if any(series.has(n) for n in CLIP) and series.config.one_update_per_rollout():
         return None
@@ -140,6 +141,8 @@ def _mismatch_detect(series: RunSeries, since):
     ratio mean below 0.8, clipping with one update per rollout."""
     if series.has(ROLLOUT_KL):  # a direct measure: no window needed to see 0.1 nats per token
         return level(series, ROLLOUT_KL, since, lambda m: m >= 0.1, min_periods=1)
+    if series.has(PROBS_DIFF):  # ... or 0.1 of probability (kernel noise is 0.003-0.01)
+        return level(series, PROBS_DIFF, since, lambda m: m >= 0.1, min_periods=1)
     if series.has(IS_RATIO):
         steps, active = level(series, IS_RATIO, since, lambda m: m < 0.8)
         if series.config.one_update_per_rollout() and any(series.has(n) for n in CLIP):
@@ -163,6 +166,9 @@ def _mismatch_explain(series: RunSeries, ep: Episode) -> Explanation:
     if series.has(ROLLOUT_KL):
         evidence.append(smoothed_evidence(series, ROLLOUT_KL, ep.last, "KL between the rollout's and the trainer's "
                                                                      "log-probs of the same tokens, ideally ~0"))
+    if series.has(PROBS_DIFF):
+        evidence.append(smoothed_evidence(series, PROBS_DIFF, ep.last, "mean |p_rollout − p_trainer| of the sampled "
+                                                                     "tokens, ideally ~0.005"))
     if series.has(LOGP_DIFF):
         diff = smoothed(series, LOGP_DIFF, ep.last)
         evidence.append(Evidence(ep.last, LOGP_DIFF, diff, "per-token |trainer − rollout| log-prob"))
@@ -187,11 +193,12 @@ def _mismatch_explain(series: RunSeries, ep: Episode) -> Explanation:
 ROLLOUT_MISMATCH = Rule(
     id="rollout_mismatch", title="Rollout and trainer disagree (training–inference mismatch)",
     requires=(), detect=_mismatch_detect, explain=_mismatch_explain, gate=_mismatch_gate, open_after=1,
-    rests_on=lambda series: () if series.has(IS_RATIO) or series.has(ROLLOUT_KL) else ("num_iterations",),
+    rests_on=lambda series: () if any(map(series.has, (IS_RATIO, ROLLOUT_KL, PROBS_DIFF))) else ("num_iterations",),
     references=("docs/field-reports.md#rollout-and-trainer-disagree",
                 "docs/field-reports.md#is-correction-masks-long-completions",
                 "docs/field-reports.md#gate-on-the-configuration"),
-    read="The KL between the rollout engine's and the trainer's log-probs of the same tokens is 0.1 nats or more; "
+    read="The KL between the rollout engine's and the trainer's log-probs of the same tokens is 0.1 nats or more "
+         "(or, where only verl's training/rollout_probs_diff_mean is logged, their probabilities differ by 0.1); "
          "an importance-sampling ratio mean below 0.8 says the same (critical at KL 1 or a ratio below 0.1; a ratio "
          "of exactly 0 is a placeholder row, not a measurement). With "
          "one update per rollout the ratio is exactly 1, so any clipping (10-step median > 0.001) also means the "

@@ -1469,3 +1469,19 @@ def test_a_flat_reward_that_trends_down_is_not_said_to_have_no_trend(store):
     found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
     note = found["reward_flat"].evidence[1].note
     assert "a trend down" in note and "no trend" not in note
+
+
+DIRICHLET = CORPUS / "tensorboard__zz1358m__soft-grpo-master__r1-distill-qwen-1p5b-softgrpo-dirichlet-noise-419step" / \
+    "events.out.tfevents.1761643284.hopper-30.522972.0"
+
+
+def test_verls_rollout_probability_difference_reads_as_the_rollout_and_trainer_disagreeing(store):
+    """A train-split soft-GRPO run (verl, TensorBoard) with Dirichlet noise injected at rollout logs
+    ``training/rollout_probs_diff_mean`` of 1.5-7 (healthy verl runs of the corpus: 0.003-0.01) and no rollout KL:
+    the rollout and the trainer disagree, from the first step."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, DIRICHLET)
+    assert store.metrics(run.run_id)["rollout_probs_diff"].median() > 1
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["rollout_mismatch"].severity == "warning" and found["rollout_mismatch"].onset_step == 1
