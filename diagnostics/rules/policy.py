@@ -137,8 +137,9 @@ def _mismatch_gate(series: RunSeries) -> Skip | None:
 
 
 def _mismatch_detect(series: RunSeries, since):
-    """The first of: the rollout-vs-trainer KL (verl's rollout_corr/kl) at 0.1 or more, the importance-sampling
-    ratio mean below 0.8, clipping with one update per rollout."""
+    """The first of: the rollout-vs-trainer KL (verl's rollout_corr/kl) at 0.1 or more, their probabilities' mean
+    difference (verl's training/rollout_probs_diff_mean) at 0.1 or more, the importance-sampling ratio mean below
+    0.8, clipping with one update per rollout."""
     if series.has(ROLLOUT_KL):  # a direct measure: no window needed to see 0.1 nats per token
         return level(series, ROLLOUT_KL, since, lambda m: m >= 0.1, min_periods=1)
     if series.has(PROBS_DIFF):  # ... or 0.1 of probability (kernel noise is 0.003-0.01)
