@@ -418,9 +418,6 @@ KNOWN_FAILURES = {
         "2.5 by step 7, then 0.01-7.3) warned kl_blowup (critical from step 4) and entropy_blowup (2 -> 4 nats at "
         "steps 268-298); its reader accepts kl_mismatch_at_start and entropy_blowup but calls the run healthy "
         "(validation MATH 0.52 -> 0.77)",
-    "notebook__yandexdataschool__nlp_course__gpt2-imdb-lora-ppo-sentiment-39steps/practice.ipynb":
-        "batch 69: a course notebook's PPO steps 0-38 are read (its STEP blocks), but the reward model's training "
-        "before them ends in a printed TrainOutput(global_step=1000, ...) that is read as a row at step 1000",
 }
 
 

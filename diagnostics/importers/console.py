@@ -413,8 +413,9 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
             row_keys = set(values)
             if kind == "order":
                 source.note("no step on the metric lines: the line order is the step (1, 2, ...)")
-        if blocks and not any(map(_known, values)):
-            continue  # a warning's or a config's pairs between the metric lines under a step line
+        if blocks and (not any(map(_known, values)) or "train_runtime" in values):
+            continue  # a warning's or a config's pairs between the metric lines under a step line, or HF's summary of
+            # another trainer's run (a reward model's, before the loop's own step lines)
         if leads:
             values = {**{k: v for k, v in leading.items() if k not in values}, **values}
         leading = {}
