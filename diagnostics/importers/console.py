@@ -44,7 +44,7 @@ from grpo_doctor.diagnostics.importers._base import (
     strip_ansi,
     to_float,
 )
-from grpo_doctor.diagnostics.importers.hf import run_name_for
+from grpo_doctor.diagnostics.importers.hf import is_summary_row, run_name_for
 from grpo_doctor.diagnostics.importers.tabular import as_eval
 from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME
 from grpo_doctor.diagnostics.metrics.names import canonical_name
@@ -413,7 +413,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
             row_keys = set(values)
             if kind == "order":
                 source.note("no step on the metric lines: the line order is the step (1, 2, ...)")
-        if blocks and (not any(map(_known, values)) or "train_runtime" in values):
+        if blocks and (not any(map(_known, values)) or is_summary_row(values)):
             continue  # a warning's or a config's pairs between the metric lines under a step line, or HF's summary of
             # another trainer's run (a reward model's, before the loop's own step lines)
         if leads:

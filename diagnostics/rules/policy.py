@@ -125,8 +125,13 @@ APPROX_KL_HIGH_RULE = Rule(
 
 
 # ---------------------------------------------------------------------------------------- rollout_mismatch
+def _measured(series: RunSeries) -> bool:
+    """Whether the run logs a direct measure of the rollout-trainer disagreement (not only clipping to infer it)."""
+    return any(map(series.has, (IS_RATIO, ROLLOUT_KL, PROBS_DIFF)))
+
+
 def _mismatch_gate(series: RunSeries) -> Skip | None:
-    if series.has(IS_RATIO) or series.has(ROLLOUT_KL) or series.has(PROBS_DIFF):
+    if _measured(series):
         return None
     if any(series.has(n) for n in CLIP) and series.config.one_update_per_rollout():
         return None
@@ -194,7 +199,7 @@ def _mismatch_explain(series: RunSeries, ep: Episode) -> Explanation:
 ROLLOUT_MISMATCH = Rule(
     id="rollout_mismatch", title="Rollout and trainer disagree (training–inference mismatch)",
     requires=(), detect=_mismatch_detect, explain=_mismatch_explain, gate=_mismatch_gate, open_after=1,
-    rests_on=lambda series: () if any(map(series.has, (IS_RATIO, ROLLOUT_KL, PROBS_DIFF))) else ("num_iterations",),
+    rests_on=lambda series: () if _measured(series) else ("num_iterations",),
     references=("docs/field-reports.md#rollout-and-trainer-disagree",
                 "docs/field-reports.md#is-correction-masks-long-completions",
                 "docs/field-reports.md#gate-on-the-configuration"),
