@@ -44,7 +44,7 @@ screenshot: install browser
 # The closest peer, rldoctor, in a venv of its own (it is no dependency of ours), for
 # `benchmarks/eval_real_logs.py --peer rldoctor`.
 peer:
-	test -x .venv-peer/bin/rldoctor || { $(PYTHON) -m venv .venv-peer && .venv-peer/bin/pip install rldoctor; }
+	test -x .venv-peer/bin/rldoctor && .venv-peer/bin/python -c 'import tensorboard' 2>/dev/null || { $(PYTHON) -m venv .venv-peer && .venv-peer/bin/pip install 'rldoctor[tensorboard]'; }
 
 # The browser test drives Debian's chromium through Playwright (which never downloads a browser of its own).
 # Installed with apt-get when missing: as root directly (CI), otherwise through sudo.

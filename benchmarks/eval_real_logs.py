@@ -21,7 +21,8 @@ raises a key another lowers) or point the wrong way for their symptom (``WRONG_W
 ``readings.yaml``; it refuses (exit status 2) when the batch already has one, since first-contact figures are kept
 as recorded and never recomputed.
 
-``--peer rldoctor`` also runs rldoctor (``rldoctor diagnose FILE -f json``, 60 s per log) on the same logs and grades
+``--peer rldoctor`` also runs rldoctor (``rldoctor diagnose FILE -f json``, 60 s per log; a TensorBoard event file's
+folder, which it reads with its ``tensorboard`` extra, ``make peer``) on the same logs and grades
 it against the same readings: a pathology counts as named by rldoctor when one of its warning or critical findings
 maps, through ``PEER_RULES``, to the reading's rule or one of its alternatives. rldoctor's findings are verdicts on
 the whole run and carry no onset step, so ``by_step`` cannot be checked for it: a mapped warning counts however late
@@ -576,14 +577,16 @@ def first_contact(corpus: dict, number: int, verbose: bool) -> int:
 
 
 def run_peer(command: str, path: Path) -> tuple[bool, str, list[str]]:
-    """`rldoctor diagnose FILE -f json`: (imported, why not, detector ids of its warning and critical findings)."""
+    """`rldoctor diagnose FILE -f json`: (imported, why not, detector ids of its warning and critical findings). A
+    TensorBoard event file is given as its folder, the form rldoctor reads (each log has a folder of its own)."""
+    given = path.parent if path.name.startswith("events.out.tfevents") else path
     try:
-        done = subprocess.run([command, "diagnose", str(path), "-f", "json"], capture_output=True, text=True,
+        done = subprocess.run([command, "diagnose", str(given), "-f", "json"], capture_output=True, text=True,
                               timeout=PEER_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         return False, f"timed out after {PEER_TIMEOUT_S} s", []
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [""])[-1].replace(str(path), path.name)
+        last = (done.stderr.strip().splitlines() or [""])[-1].replace(str(given), given.name)
         return False, f"exit status {done.returncode}: {last}", []
     try:
         report = json.loads(done.stdout)

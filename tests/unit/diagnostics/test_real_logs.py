@@ -132,7 +132,9 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # completions cut at the cap named as information (truncation); 359 of 482 after batch 69; 361 with a reward that held
 # one value since its first row named flat from its 10th row (a smoke run's reward stuck at 0); 365 of 490 after
 # batch 70 (verl step lines of another counter left out); 366 with slurm's oom_kill report read as an out-of-memory crash;
-# 368 of 493 after batch 71; 369 with verl's rollout_probs_diff_mean read as the rollout-trainer disagreement.
+# 368 of 493 after batch 71; 369 with verl's rollout_probs_diff_mean read as the rollout-trainer disagreement; 369 of
+# 497 after batch 74 (its train logs, arms of one report's CSVs, brought none of 4: a reward plateau its readers judge by
+# the validation score, a truncated share logged under the name clip_ratio).
 # docs/real-logs.md lists what is still missed, and why.
 TRAIN_NAMED = 369
 
