@@ -212,6 +212,21 @@ pathologies:
     assert (s["imported"], s["named"], s["pathologies"], s["healthy_logs_quiet"], s["healthy_logs"]) == (3, 2, 3, 1, 3)
 
 
+def test_the_peer_is_given_a_tensorboard_log_as_its_folder(tmp_path):
+    """rldoctor reads a TensorBoard directory, not an event file: the harness gives it the log's folder."""
+    peer = tmp_path / "peer"  # a stand-in that reports one step when its argument is a folder, as rldoctor does
+    peer.write_text("#!/bin/sh\n[ -d \"$2\" ] || { echo 'cannot infer format' >&2; exit 2; }\n"
+                    "echo '{\"run\": {\"n_steps\": 1}, \"findings\": [{\"detector\": \"plateau\", "
+                    "\"severity\": \"WARNING\"}]}'\n")
+    peer.chmod(0o755)
+    log = tmp_path / "tensorboard__a__b__c"
+    log.mkdir()
+    (log / "events.out.tfevents.1.host").write_bytes(b"")
+    (log / "train.jsonl").write_text("")
+    assert eval_real_logs.run_peer(str(peer), log / "events.out.tfevents.1.host") == (True, "", ["plateau"])
+    assert eval_real_logs.run_peer(str(peer), log / "train.jsonl") == (False, "exit status 2: cannot infer format", [])
+
+
 def test_a_reading_is_graded_against_the_finding_it_names():
     """The grader itself: a finding after by_step is a miss, a warning on a healthy log is a false alarm, and a fix
     that raises a key another lowers is a contradiction."""
