@@ -6,7 +6,7 @@ A first log differs from the corpus in more than its metrics: Windows line ends,
 line, torchrun's ``[rank0]:``, colour codes, a table saved as TSV or by a European spreadsheet, a crash mid-write.
 Each variant below is applied to the split's logs (train by default: the variants were made to pass
 there; the test split's figure is untuned) of the kinds it fits (console output, JSON lines, JSON
-documents, CSV tables, Jupyter notebooks), written beside copies of the files next to the log, and imported. It
+documents, CSV tables, Jupyter notebooks; a TensorBoard event file, binary, only compressed or given as its folder), written beside copies of the files next to the log, and imported. It
 passes when the import makes as many runs, with as many steps (one fewer where the variant cut the log's end), as the original's; a
 compressed file passes when it is refused with a one-line error that says how to unpack it; a folder given instead
 of the file (a model's config, generation config and tokenizer files beside the log) when the import finds the log.
@@ -37,6 +37,8 @@ from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
 
 
 def kind_of(path: Path) -> str:
+    if path.name.startswith("events.out.tfevents"):  # binary records: no line of text to change
+        return "tensorboard"
     if path.suffix == ".jsonl":
         return "jsonl"
     if path.suffix == ".json":
@@ -97,8 +99,10 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[bytes], bytes]]] = [
     ("re-saved with indent 4", ("json", "notebook"), lambda b: json.dumps(json.loads(b), indent=4).encode()),
     ("saved as TSV", ("csv",), lambda b: _table(b, "\t", False)),
     ("a European spreadsheet's ; and decimal commas", ("csv",), lambda b: _table(b, ";", True)),
-    ("gzip-compressed (refused, saying how to unpack)", ("console", "jsonl", "json", "csv", "notebook"), gzip.compress),
-    ("its folder given, with the model's files beside it", ("console", "jsonl", "json", "csv", "notebook"),
+    ("gzip-compressed (refused, saying how to unpack)", ("console", "jsonl", "json", "csv", "notebook", "tensorboard"),
+     gzip.compress),
+    ("its folder given, with the model's files beside it", ("console", "jsonl", "json", "csv", "notebook",
+                                                            "tensorboard"),
      lambda b: b),
 ]
 FOLDER = "its folder given, with the model's files beside it"

@@ -195,8 +195,10 @@ def detect_file(path: Path) -> str:
         record = _json_or_none(first)
         if isinstance(record, dict):
             return _json_line_format(record)
-        if '"log_history"' in text or re.search(r'^\s*"global_step":\s*\d+,\s*$', text, re.M):
+        if '"log_history"' in text:
             return "trainer_state"
+        if re.search(r'^\s*"global_step":\s*\d+,\s*$', text, re.M) and pretty_objects(path) is None:
+            return "trainer_state"  # one document whose log_history lies past the head (not a loop's indented records)
         if first.startswith("{'"):
             pass  # a printed Python dict: console output, below
         elif first.startswith("{") and not first.rstrip().endswith("}"):

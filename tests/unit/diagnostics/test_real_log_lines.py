@@ -448,6 +448,18 @@ def test_records_dumped_one_after_another_as_indented_json_are_read(store, tmp_p
     assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
 
+def test_indented_records_with_a_global_step_key_are_no_trainer_state(store, tmp_path):
+    """A loop's records that carry ``"global_step": N``, dumped one after another as indented JSON: each record's
+    ``  "global_step": 5,`` line looks like a trainer_state.json's, but several documents are records, not one state."""
+    path = CORPUS / "handwritten-jsonl__ayastaga__sidekick-reward-hacking-evals__baseline" / "train_metrics.jsonl"
+    dumped = tmp_path / path.name
+    dumped.write_text("\n".join(json.dumps(json.loads(line), indent=2) for line in path.read_text().splitlines()))
+    assert '\n  "global_step": ' in dumped.read_text()
+    [clean], [read] = import_runs(store, path), import_runs(store, dumped)
+    assert len(store.metrics(clean.run_id)) == 300
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
 def test_a_json_history_saved_on_one_line_longer_than_the_head_is_read(store, tmp_path):
     """A loop's JSON history re-saved compact (``json.dump(history, f)``): one line of more than 64 KiB."""
     path = CORPUS / "other__by571__triebwerk__qwen3-06b-cudagraph-v2" / "fast_v2_metrics.json"
