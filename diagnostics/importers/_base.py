@@ -335,13 +335,14 @@ def iter_lines(source: Source, path: str | Path, *, start: int = 0) -> Iterator[
     """``(line number, line)`` pairs, streamed. Lines end at ``\\n``, ``\\r\\n`` or a bare ``\\r``
     (tqdm redraws); only ``\\n`` counts towards the line number. Bytes that are not UTF-8 read as U+FFFD (a
     stray Latin-1 byte spoils one value, not the file). Of a log of several ranks' output, the lowest rank's lines
-    are read (and the lines with no rank prefix). A line longer than 16 MiB is an error."""
+    are read (and the lines with no rank prefix; the parts of a line a progress bar redrew after ``\r`` go with the
+    rank the line began with). A line longer than 16 MiB is an error."""
     head = read_head(path)
     encoding = text_encoding(head[:4])
     rank = main_rank(decode_head(head) or "")
     if rank is not None:
         source.note(f"the log holds several processes' output: rank {rank}'s lines are read")
-    lineno = 1
+    lineno, other, redrawn = 1, False, False
     with open(path, encoding=encoding, errors="replace", newline="") as f:
         while True:
             line = f.readline(MAX_LINE_CHARS + 1)
@@ -349,9 +350,11 @@ def iter_lines(source: Source, path: str | Path, *, start: int = 0) -> Iterator[
                 return
             if len(line) > MAX_LINE_CHARS and not line.endswith(("\n", "\r")):
                 raise source.error(f"line {lineno} is longer than {MAX_LINE_CHARS // 2**20} MiB")
-            other = rank is not None and (found := _RANK_PREFIX.match(line)) is not None and found[1] != rank
+            if not redrawn:  # a part after a bare \r (a progress bar redrawn) is of the rank its line began with
+                other = rank is not None and (found := _RANK_PREFIX.match(line)) is not None and found[1] != rank
             if not other:
                 yield lineno, line
+            redrawn = line.endswith("\r")
             if line.endswith("\n"):
                 lineno += 1
 

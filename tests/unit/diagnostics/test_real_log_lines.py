@@ -460,6 +460,19 @@ def test_indented_records_with_a_global_step_key_are_no_trainer_state(store, tmp
     assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
 
+def test_a_progress_bar_redrawn_on_another_ranks_line_stays_that_ranks(store, tmp_path):
+    """Two ranks print the same TRL console, each line once under torchrun's ``[rankN]:``; tqdm's redraws after ``\\r``
+    carry no prefix of their own and go with the rank their line began with: rank 1's bars and dicts are not read."""
+    path = CORPUS / "trl-console__ning-guo__hotpotqa-agent__grpo-v3" / "grpo_v3.log"
+    data = path.read_bytes()
+    assert b"\r" in data
+    twice = tmp_path / path.name
+    twice.write_bytes(b"\n".join(b"[rank0]: " + x + b"\n[rank1]: " + x if x.strip() else x for x in data.split(b"\n")))
+    [clean], [read] = import_runs(store, path), import_runs(store, twice)
+    assert len(store.metrics(clean.run_id)) == 46
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
 def test_a_json_history_saved_on_one_line_longer_than_the_head_is_read(store, tmp_path):
     """A loop's JSON history re-saved compact (``json.dump(history, f)``): one line of more than 64 KiB."""
     path = CORPUS / "other__by571__triebwerk__qwen3-06b-cudagraph-v2" / "fast_v2_metrics.json"
