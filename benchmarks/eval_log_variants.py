@@ -6,7 +6,8 @@ A first log differs from the corpus in more than its metrics: Windows line ends,
 line, torchrun's ``[rank0]:``, colour codes, a table saved as TSV or by a European spreadsheet, a crash mid-write.
 Each variant below is applied to the split's logs (train by default: the variants were made to pass
 there; the test split's figure is untuned) of the kinds it fits (console output, JSON lines, JSON
-documents, CSV tables, Jupyter notebooks; a TensorBoard event file, binary, only compressed or given as its folder), written beside copies of the files next to the log, and imported. It
+documents, CSV tables, Jupyter notebooks; a TensorBoard event file, binary, only compressed or given as its folder),
+written beside copies of the files next to the log, and imported. It
 passes when the import makes as many runs, with as many steps (one fewer where the variant cut the log's end), as the original's; a
 compressed file passes when it is refused with a one-line error that says how to unpack it; a folder given instead
 of the file (a model's config, generation config and tokenizer files beside the log) when the import finds the log.

@@ -335,7 +335,7 @@ def iter_lines(source: Source, path: str | Path, *, start: int = 0) -> Iterator[
     """``(line number, line)`` pairs, streamed. Lines end at ``\\n``, ``\\r\\n`` or a bare ``\\r``
     (tqdm redraws); only ``\\n`` counts towards the line number. Bytes that are not UTF-8 read as U+FFFD (a
     stray Latin-1 byte spoils one value, not the file). Of a log of several ranks' output, the lowest rank's lines
-    are read (and the lines with no rank prefix; the parts of a line a progress bar redrew after ``\r`` go with the
+    are read (and the lines with no rank prefix; the parts of a line a progress bar redrew after ``\\r`` go with the
     rank the line began with). A line longer than 16 MiB is an error."""
     head = read_head(path)
     encoding = text_encoding(head[:4])
