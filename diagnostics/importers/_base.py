@@ -431,8 +431,9 @@ def after_prefix(line: str) -> str | None:
 def json_records(source: Source, path: str | Path) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for each non-blank line of a JSON-lines file, or for each line that ends with a
     JSON object after a logger's prefix; a line that is not a JSON object (malformed, cut short, a bare value) is
-    skipped and counted."""
+    skipped and counted. Colour codes around a line are left out."""
     for lineno, line in iter_lines(source, path):
+        line = strip_ansi(line)
         if not line.strip():
             continue
         try:

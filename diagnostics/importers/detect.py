@@ -19,6 +19,7 @@ from grpo_doctor.diagnostics.importers._base import (
     decode_head,
     iter_lines,
     read_head,
+    strip_ansi,
 )
 from grpo_doctor.diagnostics.importers.console import looks_like_metrics
 from grpo_doctor.diagnostics.importers.formats import FORMAT_LIST, FORMATS
@@ -180,6 +181,7 @@ def detect_file(path: Path) -> str:
     text = decode_head(head)
     if text is None:
         raise unknown(path, "binary data")
+    text = strip_ansi(text)  # colour codes around a logger's lines say nothing of their format
     stripped = text.lstrip("\ufeff \t\r\n")
     if not stripped:
         raise LogFormatError(path, "file is empty (only whitespace)")

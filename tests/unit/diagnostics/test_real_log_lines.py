@@ -473,6 +473,18 @@ def test_a_progress_bar_redrawn_on_another_ranks_line_stays_that_ranks(store, tm
     assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
 
+def test_json_lines_in_colour_codes_are_json_lines(store, tmp_path):
+    """A loop's JSON lines (after a transformers warning) with each line in a terminal's colour codes: read as its JSON
+    lines, not as a console's key/value text."""
+    path = next((CORPUS / "handwritten-jsonl__a36600248-eng__code-grpo__variance-probe-qwen25coder7b-mbpp").glob("*.txt"))
+    coloured = tmp_path / path.name
+    coloured.write_bytes(b"\n".join(b"\x1b[32m" + x + b"\x1b[0m" if x.strip() else x
+                                    for x in path.read_bytes().split(b"\n")))
+    [clean], [read] = import_runs(store, path), import_runs(store, coloured)
+    assert len(store.metrics(clean.run_id)) == 60
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
 def test_a_json_history_saved_on_one_line_longer_than_the_head_is_read(store, tmp_path):
     """A loop's JSON history re-saved compact (``json.dump(history, f)``): one line of more than 64 KiB."""
     path = CORPUS / "other__by571__triebwerk__qwen3-06b-cudagraph-v2" / "fast_v2_metrics.json"
