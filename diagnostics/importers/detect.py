@@ -199,8 +199,10 @@ def detect_file(path: Path) -> str:
             return _json_line_format(record)
         if '"log_history"' in text:
             return "trainer_state"
-        if re.search(r'^\s*"global_step":\s*\d+,\s*$', text, re.M) and pretty_objects(path) is None:
-            return "trainer_state"  # one document whose log_history lies past the head (not a loop's indented records)
+        # one document whose log_history lies past the head, or a loop's records dumped as indented JSON one after
+        # another (each with a "global_step" line of its own): parsed once, here
+        if re.search(r'^\s*"global_step":\s*\d+,\s*$', text, re.M):
+            return "jsonl" if pretty_objects(path) is not None else "trainer_state"
         if first.startswith("{'"):
             pass  # a printed Python dict: console output, below
         elif first.startswith("{") and not first.rstrip().endswith("}"):
