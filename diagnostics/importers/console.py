@@ -162,10 +162,13 @@ def enough(values) -> bool:
 
 def looks_like_metrics(lines: list[str]) -> bool:
     """Whether some lines read as rows of metrics: two lines with the same pairs (three or more, or two with a
-    metric the catalogue knows, or the same known metrics on lines with a step word), one of them a known metric; or
-    a header line of names with a known metric over two lines of numbers."""
+    metric the catalogue knows, or the same known metrics on lines with a step word), one of them a known metric; a
+    header line of names with a known metric over two lines of numbers; or the same known metric on a line of its own
+    under two step lines (NeMo-RL's ``===== Step 2/50 =====`` over ``• Loss: 0.02``)."""
     seen: list[set[str]] = []
     header, rows = None, 0
+    heading: int | None = None
+    under: dict[int, set[str]] = {}  # the known metrics on lines of their own under each step line
     for line in lines:
         clean = _clean(line)
         names = header_names(clean)
@@ -179,6 +182,11 @@ def looks_like_metrics(lines: list[str]) -> bool:
             continue
         keys = set(values := metric_pairs(clean))
         if not is_row(clean, values):
+            heading = _heading(clean, "word", heading)
+            if heading is not None and _lone(clean, values):
+                if any(keys <= earlier for step, earlier in under.items() if step != heading):
+                    return True
+                under.setdefault(heading, set()).update(keys)
             continue
         for earlier in seen:
             common = keys & earlier

@@ -433,7 +433,10 @@ def _hacking_detect(series: RunSeries, since):
         wa = slow_window(series, acc)
         acc_start = series.head(acc, wa)
         acc_now = series.asof_roll(acc, wa, steps)
-        worse |= acc_now < acc_start - max(4 * median_noise(series, acc, wa), 0.1 * abs(acc_start), 1e-9)
+        # judged once the accuracy has two windows of rows, as the reward has: before that its trailing median and
+        # its start share rows (a live run would not yet know the start a whole log gives those steps)
+        judged = np.searchsorted(series.finite(acc)[0], steps, side="right") >= series.rows(2 * wa, acc)
+        worse |= judged & (acc_now < acc_start - max(4 * median_noise(series, acc, wa), 0.1 * abs(acc_start), 1e-9))
     if series.has(SAMPLE_EMPTY):
         worse |= series.asof_roll(SAMPLE_EMPTY, W, steps) >= 0.5
     with np.errstate(invalid="ignore"):

@@ -1522,3 +1522,39 @@ def test_verls_rollout_probability_difference_reads_as_the_rollout_and_trainer_d
     assert store.metrics(run.run_id)["rollout_probs_diff"].median() > 1
     found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
     assert found["rollout_mismatch"].severity == "warning" and found["rollout_mismatch"].onset_step == 1
+
+
+NEMO_NOTEBOOK = CORPUS / "notebook__nvidia-china-sae__mair-hub__qwen25-1p5b-nemo-rl-grpo-openmath-115step" / \
+    "1.grpo_training_nemo_rl.ipynb"
+
+
+def test_nemo_rl_step_blocks_without_a_verl_like_config_read_as_a_console(store, tmp_path):
+    """A train-split NeMo-RL lab notebook prints ``===== Step N/29688 =====`` banners, each over bullet lines of one
+    metric (``• Loss: 0.0402``, ``• Avg Reward: 0.0605``), after 88 KB of pip output and a config with no key verl's
+    starts with. The notebook's 114 steps are read, and so are those lines alone, as a console of one metric a line
+    under each step line."""
+    from grpo_doctor.diagnostics.importers.notebook import outputs
+
+    [run] = import_runs(store, NEMO_NOTEBOOK)
+    frame = store.metrics(run.run_id)
+    assert (frame.index.min(), frame.index.max(), len(frame)) == (1, 114, 114)
+    assert frame.loc[1, "reward"] == pytest.approx(0.0605)
+    assert frame.loc[10, "accuracy"] == pytest.approx(0.0938)  # the validation block after step 10
+    printed = "".join(text for kind, text in outputs(json.loads(NEMO_NOTEBOOK.read_text())) if kind == "text")
+    blocks = printed[printed.index("\n📊 Training Results:"):printed.index("===== Step 4/29688")]
+    log = tmp_path / "nemo.log"
+    log.write_text(blocks, encoding="utf-8")
+    assert parse(log).format == "console"
+    rows = store.metrics(import_runs(store, log)[0].run_id)
+    assert list(rows.index) == [2, 3] and rows.loc[2, "completions/mean_length"] == pytest.approx(330.6523)
+
+
+def test_an_accuracy_logged_every_tenth_step_is_not_judged_before_two_windows_of_its_rows(store):
+    """The same NeMo-RL run: the reward rises 0.06 -> 0.35 and the validation accuracy, logged every 10 steps, rises
+    0.09 -> 0.37. At step 30 the median of its first three rows (0.14) is below the median of its first ten (0.29),
+    which a whole log gives but a live run at step 30 does not have: no reward hacking."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, NEMO_NOTEBOOK)
+    assert "reward_hacking" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
+
