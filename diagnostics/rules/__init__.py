@@ -9,6 +9,7 @@ docs (``docs/troubleshooting.md``, ``docs/field-reports.md``).
 from grpo_doctor.diagnostics.rules import (
                            expected,
                            groups,
+                           hacking,
                            kl,
                            length,
                            optim,
@@ -18,9 +19,9 @@ from grpo_doctor.diagnostics.rules import (
 )
 from grpo_doctor.diagnostics.rules.base import Rule
 
-RULES: tuple[Rule, ...] = (optim.NONFINITE, *reward.RULES, *reward_functions.RULES, *groups.RULES, *kl.RULES,
-                           *length.RULES, *(r for r in optim.RULES if r is not optim.NONFINITE), *policy.RULES,
-                           *expected.RULES)
+RULES: tuple[Rule, ...] = (optim.NONFINITE, *reward.RULES, *hacking.RULES, *reward_functions.RULES, *groups.RULES,
+                           *kl.RULES, *length.RULES, *(r for r in optim.RULES if r is not optim.NONFINITE),
+                           *policy.RULES, *expected.RULES)
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 
 __all__ = ["RULES", "BY_ID", "Rule"]
