@@ -419,6 +419,12 @@ KNOWN_FAILURES = {
         "2.5 by step 7, then 0.01-7.3) warned kl_blowup (critical from step 4) and entropy_blowup (2 -> 4 nats at "
         "steps 268-298); its reader accepts kl_mismatch_at_start and entropy_blowup but calls the run healthy "
         "(validation MATH 0.52 -> 0.77)",
+    # Batch 75 (2026-12-05): its train-split first-contact failures.
+    "handwritten-csv__sherrywan717__ppo-vs-grpo-math-rlvr__qwen25-1p5b-lora-grpo-v2-seed42-128update/"
+    "update_metrics.csv":
+        "batch 75: a LoRA GRPO run on a curriculum that gets harder, whose reward by quarter is 0.41 / 0.40 / 0.40 / "
+        "0.35 while its format and parse rates rise, warned reward_flat; its reader calls it healthy and modest and "
+        "lists reward_flat as fair",
 }
 
 

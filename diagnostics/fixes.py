@@ -25,7 +25,7 @@ TRAINER_FIELDS: dict[str, type] = {
     "per_device_train_batch_size": int, "scale_rewards": str, "dynamic_sampling": bool,
     "advantage_clip": str, "kl_target": float, "num_iterations": int, "kl_estimator": str,
     "nonfinite_rewards": str, "reinforce_baseline_every": int, "reinforce_baseline_decay": float,
-    "group_by": str, "lora_r": int, "reward_weights": list,
+    "group_by": str, "lora_r": int, "reward_weights": list, "advantage": str, "vf_coef": float,
 }
 _VERL_LOSS = {ours: theirs for theirs, ours in VERL_LOSS_AGG.items()}
 

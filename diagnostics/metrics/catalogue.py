@@ -307,9 +307,10 @@ CATALOGUE: tuple[Metric, ...] = (
            finite_required=True),
     Metric("kl_loss", "β·KL part of the loss", group="loss", aliases=("loss/kl_avg", "loss_kl"), finite_required=True),
     Metric("value_loss", "critic loss (PPO with GAE)", group="loss",
-           aliases=("critic/vf_loss", "critic_loss", "loss/value_avg", "vf_loss", "v_loss", "cri_loss")),
+           aliases=("critic/vf_loss", "critic_loss", "loss/value_avg", "vf_loss", "v_loss", "cri_loss",
+                    "ppo/loss/value")),
     Metric("explained_variance", "explained variance of the value head", group="loss",
-           aliases=("critic/vf_explained_var",)),
+           aliases=("critic/vf_explained_var", "ppo/val/var_explained", "val/var_explained")),
     Metric("learning_rate", "learning rate of the last step", group="optim",
            aliases=("actor/lr", "actor_lr", "lr"),
            note="7B recommendation 1e-6–5e-6; 0 at step 1 under warm-up is normal "

@@ -7,6 +7,7 @@ docs (``docs/troubleshooting.md``, ``docs/field-reports.md``).
 """
 
 from grpo_doctor.diagnostics.rules import (
+                           critic,
                            expected,
                            groups,
                            hacking,
@@ -21,7 +22,7 @@ from grpo_doctor.diagnostics.rules.base import Rule
 
 RULES: tuple[Rule, ...] = (optim.NONFINITE, *reward.RULES, *hacking.RULES, *reward_functions.RULES, *groups.RULES,
                            *kl.RULES, *length.RULES, *(r for r in optim.RULES if r is not optim.NONFINITE),
-                           *policy.RULES, *expected.RULES)
+                           *policy.RULES, *critic.RULES, *expected.RULES)
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 
 __all__ = ["RULES", "BY_ID", "Rule"]

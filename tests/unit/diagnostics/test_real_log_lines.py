@@ -1558,3 +1558,22 @@ def test_an_accuracy_logged_every_tenth_step_is_not_judged_before_two_windows_of
     [run] = import_runs(store, NEMO_NOTEBOOK)
     assert "reward_hacking" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
 
+
+SHERRY_PPO = CORPUS / "handwritten-csv__sherrywan717__ppo-vs-grpo-math-rlvr__qwen25-1p5b-ppo-seed42-32update" / \
+    "ppo_training_metrics.csv"
+
+
+def test_a_ppo_value_loss_as_large_as_the_rewards_variance_is_a_critic_not_learning(store):
+    """A train-split PPO run (Qwen2.5-1.5B, 32 updates) logs value_loss 3.6-5.9 throughout while its rewards lie in
+    [0, 1] (reward_std 0.08-0.46) and no explained variance: the critic does worse than guessing the rewards' mean.
+    A healthy verl PPO run whose explained variance climbs from -150,000 to 0.11 over 26 steps (a fresh value head
+    catching up) gets no such finding."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, SHERRY_PPO)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).problems()}
+    critic = found["critic_not_learning"]
+    assert critic.severity == "warning" and critic.onset_step <= 16
+    assert "rewards' variance" in critic.evidence[1].note
+    [healthy] = import_runs(store, VERL_DEMO)
+    assert "critic_not_learning" not in {f.rule for f in diagnose(store, healthy.run_id, save=False).findings}

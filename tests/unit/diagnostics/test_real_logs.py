@@ -134,9 +134,11 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # batch 70 (verl step lines of another counter left out); 366 with slurm's oom_kill report read as an out-of-memory crash;
 # 368 of 493 after batch 71; 369 with verl's rollout_probs_diff_mean read as the rollout-trainer disagreement; 369 of
 # 497 after batch 74 (its train logs, arms of one report's CSVs, brought none of 4: a reward plateau its readers judge by
-# the validation score, a truncated share logged under the name clip_ratio).
+# the validation score, a truncated share logged under the name clip_ratio); 376 of 506 after batch 75 (a NeMo-RL
+# notebook's step blocks read as a console); 377 with a PPO critic whose value loss stays as large as the rewards'
+# variance named critic_not_learning.
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 369
+TRAIN_NAMED = 377
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):

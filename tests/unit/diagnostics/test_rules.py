@@ -380,6 +380,21 @@ FIXTURES = [
             metrics={"kl": np.where(np.arange(1, N + 1) == 1, 0.0, 0.2 * np.minimum(np.arange(1, N + 1) / 30, 1)
                                     + np.abs(noise(N, 0.01, 5)))}, config={"beta": 0.1}),
     # a noisy KL (few prompts a step) whose 10-step median dips for a window and comes back: not "tripled"
+    # PPO with GAE: a value head that never explains the returns (explained variance stays near −3), one that only
+    # takes its first 20 updates to catch up from a random start (−5 → 0.4); without an explained variance, a value
+    # loss as large as the rewards' variance (reward_std 0.4: 0.16), and one warm from the start, well below it
+    Fixture("critic never explains the returns", {"critic_not_learning": "warning"},
+            metrics={"explained_variance": -3.0 + noise(N, 0.5, 30), "value_loss": 4.0 + noise(N, 0.3, 31)},
+            config={"advantage": "gae", "num_generations": 1}, first_fix={"advantage": "grpo", "num_generations": 8},
+            open_at_end=True),
+    Fixture("critic catching up from a random start", {},
+            metrics={"explained_variance": np.minimum(-5.0 + 0.3 * np.arange(N), 0.4) + noise(N, 0.05, 30),
+                     "value_loss": 4.0 * np.exp(-np.arange(N) / 8) + 0.1 + np.abs(noise(N, 0.02, 31))},
+            config={"advantage": "gae", "num_generations": 1}),
+    Fixture("critic loss above the rewards' variance", {"critic_not_learning": "warning"},
+            metrics={"value_loss": 4.0 + noise(N, 0.4, 31)}, source="jsonl", config={"advantage": "gae"}),
+    Fixture("critic loss flat and well below the rewards' variance", {},
+            metrics={"value_loss": 0.02 + np.abs(noise(N, 0.01, 31))}, source="jsonl", config={"advantage": "gae"}),
     Fixture("kl back at its level after a dip", {},
             metrics={"kl": np.where(np.arange(1, N + 1) == 1, 0.0,
                                     np.where((np.arange(1, N + 1) >= 41) & (np.arange(1, N + 1) <= 50), 0.06,
