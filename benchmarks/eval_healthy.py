@@ -50,6 +50,7 @@ EXTRA: dict[int, tuple[str, ...]] = {
     3: ("--scale_rewards", "batch"),
     5: ("--advantage", "rloo"),
     6: ("--scale_rewards", "none"),
+    7: ("--advantage", "gae", "--learning_rate", "5e-5"),  # PPO (a value head: critic_not_learning reads it)
     8: ("--advantage", "dr_grpo"),
     9: ("--epsilon_high", "0.28"),
 }
