@@ -87,7 +87,7 @@ def _explain(series: RunSeries, ep: Episode) -> Explanation:
                                       "returns it predicts (0 is a constant guess, 1 a perfect one)")]
     else:
         spread = smoothed(series, "reward_std", ep.last)
-        evidence = [Evidence(int(steps[0]), name, series.head(name, W), "start (first 10 logged values)"),
+        evidence = [Evidence(int(steps[0]), name, series.head(name, W), "median of the first 10 logged values"),
                     smoothed_evidence(series, name, ep.last, f"now: as large as the rewards' variance "
                                       f"({number(spread ** 2, 3)}, a reward std of {number(spread, 3)}): no better "
                                       "than guessing their mean")]

@@ -379,7 +379,6 @@ FIXTURES = [
     Fixture("kl warming up from 0 for 30 steps, then settling", {},
             metrics={"kl": np.where(np.arange(1, N + 1) == 1, 0.0, 0.2 * np.minimum(np.arange(1, N + 1) / 30, 1)
                                     + np.abs(noise(N, 0.01, 5)))}, config={"beta": 0.1}),
-    # a noisy KL (few prompts a step) whose 10-step median dips for a window and comes back: not "tripled"
     # PPO with GAE: a value head that never explains the returns (explained variance stays near −3), one that only
     # takes its first 20 updates to catch up from a random start (−5 → 0.4); without an explained variance, a value
     # loss as large as the rewards' variance (reward_std 0.4: 0.16), and one warm from the start, well below it
@@ -395,6 +394,7 @@ FIXTURES = [
             metrics={"value_loss": 4.0 + noise(N, 0.4, 31)}, source="jsonl", config={"advantage": "gae"}),
     Fixture("critic loss flat and well below the rewards' variance", {},
             metrics={"value_loss": 0.02 + np.abs(noise(N, 0.01, 31))}, source="jsonl", config={"advantage": "gae"}),
+    # a noisy KL (few prompts a step) whose 10-step median dips for a window and comes back: not "tripled"
     Fixture("kl back at its level after a dip", {},
             metrics={"kl": np.where(np.arange(1, N + 1) == 1, 0.0,
                                     np.where((np.arange(1, N + 1) >= 41) & (np.arange(1, N + 1) <= 50), 0.06,
