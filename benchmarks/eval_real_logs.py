@@ -216,16 +216,41 @@ def fix_problems(findings) -> tuple[list[str], list[str]]:
 
 
 def evaluate(entries: list[dict], verbose: bool = False) -> list[LogResult]:
-    return [evaluate_one(entry, verbose) for entry in entries]
+    """Each reading graded; the readings of one file (its runs, listed one after another) share one import of it."""
+    with Imports() as imports:
+        return [evaluate_one(entry, verbose, imports) for entry in entries]
 
 
-def evaluate_one(entry: dict, verbose: bool = False) -> LogResult:
+def evaluate_one(entry: dict, verbose: bool = False, imports: Imports | None = None) -> LogResult:
     """Import one log as it is, check the import against the reading (runs in the file, steps), diagnose the run the
     reading is of, and grade the diagnosis."""
     started = time.perf_counter()
-    result = _evaluate_one(entry, verbose, started)
+    with contextlib.ExitStack() as own:
+        result = _evaluate_one(entry, verbose, started, imports or own.enter_context(Imports()))
     result.total_s = time.perf_counter() - started
     return result
+
+
+class Imports(contextlib.ExitStack):
+    """The last file imported (``import_as_told``), kept for the next reading of the same file: (store, runs, seconds
+    the import took), or the LogFormatError it raised."""
+
+    def __init__(self):
+        super().__init__()
+        self.file, self.made = None, None
+
+    def of(self, entry: dict):
+        if entry["file"] != self.file:
+            self.close()
+            self.file, started = entry["file"], time.perf_counter()
+            try:
+                store, made = import_as_told(self, entry)
+                self.made = (store, made, time.perf_counter() - started)
+            except LogFormatError as e:
+                self.made = e
+        if isinstance(self.made, LogFormatError):
+            raise self.made
+        return self.made
 
 
 def import_as_told(stores: contextlib.ExitStack, entry: dict) -> tuple[RunStore, list]:
@@ -239,23 +264,21 @@ def import_as_told(stores: contextlib.ExitStack, entry: dict) -> tuple[RunStore,
     return store, made
 
 
-def _evaluate_one(entry: dict, verbose: bool, started: float) -> LogResult:
+def _evaluate_one(entry: dict, verbose: bool, started: float, imports: Imports) -> LogResult:
     expected_runs, index = int(entry.get("runs_in_file", 1)), int(entry.get("run", 1)) - 1
-    with contextlib.ExitStack() as stores:
-        try:
-            store, made = import_as_told(stores, entry)
-        except LogFormatError as e:
-            return not_graded(entry, str(e), "not imported")
-        imported_s = time.perf_counter() - started
-        if len(made) != expected_runs:
-            return not_graded(entry, f"the file holds {expected_runs} run(s), the import made {len(made)}",
-                              "runs not split as read")
-        firsts, last = run_steps(store.metrics(made[index].run_id))
-        read = entry.get("steps")
-        if read and (int(read[0]) not in firsts or last != int(read[-1])):
-            return not_graded(entry, f"imported steps {firsts[0]}–{last}, the log's are {read[0]}–{read[-1]}",
-                              "steps misread")
-        diagnosis = diagnose(store, made[index].run_id, save=False)
+    try:
+        store, made, imported_s = imports.of(entry)
+    except LogFormatError as e:
+        return not_graded(entry, str(e), "not imported")
+    if len(made) != expected_runs:
+        return not_graded(entry, f"the file holds {expected_runs} run(s), the import made {len(made)}",
+                          "runs not split as read")
+    firsts, last = run_steps(store.metrics(made[index].run_id))
+    read = entry.get("steps")
+    if read and (int(read[0]) not in firsts or last != int(read[-1])):
+        return not_graded(entry, f"imported steps {firsts[0]}–{last}, the log's are {read[0]}–{read[-1]}",
+                          "steps misread")
+    diagnosis = diagnose(store, made[index].run_id, save=False)
     result = grade(entry, diagnosis)
     result.runs, result.import_s = len(made), imported_s
     if verbose:
