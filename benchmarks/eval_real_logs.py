@@ -221,12 +221,11 @@ def evaluate(entries: list[dict], verbose: bool = False) -> list[LogResult]:
         return [evaluate_one(entry, verbose, imports) for entry in entries]
 
 
-def evaluate_one(entry: dict, verbose: bool = False, imports: Imports | None = None) -> LogResult:
-    """Import one log as it is, check the import against the reading (runs in the file, steps), diagnose the run the
-    reading is of, and grade the diagnosis."""
+def evaluate_one(entry: dict, verbose: bool, imports: Imports) -> LogResult:
+    """Import one log as it is (or take the import of its file from ``imports``), check the import against the reading
+    (runs in the file, steps), diagnose the run the reading is of, and grade the diagnosis."""
     started = time.perf_counter()
-    with contextlib.ExitStack() as own:
-        result = _evaluate_one(entry, verbose, started, imports or own.enter_context(Imports()))
+    result = _evaluate_one(entry, verbose, imports)
     result.total_s = time.perf_counter() - started
     return result
 
@@ -264,7 +263,7 @@ def import_as_told(stores: contextlib.ExitStack, entry: dict) -> tuple[RunStore,
     return store, made
 
 
-def _evaluate_one(entry: dict, verbose: bool, started: float, imports: Imports) -> LogResult:
+def _evaluate_one(entry: dict, verbose: bool, imports: Imports) -> LogResult:
     expected_runs, index = int(entry.get("runs_in_file", 1)), int(entry.get("run", 1)) - 1
     try:
         store, made, imported_s = imports.of(entry)
