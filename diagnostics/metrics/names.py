@@ -14,7 +14,8 @@ from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME, CATALOGUE
 _ALIASES: dict[str, str] = {alias: m.name for m in CATALOGUE for alias in m.aliases}
 _PREFIXES = ("train/", "train_", "env/all/")
 # tinker-cookbook's test-set evaluator logs ``test/env/all/<metric>`` (tinker_cookbook/rl/metric_util.py).
-_EVAL_PREFIXES = ("eval/", "eval_", "test/env/all/")
+# AReaL's evaluator logs its rollouts' stats as ``eval-rollout/<metric>``.
+_EVAL_PREFIXES = ("eval/", "eval_", "test/env/all/", "eval-rollout/")
 # Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``; a loop
 # groups them as ``reward_metrics/<fn>`` (nano-aha-moment) or ``reward_components/<fn>``.
 _REWARD_FN = re.compile(r"^(?:rewards?|reward_(?:metrics|components|breakdown))/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")
@@ -172,4 +173,11 @@ DERIVED = (
     ("kl", ("kl/per_sequence", "completions/mean_length"), lambda kl, n: kl / n if n > 0 else math.nan, "{0} / {1}"),
     ("kl", ("kl/per_sequence", "entropy", "entropy/per_sequence"),
      lambda kl, ent, per_seq: kl * ent / per_seq if ent > 0 and per_seq > 0 else math.nan, "{0} × {1} / {2}"),
+    # AReaL (areal/engine/ppo/actor.py) logs the mean log-ratios log π_θ − log π_old (approx_kl) and log π_trainer −
+    # log π_rollout (behave_approx_kl): under the samples' policy each is minus a KL (k1), the sign verl's ppo_kl and
+    # rollout_corr/kl undo; its seq_len counts the prompt's tokens too
+    ("approx_kl", ("ppo_actor/update/approx_kl/avg",), lambda log_ratio: -log_ratio, "−{0}"),
+    ("rollout_kl", ("ppo_actor/update/behave_approx_kl/avg",), lambda log_ratio: -log_ratio, "−{0}"),
+    ("completions/mean_length", ("ppo_actor/seq_len/avg", "ppo_actor/prompt_len/avg"),
+     lambda seq, prompt: seq - prompt, "{0} − {1}"),
 )

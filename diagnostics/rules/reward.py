@@ -82,6 +82,8 @@ def accuracy_component(series: RunSeries) -> str | None:
 # A training metric of answer quality that is not the reward (a loop's accuracy, a recommender's NDCG or recall).
 _QUALITY = re.compile(r"ndcg|recall|precision|(?:^|_)f1(?:$|_)|bleu|rouge|pass@|exact_match|win_rate|accura|correct",
                       re.IGNORECASE)
+# ... unless it measures something of those answers: AReaL's ppo_actor/correct_seq_len/avg is the right answers' length
+_NOT_QUALITY = re.compile(r"len(?:gth)?s?(?:$|[/_])|_tokens|_time", re.IGNORECASE)
 
 
 def quality_metric(series: RunSeries) -> str | None:
@@ -99,8 +101,8 @@ def _quality_metric(series: RunSeries) -> str | None:
         return found
     if series.has("accuracy"):
         return "accuracy"
-    return next((n for n in series.names() if _QUALITY.search(n) and not n.startswith(("eval/", "rewards/", "reward"))
-                 and series.has(n)), None)
+    return next((n for n in series.names() if _QUALITY.search(n) and not _NOT_QUALITY.search(n)
+                 and not n.startswith(("eval/", "rewards/", "reward")) and series.has(n)), None)
 
 
 def reward_rising(series: RunSeries, step: int, share: float = 1.0, name: str = "reward") -> bool:

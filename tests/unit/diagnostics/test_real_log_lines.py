@@ -1295,8 +1295,10 @@ def test_a_ppo_run_whose_completions_never_end_with_eos_is_named_as_truncation(s
 
 def test_a_mean_reward_that_holds_to_the_last_digit_is_named_as_uniform_groups_from_its_first_step(store):
     """An AReaL run's curve export (train split) logs the batch's mean reward and nothing of its spread or of the
-    update. The reward slides to exactly 0.0 at step 105 and holds there to the end: every completion scores the same,
-    so no group has a signal. ``uniform_groups`` names it once 10 steps hold the same value, dated from the first."""
+    update. The trained batches' reward (``ppo_actor/task_reward/avg``; the rollouts' ``rollout/reward`` runs 3 steps
+    ahead of it in this asynchronous run) slides to exactly 0.0 at step 109 and holds there to the end: every completion
+    scores the same, so no group has a signal. ``uniform_groups`` names it once 10 steps hold the same value, dated
+    from the first."""
     from grpo_doctor.diagnostics.engine import diagnose
 
     log = CORPUS / "handwritten-csv__foosynaptic__kimi3-align__areal-qwen3-4b-gsm8k-p6v1-opd-151step" \
@@ -1306,7 +1308,7 @@ def test_a_mean_reward_that_holds_to_the_last_digit_is_named_as_uniform_groups_f
     uniform = found["uniform_groups"]
     assert uniform.severity == "critical"
     steps, values = store.series(run.run_id, ["reward"])["reward"]
-    assert uniform.onset_step == int(steps[values != 0.0][-1]) + 1 == 105
+    assert uniform.onset_step == int(steps[values != 0.0][-1]) + 1 == 109
     assert "exactly this for 10 steps running" in uniform.evidence[0].note
 
 
@@ -1577,3 +1579,43 @@ def test_a_ppo_value_loss_as_large_as_the_rewards_variance_is_a_critic_not_learn
     assert "rewards' variance" in critic.evidence[1].note
     [healthy] = import_runs(store, VERL_DEMO)
     assert "critic_not_learning" not in {f.rule for f in diagnose(store, healthy.run_id, save=False).findings}
+
+
+AREAL = CORPUS / "handwritten-csv__ethanewer__teacher-answer-rl__qwen3-1p7b-areal-grpo-aime-hardmath-300step" \
+    / "aime_grpo_original_training_metrics.csv"
+
+
+def test_areals_metrics_are_read_under_the_catalogues_names(store, tmp_path):
+    """AReaL's stats_tracker keys (``ppo_actor/task_reward/avg``, ``ppo_actor/update/entropy/avg``,
+    ``ppo_actor/no_eos_ratios/avg``, ...; a metrics CSV of its first 30 steps): the reward, entropy and truncated
+    share are read; the completion length is the sequence's less the prompt's; the two mean log-ratios become KLs
+    (their negatives); ``eval-rollout/`` is the validation; and the import note says how each was made."""
+    import csv
+
+    cut = tmp_path / AREAL.name
+    cut.write_text("".join(lines_of(AREAL, *range(1, 32))))
+    [run] = import_runs(store, cut)
+    frame = store.metrics(run.run_id)
+    first = next(csv.DictReader(lines_of(AREAL, 1, 2)))
+    value = lambda key: float(first[key])  # noqa: E731
+    assert frame.loc[1, "reward"] == pytest.approx(value("ppo_actor/task_reward/avg"))
+    assert frame.loc[1, "entropy"] == pytest.approx(value("ppo_actor/update/entropy/avg"))
+    assert frame.loc[1, "completions/clipped_ratio"] == pytest.approx(value("ppo_actor/no_eos_ratios/avg"))
+    assert frame.loc[1, "completions/mean_length"] == pytest.approx(
+        value("ppo_actor/seq_len/avg") - value("ppo_actor/prompt_len/avg"))
+    assert frame.loc[1, "rollout_kl"] == pytest.approx(-value("ppo_actor/update/behave_approx_kl/avg"))
+    assert frame.loc[1, "rollout_kl"] > 0
+    assert frame.loc[1, "approx_kl"] == pytest.approx(-value("ppo_actor/update/approx_kl/avg"))
+    assert frame.loc[1, "eval/reward"] == pytest.approx(value("eval-rollout/reward"))
+    [note] = [n for n in run.notes if n.startswith("metrics: ")]
+    assert "completions/mean_length ← ppo_actor/seq_len/avg − ppo_actor/prompt_len/avg" in note
+    assert "rollout_kl ← −ppo_actor/update/behave_approx_kl/avg" in note
+
+
+def test_the_right_answers_length_is_no_measure_of_their_quality(store):
+    """AReaL logs ``ppo_actor/correct_seq_len/avg``, the length of the right answers: on a healthy AIME run it falls
+    1,090 → 617 tokens as the reward rises (answers get shorter), which is no reward hacking."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, AREAL)
+    assert "reward_hacking" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
