@@ -289,10 +289,19 @@ def _truncation_detect(series: RunSeries, since):
         return steps, _most_rows(values == 0, series.rows(W, NUM_EOS), lo)
     # No clipped_ratio (old TRL, hand-written loops): a step whose mean length is within 5% of the cap cut most of its
     # completions (an answer that ends on its own stops well short of a cap that others reach: a mean of 190 of 200
-    # leaves no room for many of them); 80% of the rows of a 10-step window, or of the first 3 rows or more, at the cap
-    lo, steps, values = rows(series, LENGTH, since)
+    # leaves no room for many of them); half the rows of a 10-step window, or of the first 3 rows or more, at the cap
+    # (a warning at 80% of them: _most_cut)
+    lo, steps, _ = rows(series, LENGTH, since)
+    return steps, _rows_at_cap(series, lo) >= 0.5
+
+
+def _rows_at_cap(series: RunSeries, lo: int) -> np.ndarray:
+    """For rows lo..: the share of a window's rows (of the first 3 rows or more) whose mean length is at the cap."""
+    _, values = series.finite(LENGTH)
     cap, _ = length_cap(series)
-    return steps, _most_rows(values >= AT_CAP * cap, series.rows(W, LENGTH), lo)
+    with np.errstate(invalid="ignore"):
+        return rolling.rolling((values >= AT_CAP * cap).astype(np.float64), series.rows(W, LENGTH), "mean", lo,
+                               min_periods=3)
 
 
 def _most_rows(cut: np.ndarray, window: int, lo: int) -> np.ndarray:
@@ -317,7 +326,10 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
         evidence = [smoothed_evidence(series, NUM_EOS, ep.last, "completions that ended with EOS: none, so every "
                                       "one ran to response_length")]
     else:
-        evidence = [smoothed_evidence(series, LENGTH, ep.last, "the mean length is at the cap: most completions cut")]
+        steps, _ = series.finite(LENGTH)
+        share = _rows_at_cap(series, 0)[max(0, int(np.searchsorted(steps, ep.last, side="right")) - 1)]
+        evidence = [smoothed_evidence(series, LENGTH, ep.last, f"the mean length is within 5% of the cap on {share:.0%} "
+                                                               "of the last 10 steps: most of their completions cut")]
     for name, note in (("completions/mean_terminated_length", "mean length of the completions that ended"),
                        (LENGTH, "mean length")):
         if series.has(name):
@@ -346,11 +358,16 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
 
 
 def _most_cut(series: RunSeries, ep: Episode) -> bool:
-    """Whether most completions are cut as the episode stands: the 10-step median of clipped_ratio at MOST_CUT or
-    more in the last 10 steps up to its last (always, where only a count of EOS or a mean length at the cap says so).
-    Below it, and 10 steps after it fell back under it, the share cut is worth a note, not a warning."""
+    """Whether most completions are cut as the episode stands: in the last 10 steps up to its last, the 10-step median
+    of clipped_ratio at MOST_CUT or more, or (with only a mean length) 80% of a window's rows at the cap (always, where
+    only a count of EOS says so). Below it, and 10 steps after it fell back under it, the share cut is worth a note,
+    not a warning."""
     if not series.has(CLIPPED):
-        return True
+        if series.has(NUM_EOS):
+            return True
+        steps, _ = series.finite(LENGTH)
+        end = int(np.searchsorted(steps, ep.last, side="right"))
+        return bool(np.any(_rows_at_cap(series, 0)[max(0, end - series.rows(W, LENGTH)):end] >= 0.8))
     steps, _ = series.finite(CLIPPED)
     end = int(np.searchsorted(steps, ep.last, side="right"))
     recent = series.roll(CLIPPED, W, "median", 0, 1)[max(0, end - series.rows(W, CLIPPED)):end]
@@ -372,7 +389,7 @@ TRUNCATION = Rule(
                 "docs/field-reports.md#high-truncation-in-reasoning-models"),
     read="The 10-step median of completions/clipped_ratio is 0.8 or more (0.6 is normal for distilled "
          "reasoning models, 0.98 is not; info from 0.2: a fifth of the answers never arrive); without "
-         "clipped_ratio, 80% of the last 10 steps (or of the first 3 or more) "
+         "clipped_ratio, half of the last 10 steps (or of the first 3 or more; a warning at 80%) "
          "have a mean length within 5% of the cap (recorded, or the ceiling the mean hits exactly again and again), "
          "or (TRL PPO/RLOO) no completion ending with EOS (val/num_eos_tokens 0). "
          "Critical when frac_reward_zero_std is also ≥ 0.9: truncation has zeroed the reward signal.",

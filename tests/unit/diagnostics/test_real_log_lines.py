@@ -941,7 +941,8 @@ def test_a_mean_length_within_5_percent_of_the_cap_is_most_completions_cut(store
     frame = store.metrics(run.run_id)
     assert "completions/clipped_ratio" not in frame and (frame["completions/mean_length"] == 200).sum() < 0.8 * 250
     [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "truncation"]
-    assert found.onset_step <= 40 and found.evidence[0].note.startswith("the mean length is at the cap")
+    assert found.onset_step <= 40 and found.evidence[0].note.startswith("the mean length is within 5% of the cap on")
+    assert found.severity == "warning"  # 80% of the steps at the cap: most completions cut
 
 
 def test_a_trl_ppo_log_is_read_as_ppo_with_the_kl_coef_it_logs(store):
@@ -1619,3 +1620,17 @@ def test_the_right_answers_length_is_no_measure_of_their_quality(store):
 
     [run] = import_runs(store, AREAL)
     assert "reward_hacking" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
+
+
+def test_a_mean_length_at_the_cap_on_half_the_steps_is_noted_as_truncation(store):
+    """An Unsloth notebook (train split, G = 4, cap 1846 tokens) logs no clipped_ratio, only the mean length: it is
+    exactly 1846 (all four cut) on 11 of 30 steps and within 5% of the cap on 6 of the first 10. Half a window's rows at
+    the cap is truncation worth a note from the first steps; a warning takes 80% of them, as before."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "notebook__gyaneshhere__huggingface__qwen3-4b-base-grpo-30of100" / "Qwen3_(4B)_GRPO.ipynb"
+    [run] = import_runs(store, log)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).problems()}
+    truncation = found["truncation"]
+    assert truncation.severity == "info" and truncation.onset_step <= 10
+    assert "within 5% of the cap on 60% of the last 10 steps" in truncation.evidence[0].note
