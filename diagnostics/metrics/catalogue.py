@@ -206,7 +206,9 @@ CATALOGUE: tuple[Metric, ...] = (
            note="its ratio to objective/kl is β (kl_coef)"),
     Metric("rollout_kl", "KL between the rollout engine's and the trainer's log-probs of the same tokens (0 when "
            "they agree)", group="kl",
-           aliases=("rollout_corr/kl", "mismatch_kl", "vllm_kl", "rollout_corr/k3_kl", "optim/kl_sample_train_v1"),
+           aliases=("rollout_corr/kl", "mismatch_kl", "vllm_kl", "rollout_corr/k3_kl", "optim/kl_sample_train_v1",
+                    "rollout_correction/kl", "rollout_correction/k3_kl",  # ms-swift
+                    "gen_kl_error"),  # NeMo-RL (its console: "Generation KL Error")
            note="~1e-3 is kernel noise; growing toward 1 means the two disagree (docs/health-ranges.md#rollout-kl)"),
     Metric("rollout_probs_diff", "mean |p_rollout − p_trainer| of the sampled tokens' probabilities (verl's "
            "training/rollout_probs_diff_mean; 0 when they agree)", group="kl",

@@ -115,6 +115,8 @@ def test_a_nemo_rl_console_reads_each_steps_results_under_its_step_line(store, t
     assert list(frame.index) == [1, 2, 3]
     assert list(frame["reward"]) == [0.3184, 0.2656, 0.2832] and list(frame["loss"]) == [0.0219, -0.0042, 0.0368]
     assert frame.loc[1, "completions/mean_length"] == pytest.approx(616.4766)
+    # "Generation KL Error" (NeMo-RL's gen_kl_error: the rollout's log-probs against the trainer's) is the rollout KL
+    assert list(frame["rollout_kl"]) == [0.0006, 0.0006, 0.0006]
     assert any("read as a training loop's console lines" in n for n in run.notes), run.notes
 
 
