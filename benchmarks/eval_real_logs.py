@@ -448,6 +448,11 @@ KNOWN_FAILURES = {
         "batch 75: a LoRA GRPO run on a curriculum that gets harder, whose reward by quarter is 0.41 / 0.40 / 0.40 / "
         "0.35 while its format and parse rates rise, warned reward_flat; its reader calls it healthy and modest and "
         "lists reward_flat as fair",
+    # Batch 79 (2026-12-05): its train-split first-contact failures.
+    "tensorboard__philsaad333__rl-practice__qwen25-15b-lora-drgrpo-gsm8k-buffer256-64step/events.out.tfevents.1":
+        "batch 79: a 4-bit LoRA Dr.GRPO run whose logged reference is a differently quantised copy of its start (KL "
+        "0.11 from step 1, flat) warned kl_mismatch_at_start as critical; beta is 0 (KL only logged), which its event "
+        "file does not record; its reader lists the finding as acceptable but calls the run healthy",
 }
 
 
