@@ -1,7 +1,8 @@
 """Console output of hand-written training loops: any line that carries three or more ``key=value`` (or
 ``key: value``, ``key is value``, ``| key value |``, or words and numbers in turn) pairs is a row of metrics (two are
 enough when one is a metric the catalogue knows), and so is a line of numbers under a header line of names (a
-notebook's progress table, tab-, ``|``- or space-separated).
+notebook's progress table, tab-, ``|``- or space-separated), and a key/value grid's row, its cells alternating a key
+and a value (AReaL's ``│ grpo_actor/entropy/avg │ 3.8e-01 │ …``, under its ``Train step 1/4675 done.`` line).
 
     Epoch 2 [340/5000] reward=0.41 kl=0.012 len=180
     step=12 reward=0.3 kl=0.01 loss=0.2
@@ -44,21 +45,26 @@ from grpo_doctor.diagnostics.importers._base import (
     strip_ansi,
     to_float,
 )
+from grpo_doctor.diagnostics.importers.console_cells import (
+    KEY,
+    MIN_PAIRS,
+    NUMBER,
+    VALUE,
+    as_key,
+    grid_pairs,
+    header_names,
+    known,
+    table_row,
+)
 from grpo_doctor.diagnostics.importers.hf import is_summary_row, run_name_for
 from grpo_doctor.diagnostics.importers.tabular import as_eval
-from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME
-from grpo_doctor.diagnostics.metrics.names import canonical_name
 
-MIN_PAIRS = 3
-_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)\b"
-_VALUE = rf"(?:(?:np\.|numpy\.|torch\.)?(?:float\d*|int\d*|tensor)\(\s*(?:{_NUMBER})[^()]*\)|(?:{_NUMBER}))"
-_KEY = r"[^\W\d][\w./@-]*"  # a letter (any script: π_loss) or _ first
 # key=value, key: value or key is value, the key one word (reward=0.41, actor/kl: 0.01, loss is 0.2), or quoted as a
 # printed dict's ('train/rewards': np.float64(0.09)).
-_PAIR = re.compile(rf"(?<![\w./@'\"-])(['\"]?)({_KEY})\1(?:\s*[=:]\s*|\s+is\s+)({_VALUE})(?![\w.])",
+_PAIR = re.compile(rf"(?<![\w./@'\"-])(['\"]?)({KEY})\1(?:\s*[=:]\s*|\s+is\s+)({VALUE})(?![\w.])",
                    re.IGNORECASE)
 # A whole segment between separators that is "some words [:=] number" or "word number" (| loss 0.1 |).
-_SEGMENT = re.compile(rf"^\s*({_KEY}(?: {_KEY}){{0,3}})\s*(?:[=:]\s*|\s)({_VALUE})\s*%?\s*$", re.IGNORECASE)
+_SEGMENT = re.compile(rf"^\s*({KEY}(?: {KEY}){{0,3}})\s*(?:[=:]\s*|\s)({VALUE})\s*%?\s*$", re.IGNORECASE)
 _SEPARATORS = re.compile(r"\s*(?:\||,|;|\t| - )\s*")
 # "ep" only as a label ("Ep 000 | ..."): "ep=0" is a key of its own
 _STEP_WORD = re.compile(r"(?<![\w/.-])(global[ _]step|step|iteration|iter|it|update|episode|ep(?=\s+\d))"
@@ -71,40 +77,38 @@ _EPOCH = re.compile(r"(?<![\w/.])epoch\s*[#:=]?\s*(\d+)", re.IGNORECASE)
 _EVAL_LINE = re.compile(r"^\W*(?:\S+\s+){0,6}?(?:eval(?:uation)?|validation|val|test)\b", re.IGNORECASE)
 # key: [n, n, ...], a list of numbers (a group's per-completion scores), each maybe quoted (a list of formatted
 # strings printed as it is: ['0.80', '0.01']).
-_LIST_PAIR = re.compile(rf"(?<![\w./@-])({_KEY})\s*[=:]\s*\[((?:\s*['\"]?(?:{_NUMBER})['\"]?\s*,)*"
-                        rf"\s*['\"]?(?:{_NUMBER})['\"]?\s*)\]", re.IGNORECASE)
+_LIST_PAIR = re.compile(rf"(?<![\w./@-])({KEY})\s*[=:]\s*\[((?:\s*['\"]?(?:{NUMBER})['\"]?\s*,)*"
+                        rf"\s*['\"]?(?:{NUMBER})['\"]?\s*)\]", re.IGNORECASE)
 _RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
 STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "episode", "global step"})
 
 
 # Words and numbers in turn, with no separator at all (``step 10 reward 0.5 kl 0.01 loss 0.2``).
-_WORD_NUMBER = re.compile(rf"(?<![\w./@-])({_KEY})\s+({_VALUE})(?![\w.])", re.IGNORECASE)
+_WORD_NUMBER = re.compile(rf"(?<![\w./@-])({KEY})\s+({VALUE})(?![\w.])", re.IGNORECASE)
 
 
 def pairs(line: str) -> dict[str, str]:
     """The ``key → value text`` pairs of one console line (keys as printed, lower case, spaces as ``_``). A line with
     no ``=``/``:``/``is`` pairs may still be words and numbers in turn: read so when one of its words is a metric the
-    catalogue knows."""
-    found: dict[str, str] = {}
+    catalogue knows; or a key/value grid's row, whose cells alternate the two."""
+    found: dict[str, str] = grid_pairs(line)
+    if found:
+        return found
     for segment in _SEPARATORS.split(line):
         step = _STEP_WORD.match(segment.strip())
         if step and step.end() < len(segment.strip()):  # "Step 5: reward 0.2": the pair after the step
             segment = segment.strip()[step.end():].lstrip(" :-")
         m = _SEGMENT.match(segment)
         if m and not _STEP_WORD.fullmatch(segment.strip()):
-            found.setdefault(_key(m[1]), m[2])
+            found.setdefault(as_key(m[1]), m[2])
             continue
         for m in _PAIR.finditer(segment):
-            found.setdefault(_key(m[2]), m[3])
+            found.setdefault(as_key(m[2]), m[3])
     if not found:
-        alternating = {_key(m[1]): m[2] for m in _WORD_NUMBER.finditer(line)}
-        if any(_known(k) for k in alternating):
+        alternating = {as_key(m[1]): m[2] for m in _WORD_NUMBER.finditer(line)}
+        if any(known(k) for k in alternating):
             found = alternating
     return found
-
-
-def _key(text: str) -> str:
-    return "_".join(text.lower().split())
 
 
 def metric_pairs(line: str) -> dict[str, float]:
@@ -113,7 +117,7 @@ def metric_pairs(line: str) -> dict[str, float]:
     out: dict[str, float] = {}
     if "[" in line:
         for m in _LIST_PAIR.finditer(line):
-            out.update(per_completion(_key(m[1]), [to_float(v.strip(" '\"")) for v in m[2].split(",")]))
+            out.update(per_completion(as_key(m[1]), [to_float(v.strip(" '\"")) for v in m[2].split(",")]))
         if out:
             line = _LIST_PAIR.sub(" ", line)
     for key, text in pairs(line).items():
@@ -125,39 +129,10 @@ def metric_pairs(line: str) -> dict[str, float]:
     return out
 
 
-_CELL_SPLIT = re.compile(r"\t|\s*\|\s*|\s{2,}")
-_NAME_CELL = re.compile(r"^[A-Za-z_][\w ./@()-]*$")
-
-
-def cells(line: str) -> list[str]:
-    """A table line's cells (tab-, ``|``- or 2+-space-separated), outer pipes and blanks dropped."""
-    return [c.strip() for c in _CELL_SPLIT.split(line.strip().strip("|")) if c.strip()]
-
-
-def header_names(line: str) -> list[str] | None:
-    """The column names of a table's header line (three or more cells, every one a name, one a known metric)."""
-    found = cells(line)
-    if len(found) < MIN_PAIRS or not all(_NAME_CELL.match(c) for c in found):
-        return None
-    names = [_key(re.sub(r"\s*/\s*", "/", c)) for c in found]
-    return names if any(_known(n) for n in names) else None
-
-
-def table_row(line: str, header: list[str]) -> dict[str, float] | None:
-    """A line of numbers under ``header`` (as many cells as names, all of them numbers), or None."""
-    found = cells(line)
-    if len(found) != len(header):
-        return None
-    values = [to_float(c) for c in found]
-    if not all(isinstance(v, float) for v in values):
-        return None
-    return dict(zip(header, values))
-
-
 def enough(values) -> bool:
     """Whether a line's pairs make a row of metrics: three or more, or two of which one is a metric the catalogue
     knows (``loss is 0.2 and kl is 0.01``)."""
-    return len(values) >= MIN_PAIRS or (len(values) == 2 and any(_known(k) for k in values if k != "epoch"))
+    return len(values) >= MIN_PAIRS or (len(values) == 2 and any(known(k) for k in values if k != "epoch"))
 
 
 def looks_like_metrics(lines: list[str]) -> bool:
@@ -190,17 +165,12 @@ def looks_like_metrics(lines: list[str]) -> bool:
             continue
         for earlier in seen:
             common = keys & earlier
-            if (enough(common) or common == keys == earlier) and any(_known(k) for k in common):
+            if (enough(common) or common == keys == earlier) and any(known(k) for k in common):
                 return True
         seen.append(keys)
         if len(seen) > 200:
             return False
     return False
-
-
-def _known(key: str) -> bool:
-    name = canonical_name(key)
-    return name in BY_NAME or name.startswith("rewards/")
 
 
 _BULLET = re.compile(r"^[•·‣◦▪▶►*-]\s+")  # a list item's mark: ``• Avg Reward: 0.32``
@@ -258,7 +228,7 @@ def is_row(line: str, values: dict[str, float]) -> bool:
     completion's line."""
     if _SAMPLE.match(line):
         return False
-    return enough(values) or (bool(values) and all(map(_known, values)) and _STEP_WORD.search(line) is not None)
+    return enough(values) or (bool(values) and all(map(known, values)) and _STEP_WORD.search(line) is not None)
 
 
 _BAR = re.compile(r"\d%\|")  # a progress bar's "42%|"
@@ -267,13 +237,13 @@ _BAR = re.compile(r"\d%\|")  # a progress bar's "42%|"
 def _noise(line: str, values: dict[str, float]) -> bool:
     """A progress bar whose pairs are none of the metrics the catalogue knows (a generator's ``Processed prompts: 92%|
     ...| 59/64 [..., est. speed input: 243.56 toks/s]``): no row of the run's."""
-    return _BAR.search(line) is not None and not any(map(_known, values))
+    return _BAR.search(line) is not None and not any(map(known, values))
 
 
 def _lone(line: str, values: dict[str, float]) -> bool:
     """A line that is one metric the catalogue knows and nothing else (``Average Reward: 0.71``; not a sample's
     ``╭── Sample 1 | Reward: 1.0 ──╮``)."""
-    return len(values) == 1 and _known(next(iter(values))) and _SEGMENT.match(line) is not None and \
+    return len(values) == 1 and known(next(iter(values))) and _SEGMENT.match(line) is not None and \
         not is_row(line, values)
 
 
@@ -378,6 +348,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
     order = 0
     offset, last_counter, last_epoch = 0, None, None
     at_step: set[str] = set()  # the keys the current step has (a line without a step adds only new ones)
+    step_row: dict[str, float] = {}  # the current step's training metrics so far, over its lines
     heading: int | None = None  # the step of a step line with no metrics, until a metric line takes it
     header: list[str] | None = None
     leading: dict[str, float] = {}  # one-metric lines waiting for the row of their step
@@ -421,7 +392,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
             row_keys = set(values)
             if kind == "order":
                 source.note("no step on the metric lines: the line order is the step (1, 2, ...)")
-        if blocks and (not any(map(_known, values)) or is_summary_row(values)):
+        if blocks and (not any(map(known, values)) or is_summary_row(values)):
             continue  # a warning's or a config's pairs between the metric lines under a step line, or HF's summary of
             # another trainer's run (a reward model's, before the loop's own step lines)
         if leads:
@@ -437,19 +408,28 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
             step = order
         elif found is not None:
             here, named = found[1] if found[0] != "counter" else _loop_step(found, named), None
-            at_step = set(values)
+            at_step, step_row = set(values), dict(values)
             if found[0] == "counter":
                 offset, last_counter, last_epoch = _epoch_offset(line, found, here, offset, last_counter, last_epoch)
             step = offset + here
         elif step is None:
             source.skip_line(f"line {lineno}", "metrics before the first step")
             continue
-        else:  # a line without a step joins the step before it, with the keys that step does not have yet
-            values = {k: v for k, v in values.items() if k not in at_step}
-            if not values:
-                continue
-            at_step |= set(values)
+        elif not (values := _joined(values, at_step, step_row, bool(_EVAL_LINE.match(line)))):
+            continue  # a line without a step joins the step before it, with the keys that step does not have yet
         yield step, as_eval(values) if _EVAL_LINE.match(line) else values
+
+
+def _joined(values: dict[str, float], at_step: set[str], step_row: dict[str, float], evaluation: bool) -> dict:
+    """What a line without a step adds to the step before it: its keys the step lacks (``at_step``, updated); on a
+    training line, with the step's row so far (``step_row``, updated), so that a metric made of two keys printed on
+    different lines is made (AReaL's table: ``seq_len`` on one row, ``prompt_len`` on the next)."""
+    new = {k: v for k, v in values.items() if k not in at_step}
+    at_step |= set(new)
+    if not new or evaluation:
+        return new
+    step_row.update(new)
+    return dict(step_row)
 
 
 def _epoch_offset(line: str, found: tuple, here: int, offset: int, last_counter: int | None,

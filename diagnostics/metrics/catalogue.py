@@ -151,7 +151,8 @@ CATALOGUE: tuple[Metric, ...] = (
                     "objective/verifiable_reward", "mean_reward", "avg_reward", "average_reward", "reward_mean",
                     "rewards_mean", "mean_rewards", "reward/mean", "rewards/mean", "total_reward", "mean_total_reward",
                     "reward/total", "average_reward_score",
-                    "ppo_actor/task_reward/avg"),  # AReaL (areal/engine/ppo/actor.py's stats_tracker keys)
+                    # AReaL (areal/engine/ppo/actor.py's stats_tracker keys; grpo_actor/ in its 0.3 releases)
+                    "ppo_actor/task_reward/avg", "grpo_actor/task_reward/avg"),
            note="should trend upward; 'reward flat' and 'sudden collapse' are read from its trend",
            finite_required=True),
     Metric("accuracy", "share of completions with the right answer (a loop's own score, read where no reward is "
@@ -163,9 +164,11 @@ CATALOGUE: tuple[Metric, ...] = (
            note="falling alone is fine (docs/field-reports.md#reward-std-falling); with rising frac_reward_zero_std "
                 "it means no diversity", finite_required=True, domain=NONNEG),
     Metric("reward_max", "max total reward in the batch", group="reward", aliases=("critic/score/max",
-                                                                                        "ppo_actor/task_reward/max")),
+                                                                                        "ppo_actor/task_reward/max",
+                                                                                        "grpo_actor/task_reward/max")),
     Metric("reward_min", "min total reward in the batch", group="reward", aliases=("critic/score/min",
-                                                                                        "ppo_actor/task_reward/min")),
+                                                                                        "ppo_actor/task_reward/min",
+                                                                                        "grpo_actor/task_reward/min")),
     Metric("reward_gap", "max − min of the batch rewards", group="reward",
            ranges=_fixed(0.5, 2.0, "docs/health-ranges.md#reward-gap", note="source doc B checks it every 100 steps")),
     Metric("frac_reward_zero_std", "share of prompt groups whose rewards are all identical (no learning signal)",
@@ -246,7 +249,8 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("response_length/clip_ratio", "response_clip_ratio", "truncation_rate",
                     "rollout/truncated_ratio", "truncated", "truncated_ratio", "clipped_ratio",
                     "is_truncated/mean",  # prime-rl's orchestrator
-                    "ppo_actor/no_eos_ratios/avg"),  # AReaL: completions that filled the length with no EOS
+                    # AReaL: completions that filled the length with no EOS
+                    "ppo_actor/no_eos_ratios/avg", "grpo_actor/no_eos_ratios/avg"),
            note="≈0.6 is normal for distilled reasoning models, ≈0.98 is not (docs/health-ranges.md#truncated-share)", domain=SHARE),
     Metric("completions/num_eos", "completions of the batch that ended with EOS: TRL PPO/RLOO's val/num_eos_tokens",
            group="length", aliases=("val/num_eos_tokens",),
@@ -276,7 +280,7 @@ CATALOGUE: tuple[Metric, ...] = (
            group="clip", ranges=_clip_ratio_range,
            aliases=("clip_ratio", "actor/pg_clipfrac", "ppo_clip_ratio", "policy/clipfrac_avg",
                     "train/pg_clipfrac", "pg_clipfrac", "clip_fraction", "clip_frac", "actor/clipfrac",
-                    "ppo_actor/update/clip_ratio/avg"), domain=SHARE),
+                    "ppo_actor/update/clip_ratio/avg", "grpo_actor/clip_ratio/avg"), domain=SHARE),
     Metric("clip_ratio/low_mean", "share of tokens with r < 1−ε_low and A < 0", group="clip",
            ranges=_clip_ratio_range, domain=SHARE),
     Metric("clip_ratio/dual_clip_mean", "share of tokens with A < 0 whose ratio exceeded the dual-clip bound "
@@ -298,7 +302,8 @@ CATALOGUE: tuple[Metric, ...] = (
                               "start): entropy is judged against the run's own start"),
            aliases=("actor/entropy", "entropy/mean", "policy/entropy_avg", "approx_entropy",
                     "entropy_loss", "train/entropy_loss", "mean_entropy", "avg_entropy", "actor/entropy_loss",
-                    "token_entropy", "policy_entropy", "ppo_actor/update/entropy/avg"),
+                    "token_entropy", "policy_entropy", "ppo_actor/update/entropy/avg",
+                    "grpo_actor/entropy/avg"),
            finite_required=True, domain=NONNEG),
     Metric("entropy/per_sequence", "policy entropy summed over each completion's tokens, averaged over "
            "completions: old TRL PPO/RLOO's objective/entropy", unit="nats", group="optim",
@@ -310,7 +315,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("policy_loss", "clipped-surrogate part of the loss", group="loss",
            aliases=("actor/pg_loss", "loss/policy_avg", "train/pg_loss", "pg_loss", "actor_loss", "policy/loss",
                     "loss_pg", "grpo_loss", "ppo_loss", "rloo_loss", "dapo_loss", "gspo_loss", "rl_loss",
-                    "surrogate_loss", "pi_loss", "π_loss", "act_loss", "ppo_actor/update/actor_loss/avg"),
+                    "surrogate_loss", "pi_loss", "π_loss", "act_loss", "ppo_actor/update/actor_loss/avg",
+                    "grpo_actor/actor_loss/avg"),
            finite_required=True),
     Metric("kl_loss", "β·KL part of the loss", group="loss", aliases=("loss/kl_avg", "loss_kl"), finite_required=True),
     Metric("value_loss", "critic loss (PPO with GAE)", group="loss",

@@ -173,11 +173,12 @@ DERIVED = (
     ("kl", ("kl/per_sequence", "completions/mean_length"), lambda kl, n: kl / n if n > 0 else math.nan, "{0} / {1}"),
     ("kl", ("kl/per_sequence", "entropy", "entropy/per_sequence"),
      lambda kl, ent, per_seq: kl * ent / per_seq if ent > 0 and per_seq > 0 else math.nan, "{0} × {1} / {2}"),
-    # AReaL (areal/engine/ppo/actor.py) logs the mean log-ratios log π_θ − log π_old (approx_kl) and log π_trainer −
-    # log π_rollout (behave_approx_kl): under the samples' policy each is minus a KL (k1), the sign verl's ppo_kl and
-    # rollout_corr/kl undo; its seq_len counts the prompt's tokens too
-    ("approx_kl", ("ppo_actor/update/approx_kl/avg",), lambda log_ratio: -log_ratio, "−{0}"),
-    ("rollout_kl", ("ppo_actor/update/behave_approx_kl/avg",), lambda log_ratio: -log_ratio, "−{0}"),
-    ("completions/mean_length", ("ppo_actor/seq_len/avg", "ppo_actor/prompt_len/avg"),
-     lambda seq, prompt: seq - prompt, "{0} − {1}"),
+    # AReaL (areal/engine/ppo/actor.py; grpo_actor/ with no update/ in its 0.3 releases) logs the mean log-ratios
+    # log π_θ − log π_old (approx_kl) and log π_trainer − log π_rollout (behave_approx_kl): under the samples' policy
+    # each is minus a KL (k1), the sign verl's ppo_kl and rollout_corr/kl undo; its seq_len counts the prompt's tokens
+    *((target, (f"{scope}{stat}/avg",), lambda log_ratio: -log_ratio, "−{0}")
+      for scope in ("ppo_actor/update/", "grpo_actor/")
+      for target, stat in (("approx_kl", "approx_kl"), ("rollout_kl", "behave_approx_kl"))),
+    *(("completions/mean_length", (f"{scope}seq_len/avg", f"{scope}prompt_len/avg"), lambda seq, prompt: seq - prompt,
+       "{0} − {1}") for scope in ("ppo_actor/", "grpo_actor/")),
 )

@@ -1636,3 +1636,31 @@ def test_a_mean_length_at_the_cap_on_half_the_steps_is_noted_as_truncation(store
     truncation = found["truncation"]
     assert truncation.severity == "info" and truncation.onset_step <= 10
     assert "within 5% of the cap on 60% of the last 10 steps" in truncation.evidence[0].note
+
+
+AREAL_CONSOLE = CORPUS / "other__nexthybrid__areal__qwen25-05b-areal-grpo-gsm8k-h200-89step" / "logs_h200.txt"
+
+
+def test_areals_statslogger_tables_are_a_steps_metrics(store, tmp_path):
+    """AReaL 0.3's console (train split, a Docker log with a timestamp on every line): after ``StatsLogger INFO: Epoch
+    1/5 Step 1/935 Train step 1/4675 done.``, a fancy_grid table whose rows hold four ``│ key │ value │`` pairs each
+    (``grpo_actor/…``, no ``update/`` level in that release). Its first three steps: every row of a table is that step's,
+    the reward, entropy and truncated share are read, and the completion length is made from two rows' cells."""
+    log = tmp_path / AREAL_CONSOLE.name
+    log.write_text("".join(lines_of(AREAL_CONSOLE, *range(1, 546))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == [1, 2, 3]
+    first = {}  # the first table's cells, read here by splitting its rows on the bars
+    for line in lines_of(AREAL_CONSOLE, *range(381, 436)):
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        first.update(zip(cells[0::2], map(float, cells[1::2])) if len(cells) % 2 == 0 else {})
+    assert len(first) > 60
+    assert frame.loc[1, "reward"] == pytest.approx(first["grpo_actor/task_reward/avg"])
+    assert frame.loc[1, "entropy"] == pytest.approx(first["grpo_actor/entropy/avg"])
+    assert frame.loc[1, "completions/clipped_ratio"] == pytest.approx(first["grpo_actor/no_eos_ratios/avg"])
+    assert frame.loc[1, "completions/mean_length"] == pytest.approx(
+        first["grpo_actor/seq_len/avg"] - first["grpo_actor/prompt_len/avg"])
+    assert frame.loc[1, "rollout_kl"] == pytest.approx(-first["grpo_actor/behave_approx_kl/avg"])
+    [note] = [n for n in run.notes if n.startswith("metrics: ")]
+    assert "entropy ← grpo_actor/entropy/avg" in note and "reward ← grpo_actor/task_reward/avg" in note

@@ -141,7 +141,8 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # a gradient norm climbing 4x, under the rising trend's 5x, and a reward losing a third of its early gain); 379 of 517
 # after batch 78 (AReaL's keys read: none of its entropy, rollout-KL and gradient-norm rises in the last 2-20 steps
 # named); 380 with a mean length at the cap on half a window's steps noted as truncation; 380 of 518 after batch 79
-# (its one train pathology, a format loss seen only in a custom metric, not named).
+# (its one train pathology, a format loss seen only in a custom metric, not named); 380 of 519 after batch 80 (an
+# AReaL console's StatsLogger tables read; its entropy falling to a quarter of its start, above the reference's fifth).
 # docs/real-logs.md lists what is still missed, and why.
 TRAIN_NAMED = 380
 

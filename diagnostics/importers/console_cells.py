@@ -1,0 +1,75 @@
+"""The cells of a console line: a key and a value as the console reader reads them (``KEY``, ``VALUE``), a table's
+header and its rows of numbers, and a key/value grid's row (AReaL's StatsLogger tables)."""
+
+from __future__ import annotations
+
+import re
+
+from grpo_doctor.diagnostics.importers._base import to_float
+from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME
+from grpo_doctor.diagnostics.metrics.names import canonical_name
+
+MIN_PAIRS = 3
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)\b"
+VALUE = rf"(?:(?:np\.|numpy\.|torch\.)?(?:float\d*|int\d*|tensor)\(\s*(?:{NUMBER})[^()]*\)|(?:{NUMBER}))"
+KEY = r"[^\W\d][\w./@-]*"  # a letter (any script: π_loss) or _ first
+
+
+def as_key(text: str) -> str:
+    """A printed key as the reader keeps it: lower case, spaces as ``_`` (``Avg Reward`` → ``avg_reward``)."""
+    return "_".join(text.lower().split())
+
+
+def known(key: str) -> bool:
+    """Whether a key names a metric the catalogue knows (or a reward function's)."""
+    name = canonical_name(key)
+    return name in BY_NAME or name.startswith("rewards/")
+
+
+_CELL_SPLIT = re.compile(r"\t|\s*\|\s*|\s{2,}")
+_NAME_CELL = re.compile(r"^[A-Za-z_][\w ./@()-]*$")
+
+
+def cells(line: str) -> list[str]:
+    """A table line's cells (tab-, ``|``- or 2+-space-separated), outer pipes and blanks dropped."""
+    return [c.strip() for c in _CELL_SPLIT.split(line.strip().strip("|")) if c.strip()]
+
+
+def header_names(line: str) -> list[str] | None:
+    """The column names of a table's header line (three or more cells, every one a name, one a known metric)."""
+    found = cells(line)
+    if len(found) < MIN_PAIRS or not all(_NAME_CELL.match(c) for c in found):
+        return None
+    names = [as_key(re.sub(r"\s*/\s*", "/", c)) for c in found]
+    return names if any(known(n) for n in names) else None
+
+
+def table_row(line: str, header: list[str]) -> dict[str, float] | None:
+    """A line of numbers under ``header`` (as many cells as names, all of them numbers), or None."""
+    found = cells(line)
+    if len(found) != len(header):
+        return None
+    values = [to_float(c) for c in found]
+    if not all(isinstance(v, float) for v in values):
+        return None
+    return dict(zip(header, values))
+
+
+_GRID = re.compile(r"\s*[│|]\s*")
+_KEY_CELL, _VALUE_CELL = re.compile(KEY), re.compile(VALUE, re.IGNORECASE)
+
+
+def grid_pairs(line: str) -> dict[str, str]:
+    """A key/value grid's row: AReaL's StatsLogger prints its stats as ``│ key │ value │ key │ value │`` (tabulate's
+    fancy_grid, up to four pairs a row, the last row's missing cells left empty); what precedes the first bar (a
+    timestamp) is no cell. Empty when the cells do not alternate a name and a number."""
+    if line.count("│") < 3 and line.count("|") < 3:
+        return {}
+    cells = _GRID.split(line)[1:]
+    while cells and not cells[-1]:
+        cells.pop()
+    keys, values = cells[0::2], cells[1::2]
+    if not keys or len(keys) != len(values) or not all(map(_KEY_CELL.fullmatch, keys)) \
+            or not all(map(_VALUE_CELL.fullmatch, values)):
+        return {}
+    return {as_key(k): v for k, v in zip(keys, values)}
