@@ -272,9 +272,11 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("advantage/group_mean_abs_max", "largest |mean advantage| of any prompt group", group="advantage",
            ranges=_group_mean_range, domain=NONNEG),
     Metric("advantage/max", "largest advantage", group="advantage",
-           aliases=("critic/advantages/max", "val/advantages_max", "advantages/max")),
+           aliases=("critic/advantages/max", "val/advantages_max", "advantages/max", "ppo_actor/advantages/max",
+                    "grpo_actor/advantages/max")),  # AReaL
     Metric("advantage/min", "smallest advantage", group="advantage",
-           aliases=("critic/advantages/min", "val/advantages_min", "advantages/min")),
+           aliases=("critic/advantages/min", "val/advantages_min", "advantages/min", "ppo_actor/advantages/min",
+                    "grpo_actor/advantages/min")),
     # ---- clipping
     Metric("clip_ratio/region_mean", "share of tokens whose ratio was clipped (low or high)",
            group="clip", ranges=_clip_ratio_range,

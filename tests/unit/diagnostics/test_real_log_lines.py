@@ -1662,5 +1662,8 @@ def test_areals_statslogger_tables_are_a_steps_metrics(store, tmp_path):
     assert frame.loc[1, "completions/mean_length"] == pytest.approx(
         first["grpo_actor/seq_len/avg"] - first["grpo_actor/prompt_len/avg"])
     assert frame.loc[1, "rollout_kl"] == pytest.approx(-first["grpo_actor/behave_approx_kl/avg"])
+    assert frame.loc[1, "advantage/abs_max"] == pytest.approx(
+        max(abs(first["grpo_actor/advantages/max"]), abs(first["grpo_actor/advantages/min"])))
     [note] = [n for n in run.notes if n.startswith("metrics: ")]
-    assert "entropy ← grpo_actor/entropy/avg" in note and "reward ← grpo_actor/task_reward/avg" in note
+    assert "completions/mean_length ← grpo_actor/seq_len/avg − grpo_actor/prompt_len/avg" in note
+    assert "rollout_kl ← −grpo_actor/behave_approx_kl/avg" in note
