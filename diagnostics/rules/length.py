@@ -299,15 +299,24 @@ def _rows_at_cap(series: RunSeries, lo: int) -> np.ndarray:
     """For rows lo..: the share of a window's rows (of the first 3 rows or more) whose mean length is at the cap."""
     _, values = series.finite(LENGTH)
     cap, _ = length_cap(series)
+    return _share_cut(values >= AT_CAP * cap, series.rows(W, LENGTH), lo)
+
+
+def _cap_shares_upto(series: RunSeries, step: int) -> np.ndarray:
+    """``_rows_at_cap`` of every row up to ``step``."""
+    steps, _ = series.finite(LENGTH)
+    return _rows_at_cap(series, 0)[:int(np.searchsorted(steps, step, side="right"))]
+
+
+def _share_cut(cut: np.ndarray, window: int, lo: int) -> np.ndarray:
+    """For rows lo..: the share of a window's rows (or of the first 3 rows or more) cut at the cap."""
     with np.errstate(invalid="ignore"):
-        return rolling.rolling((values >= AT_CAP * cap).astype(np.float64), series.rows(W, LENGTH), "mean", lo,
-                               min_periods=3)
+        return rolling.rolling(cut.astype(np.float64), window, "mean", lo, min_periods=3)
 
 
 def _most_rows(cut: np.ndarray, window: int, lo: int) -> np.ndarray:
     """80% of the rows of a window (or of the first 3 rows or more) cut at the cap, from row lo on."""
-    with np.errstate(invalid="ignore"):
-        return rolling.rolling(cut.astype(np.float64), window, "mean", lo, min_periods=3) >= 0.8
+    return _share_cut(cut, window, lo) >= 0.8
 
 
 def _truncation_gate(series: RunSeries) -> Skip | None:
@@ -326,8 +335,7 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
         evidence = [smoothed_evidence(series, NUM_EOS, ep.last, "completions that ended with EOS: none, so every "
                                       "one ran to response_length")]
     else:
-        steps, _ = series.finite(LENGTH)
-        share = _rows_at_cap(series, 0)[max(0, int(np.searchsorted(steps, ep.last, side="right")) - 1)]
+        share = _cap_shares_upto(series, ep.last)[-1]
         evidence = [smoothed_evidence(series, LENGTH, ep.last, f"the mean length is within 5% of the cap on {share:.0%} "
                                                                "of the last 10 steps: most of their completions cut")]
     for name, note in (("completions/mean_terminated_length", "mean length of the completions that ended"),
@@ -365,9 +373,7 @@ def _most_cut(series: RunSeries, ep: Episode) -> bool:
     if not series.has(CLIPPED):
         if series.has(NUM_EOS):
             return True
-        steps, _ = series.finite(LENGTH)
-        end = int(np.searchsorted(steps, ep.last, side="right"))
-        return bool(np.any(_rows_at_cap(series, 0)[max(0, end - series.rows(W, LENGTH)):end] >= 0.8))
+        return bool(np.any(_cap_shares_upto(series, ep.last)[-series.rows(W, LENGTH):] >= 0.8))
     steps, _ = series.finite(CLIPPED)
     end = int(np.searchsorted(steps, ep.last, side="right"))
     recent = series.roll(CLIPPED, W, "median", 0, 1)[max(0, end - series.rows(W, CLIPPED)):end]
