@@ -3,6 +3,8 @@ from the start or, later, at its lowest score."""
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from grpo_doctor.diagnostics.findings import Evidence
@@ -52,29 +54,44 @@ def _constant_rows(series: RunSeries, name: str, lo: int = 0) -> tuple[np.ndarra
     return steps[lo:], alike / np.arange(lo + 1, len(values) + 1) >= CONSTANT_SHARE
 
 
-FLOOR_SHARE = 0.85  # of the last 2W rows at the component's lowest score so far, with no spread: it stopped firing
+FLOOR_SHARE = 0.85  # of the last 2W rows at one score below the component's best, with no spread: it stopped firing
+BEST_ROWS = W // 2  # its best: a score this many rows so far reached (one stray row above a saturated term is no best)
 
 
 def _floor_rows(series: RunSeries, name: str, lo: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, at the floor) for rows lo..: at each row from the 2W-th on, whether FLOOR_SHARE of the last 2W rows
-    scored the component's lowest value so far, every completion alike. A function that scored and then stops (a task
-    reward that no answer earns once the format is learned) gives no signal, as one that never fired; one saturated at
-    its top is a solved term, not this."""
+    """(steps, stuck) for rows lo..: at each row from the 2W-th on, whether FLOOR_SHARE of the last 2W rows scored
+    this row's value, every completion alike, and that value is the component's lowest so far or (with its std
+    logged) below its best so far (the BEST_ROWS-th highest score). A function that scored and then stops (a task
+    reward that no answer earns once the format is learned, a format reward that gives every answer the same partial
+    credit) gives no signal, as one that never fired; one saturated at its top is a solved term, not this."""
     steps, values = series.finite(name)
     n, w = len(values), series.rows(2 * W, name)
 
     def lower(done: int, so_far: np.ndarray) -> np.ndarray:
         return np.fmin.accumulate(np.concatenate(([so_far[-1] if done else np.nan], values[done:])))[1:]
 
+    def best(done: int, so_far: np.ndarray) -> np.ndarray:  # the BEST_ROWS-th highest score so far (NaN before)
+        top = heapq.nlargest(BEST_ROWS, values[:done].tolist())
+        heapq.heapify(top)
+        out = np.full(n - done, np.nan)
+        for i, v in enumerate(values[done:].tolist()):
+            (heapq.heappushpop if len(top) == BEST_ROWS else heapq.heappush)(top, v)
+            if len(top) == BEST_ROWS:
+                out[i] = top[0]
+        return out
+
     floor = series.kept(("component_floor", name), n, lower)[lo:]
+    top = series.kept(("component_best", name), n, best)[lo:]
     first = max(0, lo - w + 1)  # the rows the windows of rows lo.. read
     alike = _no_spread(series, name, steps[first:])
-    seen = values[first:]
+    seen, now = values[first:], values[lo:]
     count = np.zeros(n - lo)
-    for k in range(min(w, n)):  # row i−k of each row i's window, compared with row i's floor
+    for k in range(min(w, n)):  # row i−k of each row i's window, compared with row i's value
         a = max(lo, k) - lo  # the first row lo.. with a row k rows before it
-        count[a:] += (seen[lo + a - k - first:n - k - first] == floor[a:]) & alike[lo + a - k - first:n - k - first]
-    return steps[lo:], (np.arange(lo, n) >= w - 1) & (count >= FLOOR_SHARE * w) & (values[lo:] == floor)
+        count[a:] += (seen[lo + a - k - first:n - k - first] == now[a:]) & alike[lo + a - k - first:n - k - first]
+    # below its best only on a logged std of 0: a mean alone can sit still while completions differ (a fixed mix)
+    stuck = (now == floor) | ((now < top) & series.has(name[:-len("mean")] + "std"))
+    return steps[lo:], (np.arange(lo, n) >= w - 1) & (count >= FLOOR_SHARE * w) & stuck
 
 
 def _holding(series: RunSeries, upto: int, flags) -> list[str]:
@@ -129,14 +146,25 @@ def _constant_explain(series: RunSeries, ep: Episode) -> Explanation:
     return Explanation("warning" if span >= MIN_STEPS and not rose else "info", evidence, causes, fixes)
 
 
+def _lowest(series: RunSeries, name: str, step: int) -> bool:
+    """Whether the component's value at ``step`` is its lowest up to there."""
+    steps, values = series.finite(name)
+    return bool(values[int(np.searchsorted(steps, step, side="right")) - 1] <= values[steps <= step].min())
+
+
 def _floor_explain(series: RunSeries, ep: Episode, names: list[str]) -> Explanation:
     evidence = [smoothed_evidence(series, "reward", ep.last, "the total reward")] if series.has("reward") else []
-    evidence += [Evidence(ep.last, n, series.value_at(n, ep.last), f"its lowest score, every completion alike, in "
+    score = {n: "its lowest score" if _lowest(series, n, ep.last) else "one score below its best" for n in names}
+    evidence += [Evidence(ep.last, n, series.value_at(n, ep.last), f"{score[n]}, every completion alike, in "
                                                                   f"{FLOOR_SHARE:.0%} or more of the last {2 * W} "
                                                                   f"logged steps") for n in names]
     fns = ", ".join(n.split("/")[1] for n in names)
-    causes = [f"{fns} now gives every completion its lowest score: it has stopped telling completions apart (no "
-              "answer earns it, or every answer is penalised), so it adds no learning signal"]
+    if all(s_ == "its lowest score" for s_ in score.values()):
+        causes = [f"{fns} now gives every completion its lowest score: it has stopped telling completions apart (no "
+                  "answer earns it, or every answer is penalised), so it adds no learning signal"]
+    else:
+        causes = [f"{fns} now gives every completion the same score, below its best: it has stopped telling "
+                  "completions apart (every answer earns the same partial credit), so it adds no learning signal"]
     fixes = [advice(f"run {fns} on a few recent completions: what would it take to score more?"),
              advice("if it is the task's own reward, the task is too hard for the model now: easier prompts, a "
                     "partial-credit reward, or more completions per prompt")]
@@ -150,7 +178,7 @@ def _floor_explain(series: RunSeries, ep: Episode, names: list[str]) -> Explanat
 def _constant_began(series: RunSeries, step: int) -> int:
     """Where a finding named at ``step`` began: a function alike at every row so far, at its first row (the finding
     waits W steps for rows, but the function scored alike from the start); one at its floor, at the first row of
-    the window at that floor from which most rows are."""
+    the window at that score from which most rows are."""
     alike = _holding(series, step, _constant_rows)
     if alike:
         return min(start_step(series, name) for name in alike)
@@ -167,10 +195,10 @@ REWARD_COMPONENT_CONSTANT = Rule(
                 "docs/field-reports.md#per-function-std-vs-group-std"),
     read="A per-function reward (rewards/<fn>/mean) has had one value (and a std of 0, if logged) at every logged "
          "step so far, for 10 steps or more: it scores every completion alike (a function that varies later ends the "
-         "finding there). Info at first; a "
-         "warning once it has held for 100 steps while the total reward is not rising. Also (info) a function at its "
-         "lowest score so far, with no spread, in 85% of the last 20 steps: it has stopped firing. Dated from the "
-         "function's first row (or the first row at that floor from which most are).",
+         "finding there). Info at first; a warning once it has held for 100 steps while the total reward is not "
+         "rising. Also (info) a function at one score (its lowest so far or, with a std logged, any below its best so "
+         "far), with no spread, in 85% of the last 20 steps: it has stopped telling completions apart. Dated from the "
+         "function's first row (or the first row at that score from which most are).",
 )
 
 

@@ -892,6 +892,24 @@ def test_a_reward_function_that_stops_firing_is_named_and_one_saturated_at_its_t
         assert "rewards/counting_reward_func/mean" not in named
 
 
+def test_a_reward_function_stuck_at_partial_credit_is_named_and_a_stray_row_above_its_top_is_not(store):
+    """ms-swift, CLEVR counting: the format reward scored 0.46-0.59 over the first 13 steps, then 0.5 with a std of 0
+    from step 14 (every completion the same partial credit once the reasoning block is dropped): named, as info. A
+    TRL audio run's format reward sits at its top (0.5) from step 14 with one row of 0.504 at step 61: not this."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / ("ms-swift__moshi1412__rl-basketball-video-highlight-detection__qwen25vl-3b-clevr-count-hard-g4-"
+                     "100step") / "logging_grpo.jsonl"
+    [run] = import_runs(store, path)
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "reward_component_constant"]
+    assert found.severity == "info" and 14 <= found.onset_step <= 24
+    assert "rewards/CountFormat/mean" in [e.metric for e in found.evidence]
+    assert "below its best" in found.causes[0]
+    [run] = import_runs(store, CORPUS / "trl-console__joy-swang__r1-aqa-omni__qwen25-omni-7b-avqa-grpo-71step"
+                        / "output.log")
+    assert "reward_component_constant" not in {f.rule for f in diagnose(store, run.run_id, save=False).findings}
+
+
 def test_a_notebooks_printed_step_lines_add_what_its_table_leaves_out(store, tmp_path):
     """Unsloth's table shows reward, length and KL; the cell's callback also printed every logged key per step
     (``[trainer] step=    1  t=   9.3s  loss=0  grad_norm=5.514 ...``), with the reward function's own line
