@@ -33,7 +33,8 @@ MIN_WINDOW_ROWS = 3  # a rolling window holds at least this many rows, whatever 
 # normal norm after a run of those is not a spike.
 GRAD_SIGNAL = "grad_norm/with_signal"
 NO_SIGNAL_GRAD = 1e-3
-# entropy where it was measured: a loop that logs 0.0 for a step with no token in its loss measured nothing.
+# entropy where it was measured: a loop that logs 0.0 for a step with no token in its loss measured nothing, and a
+# negative "entropy" (a loop's mean log-prob under that name) is no entropy.
 ENTROPY_MEASURED = "entropy/measured"
 # the importance-sampling ratio where it was measured: exp(trainer − rollout log-prob) is above 0, so a row of exactly
 # 0 is a placeholder (Unsloth's trainer writes one with every sampling/* column 0), not a ratio
@@ -42,7 +43,7 @@ IS_RATIO_MEASURED = "sampling/importance_sampling_ratio/measured"
 # The RunSeries' own series: name -> (the logged metric it keeps rows of, which of its values it keeps).
 _DERIVED: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
     GRAD_SIGNAL: ("grad_norm", lambda values: values > NO_SIGNAL_GRAD),
-    ENTROPY_MEASURED: ("entropy", lambda values: values != 0.0),
+    ENTROPY_MEASURED: ("entropy", lambda values: values > 0.0),
     IS_RATIO_MEASURED: (IS_RATIO_LOGGED, lambda values: values > 0.0),
 }
 DERIVED_FROM = {name: source for name, (source, _keep) in _DERIVED.items()}

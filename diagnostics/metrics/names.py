@@ -9,7 +9,7 @@ import math
 import re
 from collections.abc import Mapping
 
-from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME, CATALOGUE
+from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME, CATALOGUE, SHARE
 
 _ALIASES: dict[str, str] = {alias: m.name for m in CATALOGUE for alias in m.aliases}
 _PREFIXES = ("train/", "train_", "env/all/")
@@ -64,9 +64,9 @@ _OTHER_PREFIXES = ("prompt", "val", "eval", "test", "timing", "perf", "time", "c
                    "response_length", "global_seqlen", "sampling", "rollout_corr", "tool", "memory", "system")
 
 
-# An RL loop's return ("mean_ret", "avg_return") is a completion's reward: one step per episode.
+# An RL loop's return ("mean_ret", "avg_return", "mean_r") is a completion's reward: one step per episode.
 _SYNONYMS = {"len": "length", "avg": "mean", "average": "mean", "resp": "response", "gen": "completion",
-             "generation": "completion", "rewards": "reward", "ret": "reward", "return": "reward"}
+             "generation": "completion", "rewards": "reward", "ret": "reward", "return": "reward", "r": "reward"}
 
 
 def _tokens(key: str) -> frozenset[str]:
@@ -88,16 +88,34 @@ for _metric in CATALOGUE:
             _TOKENS.setdefault(_tokens(_rest), _metric.name)
 
 
+# A share of the groups said in other words (``zero_std_group_ratio``, ``all_correct_group_ratio``): the words of a
+# share metric's names without those that say "share" or "of the groups" (a share of tokens or samples, such as
+# ``advantage/zero_rate``, is not the groups'); a key with such words and no share word counts groups
+# (``all_correct_groups``: 7 of 16), and is no share.
+_SHARE_WORDS = frozenset({"ratio", "frac", "fraction", "share", "rate"})
+_COUNT_WORDS = frozenset({"groups", "group", "count", "num", "n"})
+_SHARES: dict[frozenset[str], str] = {}
+for _metric in CATALOGUE:
+    if _metric.domain == SHARE:
+        for _name in (_metric.name, *_metric.aliases):
+            _SHARES.setdefault(_tokens(_name) - _SHARE_WORDS - _COUNT_WORDS, _metric.name)
+
+
 def _by_words(key: str) -> str | None:
     """The metric whose name has the same words, or the same words but a ``mean`` (``loss_avg`` → loss), or a loss
-    with a ``sum`` (``loss:sum``: the loss rules judge finiteness and spikes, which a sum keeps)."""
+    with a ``sum`` (``loss:sum``: the loss rules judge finiteness and spikes, which a sum keeps); else a share by its
+    words (``_SHARES``); never a share for a count of groups."""
     words = _tokens(key)
     if len(words) > 1 and "mean" in words:
-        return _TOKENS.get(words) or _TOKENS.get(words - {"mean"})
-    if len(words) > 1 and "sum" in words:
+        name = _TOKENS.get(words) or _TOKENS.get(words - {"mean"})
+    elif len(words) > 1 and "sum" in words:
         name = _TOKENS.get(words - {"sum"})
-        return name if name in BY_NAME and BY_NAME[name].group == "loss" else _TOKENS.get(words)
-    return _TOKENS.get(words)
+        name = name if name in BY_NAME and BY_NAME[name].group == "loss" else _TOKENS.get(words)
+    else:
+        name = _TOKENS.get(words)
+    if not words & _SHARE_WORDS:
+        return None if name in BY_NAME and BY_NAME[name].domain == SHARE and words & _COUNT_WORDS else name
+    return name or (_SHARES.get(words - _SHARE_WORDS - _COUNT_WORDS) if words & {"group", "groups"} else None)
 
 
 def _by_suffix(key: str) -> str | None:

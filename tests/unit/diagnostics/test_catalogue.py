@@ -84,6 +84,20 @@ def test_two_keys_claiming_one_name_do_not_overwrite():
     assert row["advantage/abs_max"] == 3.0  # derived from max and min
 
 
+def test_a_share_of_the_groups_is_read_by_its_words_and_a_count_of_groups_is_no_share():
+    """A loop's CSV (terrense's Dr.GRPO lab) logs ``zero_std_group_ratio`` (8/16 = 0.5) beside ``zero_std_groups``
+    (8), and ``all_correct_group_ratio`` beside ``all_correct_groups``: the ratios are the shares, the counts are not
+    (they made a "share" of 7). A share of samples (``advantage/zero_rate``) is not the groups'."""
+    assert canonical_name("zero_std_group_ratio") == "frac_reward_zero_std"
+    assert canonical_name("all_correct_group_ratio") == "groups/all_correct"
+    assert canonical_name("all_wrong_group_ratio") == "groups/all_wrong"
+    assert canonical_name("all_correct_groups") == "all_correct_groups"
+    assert canonical_name("advantage/zero_rate") == "advantage/zero_rate"
+    row = canonical_row({"all_correct_groups": 3, "all_wrong_groups": 4, "all_correct_group_ratio": 0.1875,
+                         "all_wrong_group_ratio": 0.25})
+    assert row["frac_reward_zero_std"] == pytest.approx(0.4375)
+
+
 def test_open_instruct_stop_rate_becomes_truncation():
     assert canonical_row({"val/stop_rate": 0.75})["completions/clipped_ratio"] == 0.25
 

@@ -910,6 +910,20 @@ def test_a_reward_function_stuck_at_partial_credit_is_named_and_a_stray_row_abov
     assert "reward_component_constant" not in {f.rule for f in diagnose(store, run.run_id, save=False).findings}
 
 
+def test_a_negative_entropy_is_no_entropy_and_a_loops_mean_r_is_its_reward(store):
+    """nanoGRPO's char-level GRPO CSV logs ``entropy`` at −7 to −36 on every row (a mean log-prob under that name)
+    and its reward as ``mean_r``: the entropy rules find no entropy to judge (it read as collapsed from the outset,
+    a warning), and the reward is read."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "handwritten-csv__asimkadav__nanogrpo__charlm-shakespeare-grpo-learned-rm-100step" / "grpo.csv"
+    [run] = import_runs(store, path)
+    assert store.metrics(run.run_id)["reward"].iloc[0] == pytest.approx(0.37488, abs=1e-4)
+    result = diagnose(store, run.run_id, save=False)
+    assert "entropy_collapse" not in {f.rule for f in result.findings}
+    assert result.skipped["entropy_collapse"] == "needs entropy"
+
+
 def test_a_notebooks_printed_step_lines_add_what_its_table_leaves_out(store, tmp_path):
     """Unsloth's table shows reward, length and KL; the cell's callback also printed every logged key per step
     (``[trainer] step=    1  t=   9.3s  loss=0  grad_norm=5.514 ...``), with the reward function's own line
