@@ -24,6 +24,19 @@ STEP_KEYS = ("train/global_step", "step", "global_step", "_step", "iteration")
 STEP_LIKE = re.compile(r"^(?!(?:avg|mean|median|num|n|total|max|min)[_/ .-])(?:.*[_/ .-])?(?:global_)?"
                        r"(?:step|steps|iter|iteration|update|batch_index|batch_idx)$", re.IGNORECASE)
 
+
+def step_column(names, preferred=STEP_KEYS) -> str | None:
+    """The step column: one of ``preferred`` (any case), else the first named like a step counter (``grpo_step``)."""
+    present = set(names)
+    for key in preferred:
+        if key in present:
+            return key
+    lower = {str(n).lower(): n for n in names}
+    for key in preferred:
+        if key in lower:
+            return lower[key]
+    return next((n for n in names if STEP_LIKE.search(str(n))), None)
+
 # Keys of HF's end-of-training summary row ({'train_runtime': ..., 'train_loss': ...}).
 SUMMARY_KEYS = frozenset(
     {"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"}

@@ -16,7 +16,6 @@ from grpo_doctor.diagnostics.importers._base import (
     MAX_LINE_CHARS,
     NEW_RUN,
     STEP_KEYS,
-    STEP_LIKE,
     SUMMARY_KEYS,
     LogFormatError,
     ParsedLog,
@@ -29,27 +28,17 @@ from grpo_doctor.diagnostics.importers._base import (
     json_records,
     not_a_step,
     read_head,
+    step_column,
+    to_float,
     to_step,
 )
+from grpo_doctor.diagnostics.importers.csv_chart import chart_columns, chart_rows, full_rows
 from grpo_doctor.diagnostics.importers.hf import is_eval_metrics, is_eval_row, is_summary_row, run_name_for
 from grpo_doctor.diagnostics.importers.jsonstream import array_records
 
 WANDB_STEP_KEYS = ("train/global_step", "_step")
 _WANDB_SKIP_PREFIXES = ("eval/", "test/")
 LOOKED_FOR = ", ".join(STEP_KEYS)
-
-
-def step_column(names, preferred=STEP_KEYS) -> str | None:
-    """The step column: one of ``preferred`` (any case), else the first named like a step counter (``grpo_step``)."""
-    present = set(names)
-    for key in preferred:
-        if key in present:
-            return key
-    lower = {str(n).lower(): n for n in names}
-    for key in preferred:
-        if key in lower:
-            return lower[key]
-    return next((n for n in names if STEP_LIKE.search(str(n))), None)
 
 
 def is_wandb_header(names) -> bool:
@@ -182,10 +171,10 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
         keep.append((i, name))
     chart = chart_columns(header)
     if chart is not None:  # a W&B chart export: one run per run-name prefix, the __MIN/__MAX band columns left out
-        yield from _chart_rows(source, records, len(header), index, column, chart)
+        yield from chart_rows(source, records, len(header), index, column, chart)
         return
     order = 0
-    for lineno, fields in _full_rows(source, records, len(header)):
+    for lineno, fields in full_rows(source, records, len(header)):
         if run_index:
             run = tuple(fields[i].strip() for i in run_index)
             if current_run is not None and run != current_run:
@@ -209,62 +198,10 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
             if wandb and value.lstrip().startswith("{"):
                 continue  # a wandb media/table reference
             raw[name] = value
+        filled = {k for k, v in raw.items() if isinstance(to_float(v), float)}  # the numbers (not a row's samples)
+        if filled <= SUMMARY_KEYS | {"epoch"} and is_summary_row(dict.fromkeys(filled)):
+            continue  # HF's end-of-training summary row, as a CSV of a trainer's log history keeps it: no step
         yield step, source.numbers(raw, f"line {lineno}")
-
-
-# W&B's "Export CSV" of a chart: "Step", "<run> - <metric>", "<run> - <metric>__MIN", "<run> - <metric>__MAX".
-_CHART_COLUMN = re.compile(r"^(?P<run>.+?) - (?P<metric>[^ ].*?)(?P<band>__MIN|__MAX)?$")
-
-
-def chart_columns(header: list[str]) -> dict[int, tuple[str, str]] | None:
-    """``{position: (run, metric)}`` of a W&B chart export's value columns, or None when the header is not one (every
-    column but the step must be ``<run> - <metric>``)."""
-    found: dict[int, tuple[str, str]] = {}
-    for i, name in enumerate(header):
-        if step_column([name]) is not None and not found and i == 0:
-            continue
-        m = _CHART_COLUMN.match(name)
-        if m is None:
-            return None
-        if not m["band"]:
-            found[i] = (m["run"], m["metric"])
-    return found or None
-
-
-def _full_rows(source: Source, records, width: int) -> Iterator[tuple[int, list[str]]]:
-    """The non-blank rows of ``width`` fields; a row of another width is skipped and counted."""
-    for lineno, fields in records:
-        if not any(f.strip() for f in fields):
-            continue
-        if len(fields) != width:
-            source.skip_line(f"line {lineno}", f"{len(fields)} fields, the header has {width}")
-            continue
-        yield lineno, fields
-
-
-def _chart_rows(source: Source, records, width: int, index: int | None, column: str | None,
-                chart: dict[int, tuple[str, str]]) -> Iterator[tuple[int, dict[str, float]]]:
-    """The runs of a W&B chart export, one after another (each run's rows are gathered first: such exports are
-    small)."""
-    runs: dict[str, list[tuple[int, dict[str, float]]]] = {run: [] for run, _ in chart.values()}
-    order = 0
-    for lineno, fields in _full_rows(source, records, width):
-        order += 1
-        step = order if index is None else to_step(fields[index].strip())
-        if step is None:
-            source.skip_line(f"line {lineno}", f"step column {column!r} is {not_a_step(fields[index].strip())}")
-            continue
-        for run in runs:
-            raw = {metric: fields[i] for i, (owner, metric) in chart.items() if owner == run}
-            values = source.numbers(raw, f"line {lineno}")
-            if values:
-                runs[run].append((step, values))
-    if len(runs) > 1:
-        source.note(f"a W&B chart export of {len(runs)} runs: {', '.join(runs)}")
-    for n, rows in enumerate(runs.values()):
-        if n:
-            yield NEW_RUN, {}
-        yield from rows
 
 
 # ---------------------------------------------------------------------------- JSONL

@@ -263,7 +263,20 @@ def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
                     "entropy): a vanished gradient is not a spike, and clipping it harder cannot help"),
              advice(f"restart from the last checkpoint before step {ep.start} once the cause is fixed")]
     deep = smoothed(series, "grad_norm", ep.last) < COLLAPSE_SHARE / 5 * start  # two orders of magnitude
+    if deep and _still_updating(series, ep.last, window, start):
+        deep = False
+        causes.insert(0, "the gradient is exactly 0 on most steps of the window and of normal size on the others: "
+                         "those steps had no signal (every group alike, see uniform_groups), the rest still update")
     return Explanation("warning" if deep else "info", evidence, causes, fixes)
+
+
+def _still_updating(series: RunSeries, step: int, window: int, start: float) -> bool:
+    """Whether the steps of the window up to ``step`` whose grad_norm is not exactly 0 still hold a median of
+    COLLAPSE_SHARE of the start or more: a window of exact zeros between normal steps is steps with no signal."""
+    steps, values = series.finite("grad_norm")
+    recent = values[:int(np.searchsorted(steps, step, side="right"))][-series.rows(window, "grad_norm"):]
+    moving = recent[recent != 0]
+    return len(moving) > 0 and float(np.median(moving)) >= COLLAPSE_SHARE * start
 
 
 GRAD_COLLAPSE = Rule(
@@ -273,9 +286,10 @@ GRAD_COLLAPSE = Rule(
     references=("docs/field-reports.md#no-learning-signal",),
     read=f"The {W}-step median of grad_norm is below {COLLAPSE_SHARE:.0%} of its median over the first window: the "
          f"updates have all but stopped (a warning below {COLLAPSE_SHARE / 5:.0%}, two orders of magnitude; info "
-         "above, where a sharpening policy may simply take smaller steps). Where uniform groups, an entropy collapse or a KL blow-up come first, it is "
-         "listed as their consequence. While it lasts, grad_spikes stays quiet: a normal norm after a vanished one is "
-         "no spike.",
+         "above, where a sharpening policy may simply take smaller steps, and where the window's steps whose norm is "
+         "not exactly 0 still hold a median above the bar: the zeros are steps with no signal, uniform groups). "
+         "Where uniform groups, an entropy collapse or a KL blow-up come first, it is listed as their consequence. "
+         "While it lasts, grad_spikes stays quiet: a normal norm after a vanished one is no spike.",
 )
 
 

@@ -924,6 +924,33 @@ def test_a_negative_entropy_is_no_entropy_and_a_loops_mean_r_is_its_reward(store
     assert result.skipped["entropy_collapse"] == "needs entropy"
 
 
+def test_a_csv_of_a_trainers_log_history_ends_at_its_last_logged_step_not_at_its_summary_row(store, tmp_path):
+    """An Unsloth run's ``log_history`` saved as a CSV (Melodiz's edge-count run): steps 1-497 every 8, then HF's
+    end-of-training row at 500 with only ``train_runtime``, ``train_loss`` and its kind (and the samples column the
+    rows carry). The run ends at 497; a loop's CSV whose last row also logs a metric keeps it."""
+    path = CORPUS / ("handwritten-csv__melodiz__llm-research-projects__qwen25-15b-unsloth-grpo-edgecount-beta0-500step"
+                     ) / "train_metrics.csv"
+    [run] = import_runs(store, path)
+    assert (store.metrics(run.run_id).index[0], store.metrics(run.run_id).index[-1]) == (1, 497)
+    loop = tmp_path / "loop.csv"
+    loop.write_text("step,reward,train_loss\n1,0.1,0.5\n2,0.2,0.4\n3,0.3,0.3\n4,,0.2\n")
+    [run] = import_runs(store, loop)
+    assert store.metrics(run.run_id).index[-1] == 4
+
+
+def test_a_gradient_exactly_0_on_its_uniform_steps_is_no_warning_of_collapse(store):
+    """A 1,000-step TRL run with one prompt of 16 completions a step: grad_norm is exactly 0 on the steps whose one
+    group scored alike (frac_reward_zero_std 1) and ~0.2 on the others, so a 10-step median of 0 (steps 919-924 all
+    uniform) is steps with no signal, not updates that stopped: information, not a warning."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "trl-state__liqiuling1__grpo-b__qwen25-15b-gsm8k-lora-baseline-1024-g16-1000step" / \
+        "trainer_state.json"
+    [run] = import_runs(store, path)
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "grad_collapse"]
+    assert found.severity == "info" and "no signal" in found.causes[0]
+
+
 def test_a_notebooks_printed_step_lines_add_what_its_table_leaves_out(store, tmp_path):
     """Unsloth's table shows reward, length and KL; the cell's callback also printed every logged key per step
     (``[trainer] step=    1  t=   9.3s  loss=0  grad_norm=5.514 ...``), with the reward function's own line
