@@ -180,6 +180,10 @@ class Source:
     unreadable_counts: dict[str, int] = field(default_factory=lambda: {"lines": 0, "fields": 0, "field_lines": 0})
     shown: int = 3  # how many unreadable lines (fields) a note quotes
     _last_field_line: str | None = field(default=None, repr=False)
+    # fields that have held a number: a JSON null before that is a metric not logged (yet), as a loop writes
+    # ``"reference_kl": null`` at every step of a run without a reference; after it, a NaN (verl's file logger and
+    # pandas' to_json write NaN so)
+    _held: set = field(default_factory=set, repr=False)
 
     def error(self, problem: str) -> LogFormatError:
         return LogFormatError(self.path, problem)
@@ -231,6 +235,8 @@ class Source:
                 if stats:
                     out.update(stats)
                     continue
+            if value is None and key not in self._held:
+                continue
             number = BAD if isinstance(value, (Mapping, list, tuple)) else to_float(value)
             if number is MISSING:
                 continue
@@ -241,6 +247,7 @@ class Source:
                     self.skipped[str(key)] = f"{where}: {shown}"
                 continue
             out[str(key)] = number
+            self._held.add(key)
         flag = next((f for k in UNIFORM_FLAGS if (f := _flag(raw.get(k))) is not None), None)
         if flag is not None and "frac_reward_zero_std" not in out:
             out["frac_reward_zero_std"] = float(flag)  # a loop's "skipped: true": the group scored all alike

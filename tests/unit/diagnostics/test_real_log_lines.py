@@ -951,6 +951,24 @@ def test_a_gradient_exactly_0_on_its_uniform_steps_is_no_warning_of_collapse(sto
     assert found.severity == "info" and "no signal" in found.causes[0]
 
 
+def test_a_json_null_is_a_metric_not_logged_until_the_metric_has_held_a_number(store, tmp_path):
+    """A CS336 loop's JSONL writes ``"reference_kl": null`` (and ``approx_kl``, ``clip_fraction``) at every train row
+    of a REINFORCE run with no reference model: not logged, not NaN (it warned the healthy run nonfinite from step
+    1). A null after numbers is a NaN still, as verl's file logger writes one."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "handwritten-jsonl__shibukizero__assignment5-alignment__qwen25math-1.5b-reinforce-baseline-400step" \
+        / "metrics.jsonl"
+    [run] = import_runs(store, path)
+    assert "kl" not in store.metrics(run.run_id)
+    assert "nonfinite" not in {f.rule for f in diagnose(store, run.run_id, save=False).findings}
+    loop = tmp_path / "loop.jsonl"
+    loop.write_text("".join(json.dumps({"step": i, "reward": 0.1 * i, "kl": None if i == 3 else 0.01})
+                            + "\n" for i in range(1, 5)))
+    [run] = import_runs(store, loop)
+    assert np.isnan(store.metrics(run.run_id).loc[3, "kl"])
+
+
 def test_a_notebooks_printed_step_lines_add_what_its_table_leaves_out(store, tmp_path):
     """Unsloth's table shows reward, length and KL; the cell's callback also printed every logged key per step
     (``[trainer] step=    1  t=   9.3s  loss=0  grad_norm=5.514 ...``), with the reward function's own line
