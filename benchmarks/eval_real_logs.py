@@ -272,8 +272,13 @@ def _evaluate_one(entry: dict, verbose: bool, imports: Imports) -> LogResult:
     if len(made) != expected_runs:
         return not_graded(entry, f"the file holds {expected_runs} run(s), the import made {len(made)}",
                           "runs not split as read")
-    firsts, lasts = run_steps(store.metrics(made[index].run_id))
+    frame = store.metrics(made[index].run_id)
+    firsts, lasts = run_steps(frame)
     read = entry.get("steps")
+    every = row_interval(frame, read)
+    if every:  # the reader numbered the rows of a log without steps; the import stepped them by its interval
+        entry = by_rows(entry, every)
+        read = entry["steps"]
     if read and (int(read[0]) not in firsts or int(read[-1]) not in lasts):
         return not_graded(entry, f"imported steps {firsts[0]}–{lasts[0]}, the log's are {read[0]}–{read[-1]}",
                           "steps misread")
@@ -296,6 +301,25 @@ def run_steps(frame) -> tuple[tuple[int, ...], tuple[int, ...]]:
     training = frame[[c for c in frame.columns if not c.startswith(VALIDATION)]].dropna(how="all").index
     rows = frame.dropna(how="all").index
     return (int(rows[0]), int(training[0])), (int(rows[-1]), int(training[-1]))
+
+
+def row_interval(frame, read) -> int | None:
+    """k where the reader numbered a run's n rows 1..n (a log without step numbers, as the readers' brief asks) and
+    the import stepped the same n training rows k, 2k, ..., nk (the logging interval it read off the log): the same
+    rows, numbered two ways. None otherwise."""
+    if not read or int(read[0]) != 1 or int(read[-1]) < 2:
+        return None
+    rows = [int(s) for s in frame[[c for c in frame.columns if not c.startswith(VALIDATION)]].dropna(how="all").index]
+    k = rows[0] if rows else 0
+    return k if k > 1 and rows == [k * i for i in range(1, int(read[-1]) + 1)] else None
+
+
+def by_rows(entry: dict, every: int) -> dict:
+    """The reading with its row numbers as the import's steps (row i is step i × ``every``)."""
+    scaled = [{**p, **{key: int(p[key]) * every for key in ("onset", "by_step") if p.get(key) is not None}}
+              for p in entry.get("pathologies") or []]
+    return {**entry, "steps": [int(entry["steps"][0]) * every, int(entry["steps"][-1]) * every],
+            "pathologies": scaled}
 
 
 def not_graded(entry: dict, error: str, why: str) -> LogResult:
@@ -462,10 +486,6 @@ KNOWN_FAILURES = {
         "batch 84: a loop that writes TRL's last logged values at every step (each value repeated over 10 rows) of a "
         "reward near its ceiling (1.89 -> 1.99 of 2.0): a dip to 1.87 at the end reads as the gain lost, critical, "
         "against a noise the repeated rows understate",
-    # Batch 85 (2026-12-05): its train-split first-contact failure left (one file, three runs).
-    "handwritten-console__nithin2311__grpo-unlearning-h100-sprint__1b-sft-grpo-unlearning-3x200/matrix.log":
-        "batch 85: TRL dicts without a step, one every 20 of 200 steps (read so here, 20-200: a finished run of 200 "
-        "steps that printed 10 logs), numbered by row (1-10) by its reader, as the brief asks of a log without steps",
 }
 
 

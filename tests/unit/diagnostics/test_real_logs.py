@@ -147,9 +147,10 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # its best (batch 82's format reward at 0.5 with no spread); 384 of 526 after batch 83 (its TensorBoard run's
 # truncation named on first contact; two char-level runs' flat rewards over 10 rows not); 387 of 538 after batch 84;
 # 391 with a run ending at its last training row accepted as its end (fully-async verl's final validation comes a
-# step later); 394 with a CSV of a trainer's log history ending before its summary row; 401 of 555 after batch 85.
+# step later); 394 with a CSV of a trainer's log history ending before its summary row; 401 of 555 after batch 85;
+# 407 with the rows a reader numbered 1..n graded as the import's steps k..nk (its logging interval).
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 401
+TRAIN_NAMED = 407
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):
@@ -190,6 +191,23 @@ def test_only_the_train_split_is_gated():
     known = next(iter(eval_real_logs.KNOWN_FAILURES))
     assert eval_real_logs.gate([eval_real_logs.LogResult(known, False, split="train")]) == 0  # known, still failing
     assert eval_real_logs.gate([eval_real_logs.LogResult(known, True, True, split="train")]) == 1  # came right: off the list
+
+
+def test_rows_a_reader_numbered_one_by_one_are_the_imports_rows_stepped_by_its_interval():
+    """A log without step numbers: its reader numbers its 10 dicts 1-10 (as the brief asks), the import steps them
+    20, 40, ..., 200 (a finished 200-step run that printed 10): the same rows, graded with the reading's onsets and
+    deadlines as those steps. Rows the import stepped otherwise (a gap, another count) are not."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"reward": [0.1] * 10}, index=[20 * i for i in range(1, 11)])
+    assert eval_real_logs.row_interval(frame, [1, 10]) == 20
+    assert eval_real_logs.row_interval(frame, [1, 11]) is None
+    assert eval_real_logs.row_interval(frame.drop(index=60), [1, 9]) is None
+    assert eval_real_logs.row_interval(frame, [20, 200]) is None
+    entry = {"steps": [1, 10], "pathologies": [{"rule": "reward_flat", "onset": 1, "by_step": 4}]}
+    scaled = eval_real_logs.by_rows(entry, 20)
+    assert scaled["steps"] == [20, 200] and scaled["pathologies"][0]["by_step"] == 80
+    assert entry["pathologies"][0]["by_step"] == 4
 
 
 def test_a_runs_steps_may_start_and_end_at_a_validation_or_at_its_training_rows():
