@@ -423,7 +423,8 @@ KNOWN_FAILURES = {
         "batch 62: three SageMaker GRPO jobs in three cells (a 10-step test, a real run resumed at step 270, a "
         "relaunch); their dicts carry no step, so the reader numbers them by row (1-5, 1-865, 1) where the import "
         "steps them by the notebook's logging_steps 10 (the trainer's own was 2). Split into its 3 runs since the "
-        "real run's last dicts, printed after its summary, carry its num_tokens on (test_real_log_lines)",
+        "real run's last dicts, printed after its summary, carry its num_tokens on (test_real_log_lines); the 5- and "
+        "865-row runs are graded in the import's steps since session 36, the one-row relaunch (step 10, row 1) not",
     # Batch 64 (2026-12-05): its train-split first-contact failures.
     "handwritten-csv__m1chae11u__llm-ad-integration__llama31-8b-reinforce-ads-2000q/training_log.csv":
         "batch 64: a REINFORCE loop's CSV, one row per update, with columns batch_idx (restarting every epoch), "
