@@ -487,6 +487,11 @@ KNOWN_FAILURES = {
         "batch 84: a loop that writes TRL's last logged values at every step (each value repeated over 10 rows) of a "
         "reward near its ceiling (1.89 -> 1.99 of 2.0): a dip to 1.87 at the end reads as the gain lost, critical, "
         "against a noise the repeated rows understate",
+    # Batch 87 (2026-12-05): its train-split first-contact failure.
+    "tensorboard__amier2__way-verl__qwen25coder-3b-lora-grpo-nl2sql-153step/events.out.tfevents.1750842973."
+    "ubuntu-WS-C621E-SAGE-Series.2245959.0":
+        "batch 87: a LoRA NL2SQL run whose score drifts up 2.72 -> 2.93 in 30-step means against a per-step noise of "
+        "+-0.6, warned reward_flat; its reader calls the run healthy and a tool calling it slow fair",
 }
 
 
