@@ -1,5 +1,5 @@
 """The rule on the per-function rewards (``rewards/<fn>/mean``): a reward function that scores every completion alike,
-from the start or, later, at its lowest score."""
+from the start or, later, at its lowest score or at one score below its best."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ FLOOR_SHARE = 0.85  # of the last 2W rows at one score below the component's bes
 BEST_ROWS = W // 2  # its best: a score this many rows so far reached (one stray row above a saturated term is no best)
 
 
-def _floor_rows(series: RunSeries, name: str, lo: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def _stuck_rows(series: RunSeries, name: str, lo: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(steps, stuck) for rows lo..: at each row from the 2W-th on, whether FLOOR_SHARE of the last 2W rows scored
     this row's value, every completion alike, and that value is the component's lowest so far or (with its std
     logged) below its best so far (the BEST_ROWS-th highest score). A function that scored and then stops (a task
@@ -107,14 +107,14 @@ def _holding(series: RunSeries, upto: int, flags) -> list[str]:
 
 def _constant_detect(series: RunSeries, since):
     """Per component, whether it has held its first value (with std 0) in every row so far, once it has W steps of
-    rows, or sits at its floor (``_floor_rows``)."""
+    rows, or is stuck at one score below its best or at its floor (``_stuck_rows``)."""
     out_steps, out_active = [], []
     for name in components(series):
         lo = series.first_row_after(name, since) if since is not None else 0
         steps, alike = _constant_rows(series, name, lo)
         enough = np.arange(lo, lo + len(steps)) >= series.rows(W, name) - 1
         out_steps.append(steps)
-        out_active.append((alike & enough) | _floor_rows(series, name, lo)[1])
+        out_active.append((alike & enough) | _stuck_rows(series, name, lo)[1])
     if not out_steps:
         return np.empty(0, np.int64), np.empty(0, bool)
     if all(len(s_) == len(out_steps[0]) and np.array_equal(s_, out_steps[0]) for s_ in out_steps[1:]):
@@ -128,8 +128,8 @@ def _constant_detect(series: RunSeries, since):
 
 def _constant_explain(series: RunSeries, ep: Episode) -> Explanation:
     names = _holding(series, ep.last, _constant_rows)
-    if not names and (floors := _holding(series, ep.last, _floor_rows)):
-        return _floor_explain(series, ep, floors)
+    if not names and (stuck := _holding(series, ep.last, _stuck_rows)):
+        return _stuck_explain(series, ep, stuck)
     names = names or components(series)[:1]
     evidence = [smoothed_evidence(series, "reward", ep.last, "the total reward")] if series.has("reward") else []
     evidence += [Evidence(ep.last, n, series.value_at(n, ep.last), f"the same value, with no spread, at every step "
@@ -152,7 +152,7 @@ def _lowest(series: RunSeries, name: str, step: int) -> bool:
     return bool(values[int(np.searchsorted(steps, step, side="right")) - 1] <= values[steps <= step].min())
 
 
-def _floor_explain(series: RunSeries, ep: Episode, names: list[str]) -> Explanation:
+def _stuck_explain(series: RunSeries, ep: Episode, names: list[str]) -> Explanation:
     evidence = [smoothed_evidence(series, "reward", ep.last, "the total reward")] if series.has("reward") else []
     score = {n: "its lowest score" if _lowest(series, n, ep.last) else "one score below its best" for n in names}
     evidence += [Evidence(ep.last, n, series.value_at(n, ep.last), f"{score[n]}, every completion alike, in "
@@ -182,8 +182,8 @@ def _constant_began(series: RunSeries, step: int) -> int:
     alike = _holding(series, step, _constant_rows)
     if alike:
         return min(start_step(series, name) for name in alike)
-    floors = _holding(series, step, _floor_rows)
-    return min((began(series, name, -1, step, series.value_at(name, step)) for name in floors), default=step)
+    stuck = _holding(series, step, _stuck_rows)
+    return min((began(series, name, -1, step, series.value_at(name, step)) for name in stuck), default=step)
 
 
 REWARD_COMPONENT_CONSTANT = Rule(
