@@ -298,9 +298,14 @@ def run_steps(frame) -> tuple[tuple[int, ...], tuple[int, ...]]:
     row (readers differ on whether a validation of the base model before training counts), and to, its last row of
     any kind (a final validation ends the run) and its last training row (verl's fully-async trainer logs its final
     validation at the step after the last update, which a reader counting updates leaves out)."""
-    training = frame[[c for c in frame.columns if not c.startswith(VALIDATION)]].dropna(how="all").index
+    training = training_rows(frame)
     rows = frame.dropna(how="all").index
     return (int(rows[0]), int(training[0])), (int(rows[-1]), int(training[-1]))
+
+
+def training_rows(frame):
+    """The steps of an imported run's rows that hold a metric other than a validation's."""
+    return frame[[c for c in frame.columns if not c.startswith(VALIDATION)]].dropna(how="all").index
 
 
 def row_interval(frame, read) -> int | None:
@@ -309,7 +314,7 @@ def row_interval(frame, read) -> int | None:
     rows, numbered two ways. None otherwise."""
     if not read or int(read[0]) != 1 or int(read[-1]) < 2:
         return None
-    rows = [int(s) for s in frame[[c for c in frame.columns if not c.startswith(VALIDATION)]].dropna(how="all").index]
+    rows = [int(s) for s in training_rows(frame)]
     k = rows[0] if rows else 0
     return k if k > 1 and rows == [k * i for i in range(1, int(read[-1]) + 1)] else None
 
