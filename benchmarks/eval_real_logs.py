@@ -384,10 +384,6 @@ KNOWN_FAILURES = {
         "15 rows are quieter (0.18-0.29) than the rest (0.05-0.65), so 3-row dips below its start read as breaks "
         "(judging by the noise of recent rows removed the later ones, not the one at step 38, and named a train "
         "collapse late); it is also flat for 400 steps before it learns",
-    "handwritten-jsonl__beingamanforever__rdan-grpo__qwen3-4b-rdan-430/metrics.jsonl":
-        "batch 34: a healthy ROLL-framework run warned grad_spikes: isolated pre-clip grad-norm spikes (8.2, 7.2, 27.1 "
-        "and 15.8 against a median of 0.8) that recover the next step; its reward is reward/selected_mean among "
-        "reward/*_rate keys, read as reward functions, so no reward trend shows the run learning past them",
     "verl-console__zhukewen321__dual-agent-finqa-reasoning__agent1-grpo/train_output.log":
         "batch 39: a healthy verl GRPO run warned entropy_collapse at step 224: entropy 0.180 -> 0.033 (18% of its "
         "start) while its training score holds at 0.70 over the last 60 steps and validation has not improved since "
@@ -435,10 +431,6 @@ KNOWN_FAILURES = {
         "batch 64: a REINFORCE loop's CSV, one row per update, with columns batch_idx (restarting every epoch), "
         "global_batch_idx (0-62) and query_idx (0-2008, its reader's step); batch_idx, named like a step counter, is "
         "read as the step, so the 2,000 rows fold onto 19 steps",
-    "trl-console__joy-swang__r1-aqa-omni__qwen25-omni-7b-avqa-grpo-500step/output.log":
-        "batch 64: a healthy 500-step audio-QA run warned grad_spikes: pre-clip norms of 39 and 48 (steps 134, 178) "
-        "and others 2-3x against a noisy median of ~5, each gone the next step; its reader calls them noise under "
-        "the clip at 1.0",
     "notebook__thetharz__c-code-scanner-and-vulnerability-identifier__qwen3-4b-cwe-similarity-grpo-100step/"
     "Qwen3_(4B)-GRPO.ipynb":
         "batch 64: GRPO on an SFT-trained LoRA whose reference is the adapter-free base: KL 1.36 from step 1 (a "

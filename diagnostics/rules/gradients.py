@@ -21,6 +21,7 @@ from grpo_doctor.diagnostics.rules.base import (
     W,
     at,
     began,
+    reward_fell,
     row_index,
     rows,
     smoothed,
@@ -137,6 +138,9 @@ SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of thi
 TREND = 5            # a grad_norm median this many times its start is a rising trend
 HELD = 1.5           # and is this many times the highest SPIKE_ROWS-row median before it
 ABOVE_UPPER = 5      # and this many times the upper level of the 2 × SPIKE_ROWS rows before it (_upper_level)
+RECOVERED = 2        # a spike recovered once one of the AFTER rows after it is within this many times its level
+AFTER = 3
+OUTLIER = 50         # an isolated spike stays below this many times its level (a bigger one is numerics, not a batch)
 
 
 # ---------------------------------------------------------------------------------------- grad_spikes
@@ -320,11 +324,31 @@ def _spike_explain(series: RunSeries, ep: Episode) -> Explanation:
     fixes = [make_fix(cfg, "use larger batches", {"per_device_train_batch_size":
                                                    scaled(cfg, "per_device_train_batch_size", 2)}),
              make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
+    if _isolated(series, ep, found):
+        causes.insert(0, "isolated outlier batches: each spike is back to the level before it on the next logged "
+                         "step and the norm's median has not risen, so clipping (the norm is logged before it) and "
+                         "Adam absorb them; act if they come closer together or the reward or the loss moves with them")
     clip = scaled(cfg, "max_grad_norm", 0.2)
     lowest = float(np.min(values)) if len(values) else 0.0
     if not isinstance(clip, (int, float)) or clip > lowest:  # below every norm it would only scale the lr down
         fixes.insert(0, make_fix(cfg, "clip gradients harder", {"max_grad_norm": clip}))
-    return Explanation("warning", evidence, causes, fixes)
+    return Explanation("info" if _isolated(series, ep, found) else "warning", evidence, causes, fixes)
+
+
+def _isolated(series: RunSeries, ep: Episode, found: np.ndarray) -> bool:
+    """Whether the spikes (row indices ``found``) are isolated outliers: each below OUTLIER × the median of the
+    SPIKE_ROWS rows before it (its level), the norm back within RECOVERED × that level in one of the AFTER rows after
+    it, the norm's median at the episode's last step below TREND × its start, and the reward not fallen over the
+    episode."""
+    steps, values = series.finite(GRAD_SIGNAL)
+    rising = smoothed(series, GRAD_SIGNAL, ep.last) >= TREND * series.head(GRAD_SIGNAL, _trend_window(series))
+    if not len(found) or rising or reward_fell(series, ep, ""):
+        return False
+    for i in found:
+        level, after = float(np.median(values[max(0, i - SPIKE_ROWS):i])) if i else 0.0, values[i + 1:i + 1 + AFTER]
+        if not len(after) or not (values[i] < OUTLIER * level and after.min() <= RECOVERED * level):
+            return False
+    return True
 
 
 GRAD_SPIKES = Rule(
@@ -339,5 +363,7 @@ GRAD_SPIKES = Rule(
          "rows before it that lie within a decade of their highest, where those are a quarter of them or more: "
          "rows with next to no gradient do not lower the reference), dated from the first of "
          "the three, or a median 5× its start (dated from the first row past 5× the start that most later rows stay "
-         "past). grad_norm above max_grad_norm alone is expected: it is logged before clipping.",
+         "past). Information, not a warning, where the spikes are isolated outliers: each below 50× its level, the "
+         "norm back within 2× that level in one of the 3 rows after it, its median not risen 5× and the reward not "
+         "fallen over the episode. grad_norm above max_grad_norm alone is expected: it is logged before clipping.",
 )

@@ -1359,6 +1359,18 @@ def test_rows_with_almost_no_gradient_do_not_lower_the_spike_reference(store):
     assert "grad_spikes" not in {f.rule for f in diagnose(store, run.run_id, save=False).findings}
 
 
+def test_isolated_gradient_spikes_that_recover_at_once_are_information(store):
+    """An RDAN-GRPO run (train split, healthy to its reader): pre-clip grad_norm jumps 5-30x its level on a few
+    steps (8.2 at step 15, 27.1 at 170) and is back at its level within a row or three, its median flat and the
+    reward rising. Still listed, as information: isolated outlier batches that clipping absorbs, not a warning."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "handwritten-jsonl__beingamanforever__rdan-grpo__qwen3-4b-rdan-430" / "metrics.jsonl"
+    [run] = import_runs(store, log)
+    [spikes] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "grad_spikes"]
+    assert spikes.severity == "info" and "isolated outlier batches" in spikes.causes[0]
+
+
 def test_a_ppo_run_whose_completions_never_end_with_eos_is_named_as_truncation(store):
     """A TRL PPO run (train split) logs no clipped ratio and no length, but ``val/num_eos_tokens``: how many completions
     of the batch ended with EOS. It is 0 at every step, so every completion ran to ``response_length`` and the reward
