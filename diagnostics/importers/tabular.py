@@ -35,6 +35,7 @@ from grpo_doctor.diagnostics.importers._base import (
 from grpo_doctor.diagnostics.importers.csv_chart import chart_columns, chart_rows, full_rows
 from grpo_doctor.diagnostics.importers.hf import is_eval_metrics, is_eval_row, is_summary_row, run_name_for
 from grpo_doctor.diagnostics.importers.jsonstream import array_records
+from grpo_doctor.diagnostics.metrics.names import canonical_name, mapped
 
 WANDB_STEP_KEYS = ("train/global_step", "_step")
 _WANDB_SKIP_PREFIXES = ("eval/", "test/")
@@ -256,28 +257,42 @@ _RECORD_KEYS = ("log_history", "history", "metrics", "records", "logs", "steps",
 
 def json_table(document) -> list[dict] | None:
     """The rows of a loop's JSON dump: a list of records (``{"history": [{...}, ...]}``), or columns, one list of
-    numbers per metric, all of one length (``{"reward": [...], "kl": [...]}``), at the top or one level down;
-    None when the document holds neither."""
+    numbers per metric, all of one length (``{"reward": [...], "kl": [...]}``), at the top or further down; None when
+    the document holds neither. Of several (a web app's export: test prompts, then SFT, DPO and GRPO logs), the one
+    whose first record holds the most metrics the diagnoser judges (reward functions counting as one: a DPO log's
+    ``rewards/chosen`` and ``rewards/rejected`` are not a GRPO run's metrics), the first found on a tie."""
+    tables = list(_tables(document))
+    return max(tables, key=lambda rows: _judged(rows[0])) if tables else None  # max keeps the first of equals
+
+
+def _judged(record: dict) -> int:
+    """How many metrics the diagnoser judges a record holds, its reward functions (``rewards/<fn>``) counted once."""
+    names = {canonical_name(k) for k in flatten(record) if mapped(k)}
+    return len({"rewards/" if n.startswith("rewards/") else n for n in names})
+
+
+def _tables(document) -> Iterator[list[dict]]:
+    """The candidate tables of ``json_table``, in the order it prefers on a tie: the document itself, its lists of
+    records (``_RECORD_KEYS`` first), its columns, then those of the dicts inside it, at any depth."""
     if isinstance(document, list):
-        return document if document and all(isinstance(r, dict) for r in document) else None
+        if document and all(isinstance(r, dict) for r in document):
+            yield document
+        return
     if not isinstance(document, dict):
-        return None
-    for key in (*_RECORD_KEYS, *document):
+        return
+    for key in dict.fromkeys((*_RECORD_KEYS, *document)):
         value = document.get(key)
         if isinstance(value, list) and len(value) >= 2 and all(isinstance(r, dict) for r in value):
-            return value
+            yield value
     columns = {k: v for k, v in document.items()
                if isinstance(v, list) and len(v) >= 2 and all(isinstance(x, (int, float)) or x is None for x in v)}
     lengths = {len(v) for v in columns.values()}
     if len(columns) >= 2 and len(lengths) == 1:
         n = lengths.pop()
-        return [{k: v[i] for k, v in columns.items()} for i in range(n)]
+        yield [{k: v[i] for k, v in columns.items()} for i in range(n)]
     for value in document.values():
         if isinstance(value, dict):
-            found = json_table(value) if value is not document else None
-            if found:
-                return found
-    return None
+            yield from _tables(value)
 
 
 def json_document(path: Path):

@@ -1359,6 +1359,20 @@ def test_rows_with_almost_no_gradient_do_not_lower_the_spike_reference(store):
     assert "grad_spikes" not in {f.rule for f in diagnose(store, run.run_id, save=False).findings}
 
 
+def test_of_a_documents_tables_the_one_with_the_most_judged_metrics_is_the_run(store):
+    """A post-training explorer's export (train split): one JSON document holding 20 test prompts (records with an
+    id and workload numbers), then SFT (step, loss, epoch), DPO (step, loss, rewards/chosen, rewards/rejected, ...)
+    and GRPO (step, loss, reward, reward_std, entropy) logs. The first table found was the test prompts, read as a
+    20-step run; the run is the GRPO log, steps 5-180, whose records hold the most metrics the diagnoser judges (a
+    DPO log's rewards/* count once)."""
+    log = CORPUS / "handwritten-json__provandal__post-training-explorer__smollm2-360m-grpo-storage-classify-180" \
+        / "precomputed_results.json"
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert (frame.index[0], frame.index[-1], len(frame)) == (5, 180, 36)
+    assert {"reward", "reward_std", "entropy", "loss"} <= set(frame.columns)
+
+
 def test_isolated_gradient_spikes_that_recover_at_once_are_information(store):
     """An RDAN-GRPO run (train split, healthy to its reader): pre-clip grad_norm jumps 5-30x its level on a few
     steps (8.2 at step 15, 27.1 at 170) and is back at its level within a row or three, its median flat and the
