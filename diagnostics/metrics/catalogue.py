@@ -194,7 +194,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("kl", "mean per-token KL to the reference (estimator per config; TRL uses k3)", group="kl",
            ranges=_fixed(0.01, 0.05, "docs/health-ranges.md#kl-to-the-reference", kind="target",
                          note="the adaptive-KL target band; KL keeps rising → raise beta"),
-           aliases=("actor/kl_loss", "actor/reward_kl_penalty", "kl_penalty", "train/kl_loss",
+           aliases=("actor/kl_loss", "actor/reward_kl_penalty", "critic/kl",  # verl before 0.3: the KL in the reward
+                    "kl_penalty", "train/kl_loss",
                     "kl_div", "kl_divergence", "mean_kl", "kl_mean", "avg_kl", "ref_kl", "kl_ref", "kl_to_ref",
                     "kl_reference", "sample_kl", "sampled_kl", "kl_sample", "kl_estimate", "policy_ref_kl",
                     "kl_policy_base"),
@@ -221,7 +222,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("kl/k2", "k2 estimate of KL, (log r)²/2 (for comparison)", group="kl", domain=NONNEG),
     Metric("kl/k3", "k3 estimate of KL, r − 1 − log r ≥ 0 (for comparison)", group="kl", domain=NONNEG),
     Metric("beta", "live KL weight (adaptive controller or fixed)", group="kl",
-           aliases=("actor/kl_coef", "actor/reward_kl_penalty_coeff", "objective/kl_coef"),
+           aliases=("actor/kl_coef", "actor/reward_kl_penalty_coeff", "critic/kl_coeff", "objective/kl_coef"),
            note="7B recommendation 0.01–0.04; source doc B wrongly calls it an entropy coefficient "
                 "(docs/health-ranges.md#beta)", domain=NONNEG),
     Metric("approx_kl", "drift between the rollout policy and the updated policy (ppo_kl)", group="kl",

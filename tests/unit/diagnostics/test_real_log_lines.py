@@ -1373,6 +1373,20 @@ def test_of_a_documents_tables_the_one_with_the_most_judged_metrics_is_the_run(s
     assert {"reward", "reward_std", "entropy", "loss"} <= set(frame.columns)
 
 
+def test_old_verls_critic_kl_is_the_kl_in_the_reward(store):
+    """A Search-R1 PPO dashboard (train split) logged by verl before 0.3, whose apply_kl_penalty reports the KL it
+    subtracts from the reward as ``critic/kl`` and its coefficient as ``critic/kl_coeff`` (later
+    ``actor/reward_kl_penalty``/``_coeff``). From step ~100 that KL goes and stays negative (-0.2 to -1.0), the penalty
+    a bonus: read as the KL, it is named kl_negative."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "wandb-csv__xuhit__search-r1__qwen2.5-3b-instruct-ppo-nq-search-240steps" / "phase6_metric_dashboard.csv"
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert frame.loc[240, "kl"] == pytest.approx(-0.621, abs=1e-3) and frame.loc[240, "beta"] == pytest.approx(0.001)
+    assert "kl_negative" in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
+
+
 def test_isolated_gradient_spikes_that_recover_at_once_are_information(store):
     """An RDAN-GRPO run (train split, healthy to its reader): pre-clip grad_norm jumps 5-30x its level on a few
     steps (8.2 at step 15, 27.1 at 170) and is back at its level within a row or three, its median flat and the
