@@ -258,11 +258,21 @@ _RECORD_KEYS = ("log_history", "history", "metrics", "records", "logs", "steps",
 def json_table(document) -> list[dict] | None:
     """The rows of a loop's JSON dump: a list of records (``{"history": [{...}, ...]}``), or columns, one list of
     numbers per metric, all of one length (``{"reward": [...], "kl": [...]}``), at the top or further down; None when
-    the document holds neither. Of several (a web app's export: test prompts, then SFT, DPO and GRPO logs), the one
-    whose first record holds the most metrics the diagnoser judges (reward functions counting as one: a DPO log's
-    ``rewards/chosen`` and ``rewards/rejected`` are not a GRPO run's metrics), the first found on a tie."""
-    tables = list(_tables(document))
-    return max(tables, key=lambda rows: _judged(rows[0])) if tables else None  # max keeps the first of equals
+    the document holds neither (``json_table_at`` says where it was found)."""
+    found = json_table_at(document)
+    return found[1] if found else None
+
+
+def json_table_at(document) -> tuple[str, list[dict], int] | None:
+    """(where, rows, how many tables the document holds) of ``json_table``. Of several tables (a web app's export:
+    test prompts, then SFT, DPO and GRPO logs), the one whose first record holds the most metrics the diagnoser judges
+    (reward functions counting as one: a DPO log's ``rewards/chosen`` and ``rewards/rejected`` are not a GRPO run's
+    metrics), the first found on a tie; ``where`` is its keys joined by ``/``."""
+    tables = list(_tables(document, ""))
+    if not tables:
+        return None
+    where, rows = max(tables, key=lambda t: _judged(t[1][0]))  # max keeps the first of equals
+    return where, rows, len(tables)
 
 
 def _judged(record: dict) -> int:
@@ -271,28 +281,29 @@ def _judged(record: dict) -> int:
     return len({"rewards/" if n.startswith("rewards/") else n for n in names})
 
 
-def _tables(document) -> Iterator[list[dict]]:
-    """The candidate tables of ``json_table``, in the order it prefers on a tie: the document itself, its lists of
-    records (``_RECORD_KEYS`` first), its columns, then those of the dicts inside it, at any depth."""
+def _tables(document, where: str) -> Iterator[tuple[str, list[dict]]]:
+    """The candidate tables of ``json_table_at``, with where each is, in the order it prefers on a tie: the document
+    itself, its lists of records (``_RECORD_KEYS`` first), its columns, then those of the dicts inside it, at any
+    depth."""
     if isinstance(document, list):
         if document and all(isinstance(r, dict) for r in document):
-            yield document
+            yield where, document
         return
     if not isinstance(document, dict):
         return
     for key in dict.fromkeys((*_RECORD_KEYS, *document)):
         value = document.get(key)
         if isinstance(value, list) and len(value) >= 2 and all(isinstance(r, dict) for r in value):
-            yield value
+            yield f"{where}/{key}".lstrip("/"), value
     columns = {k: v for k, v in document.items()
                if isinstance(v, list) and len(v) >= 2 and all(isinstance(x, (int, float)) or x is None for x in v)}
     lengths = {len(v) for v in columns.values()}
     if len(columns) >= 2 and len(lengths) == 1:
         n = lengths.pop()
-        yield [{k: v[i] for k, v in columns.items()} for i in range(n)]
-    for value in document.values():
+        yield where, [{k: v[i] for k, v in columns.items()} for i in range(n)]
+    for key, value in document.items():
         if isinstance(value, dict):
-            yield from _tables(value)
+            yield from _tables(value, f"{where}/{key}".lstrip("/"))
 
 
 def json_document(path: Path):
@@ -339,9 +350,13 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
     order = 0
     array = _is_array(path)
     document = None if array else json_document(path)
-    table = json_table(document) if isinstance(document, dict) else None
+    found = json_table_at(document) if isinstance(document, dict) else None
     objects = pretty_objects(path) if document is None and not array else None
-    if table is not None:
+    if found is not None:
+        where, table, count = found
+        if count > 1:
+            source.note(f"read the table at {where or 'the top level'}, of the document's {count}: the one whose "
+                        "records hold the most metrics GRPO Doctor judges")
         records = ((f"row {i}", r) for i, r in enumerate(table, start=1))
     elif objects is not None:
         records = ((f"object {i}", r) for i, r in enumerate(objects, start=1))

@@ -1364,13 +1364,14 @@ def test_of_a_documents_tables_the_one_with_the_most_judged_metrics_is_the_run(s
     id and workload numbers), then SFT (step, loss, epoch), DPO (step, loss, rewards/chosen, rewards/rejected, ...)
     and GRPO (step, loss, reward, reward_std, entropy) logs. The first table found was the test prompts, read as a
     20-step run; the run is the GRPO log, steps 5-180, whose records hold the most metrics the diagnoser judges (a
-    DPO log's rewards/* count once)."""
+    DPO log's rewards/* count once), and the import's note says which table it read."""
     log = CORPUS / "handwritten-json__provandal__post-training-explorer__smollm2-360m-grpo-storage-classify-180" \
         / "precomputed_results.json"
     [run] = import_runs(store, log)
     frame = store.metrics(run.run_id)
     assert (frame.index[0], frame.index[-1], len(frame)) == (5, 180, 36)
     assert {"reward", "reward_std", "entropy", "loss"} <= set(frame.columns)
+    assert any(n.startswith("read the table at training_data/grpo/logs, of the document's 17") for n in run.notes)
 
 
 def test_old_verls_critic_kl_is_the_kl_in_the_reward(store):
