@@ -139,7 +139,7 @@ TREND = 5            # a grad_norm median this many times its start is a rising 
 HELD = 1.5           # and is this many times the highest SPIKE_ROWS-row median before it
 ABOVE_UPPER = 5      # and this many times the upper level of the 2 × SPIKE_ROWS rows before it (_upper_level)
 RECOVERED = 2        # a spike recovered once one of the AFTER rows after it is within this many times its level
-AFTER = 3
+AFTER = 3            # rows after a spike in which its norm must come back
 OUTLIER = 50         # an isolated spike stays below this many times its level (a bigger one is numerics, not a batch)
 
 
@@ -324,15 +324,16 @@ def _spike_explain(series: RunSeries, ep: Episode) -> Explanation:
     fixes = [make_fix(cfg, "use larger batches", {"per_device_train_batch_size":
                                                    scaled(cfg, "per_device_train_batch_size", 2)}),
              make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
-    if _isolated(series, ep, found):
-        causes.insert(0, "isolated outlier batches: each spike is back to the level before it on the next logged "
-                         "step and the norm's median has not risen, so clipping (the norm is logged before it) and "
+    isolated = _isolated(series, ep, found)
+    if isolated:
+        causes.insert(0, "isolated outlier batches: each spike is back near the level before it within three logged "
+                         "steps and the norm's median has not risen, so clipping (the norm is logged before it) and "
                          "Adam absorb them; act if they come closer together or the reward or the loss moves with them")
     clip = scaled(cfg, "max_grad_norm", 0.2)
     lowest = float(np.min(values)) if len(values) else 0.0
     if not isinstance(clip, (int, float)) or clip > lowest:  # below every norm it would only scale the lr down
         fixes.insert(0, make_fix(cfg, "clip gradients harder", {"max_grad_norm": clip}))
-    return Explanation("info" if _isolated(series, ep, found) else "warning", evidence, causes, fixes)
+    return Explanation("info" if isolated else "warning", evidence, causes, fixes)
 
 
 def _isolated(series: RunSeries, ep: Episode, found: np.ndarray) -> bool:
@@ -340,7 +341,7 @@ def _isolated(series: RunSeries, ep: Episode, found: np.ndarray) -> bool:
     SPIKE_ROWS rows before it (its level), the norm back within RECOVERED × that level in one of the AFTER rows after
     it, the norm's median at the episode's last step below TREND × its start, and the reward not fallen over the
     episode."""
-    steps, values = series.finite(GRAD_SIGNAL)
+    values = series.finite(GRAD_SIGNAL)[1]
     rising = smoothed(series, GRAD_SIGNAL, ep.last) >= TREND * series.head(GRAD_SIGNAL, _trend_window(series))
     if not len(found) or rising or reward_fell(series, ep, ""):
         return False
