@@ -34,12 +34,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from eval_real_logs import CORPUS, load_readings  # noqa: E402
 
 from grpo_doctor.diagnostics.importers import LogFormatError, import_runs  # noqa: E402
+from grpo_doctor.diagnostics.importers.tensorboard import looks_like_events  # noqa: E402
 from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
 
 
 def kind_of(path: Path) -> str:
-    if path.name.startswith("events.out.tfevents"):  # binary records: no line of text to change
-        return "tensorboard"
+    """The kind of log, for the variants that apply to it; an event file by its first record, whatever its name."""
+    with path.open("rb") as f:
+        if path.name.startswith("events.out.tfevents") or looks_like_events(f.read(1024)):
+            return "tensorboard"  # binary records: no line of text to change
     if path.suffix == ".jsonl":
         return "jsonl"
     if path.suffix == ".json":

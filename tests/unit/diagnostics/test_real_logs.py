@@ -288,3 +288,17 @@ acceptable: [{rule: entropy_collapse, why: follows}]
     assert graded.wrong_way == ["grad_spikes: learning_rate up (lr up)"]
     healthy = eval_real_logs.grade({**entry, "healthy": True, "pathologies": []}, Diagnosis(run={}, findings=found))
     assert len(healthy.false_alarms) == 4  # acceptable findings do not excuse a warning on a healthy log
+
+
+def test_the_log_variants_know_an_event_file_by_its_records_whatever_its_name(tmp_path):
+    """A verl-tool run's event file is named ``reimplementation_tensorboard_records.0``: by its name the variants
+    benchmark took it for a console and edited its bytes as text, corrupting it. Its first record says what it is."""
+    import eval_log_variants
+
+    events = next((CORPUS / "tensorboard__af-74413592__deepwerewolf__qwen3-8b-grpo-werewolf-steps16-20").iterdir())
+    renamed = tmp_path / "records.0"
+    renamed.write_bytes(events.read_bytes())
+    assert eval_log_variants.kind_of(events) == eval_log_variants.kind_of(renamed) == "tensorboard"
+    text = tmp_path / "train.log"
+    text.write_text("step 1 reward=0.1 kl=0.0 loss=0.2\n")
+    assert eval_log_variants.kind_of(text) == "console"
