@@ -20,7 +20,7 @@ from pathlib import Path
 from grpo_doctor.diagnostics.config.keys import checked
 from grpo_doctor.diagnostics.importers._base import NEW_RUN, LogFormatError, ParsedLog
 from grpo_doctor.diagnostics.importers.crash import TEXT_FORMATS as CRASH_FORMATS
-from grpo_doctor.diagnostics.importers.crash import final_error
+from grpo_doctor.diagnostics.importers.crash import error_in, final_error
 from grpo_doctor.diagnostics.importers.detect import detect_format, resolve
 from grpo_doctor.diagnostics.importers.export import export_csv, export_jsonl
 from grpo_doctor.diagnostics.importers.formats import FORMATS
@@ -154,7 +154,10 @@ def _crash(store, parsed: ParsedLog, last: Imported) -> list[str]:
     """A console log that ends in a traceback: a crash event at its last run's last step (the rules read it: ``oom``,
     ``crash``), the run marked crashed, and a note that says so."""
     path = Path(parsed.path)
-    error = final_error(path) if parsed.format in CRASH_FORMATS and path.is_file() else None
+    if parsed.format in CRASH_FORMATS and path.is_file():
+        error = final_error(path)
+    else:  # a W&B run file holds the console it captured
+        error = error_in(parsed.extra["console"]) if "console" in parsed.extra else None
     if error is None:
         return []
     step = int(store.steps(last.run_id).max())

@@ -32,7 +32,11 @@ def final_error(path: str | Path) -> str | None:
         f.seek(0, 2)
         size = f.tell()
         f.seek(max(0, size - TAIL_BYTES))
-        tail = f.read().decode("utf-8", errors="replace")
+        return error_in(f.read().decode("utf-8", errors="replace"))
+
+
+def error_in(tail: str) -> str | None:
+    """``final_error`` of a console's last lines (what a W&B run file captured of it)."""
     lines = [strip_ansi(line).strip() for line in tail.splitlines()]
     last_row = max((i for i, line in enumerate(lines) if _TRACEBACK not in line and is_row(line, metric_pairs(line))),
                    default=-1)

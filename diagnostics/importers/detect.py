@@ -41,6 +41,7 @@ from grpo_doctor.diagnostics.importers.tabular import (
 )
 from grpo_doctor.diagnostics.importers.tensorboard import event_files, looks_like_events
 from grpo_doctor.diagnostics.importers.verl import CONFIG_MARKERS, STEP_LINE
+from grpo_doctor.diagnostics.importers.wandb_file import looks_like_wandb, run_file
 from grpo_doctor.diagnostics.importers.xtuner import looks_like_xtuner
 
 DEEP_SCAN_BYTES = 32 * 2**20  # a log whose head shows no known lines is read this far before it is refused
@@ -129,6 +130,8 @@ def _resolve_folder(folder: Path, fmt: str | None) -> tuple[str, Path]:
             return "trainer_state", state
     if fmt in (None, "tensorboard") and event_files(folder):
         return "tensorboard", folder
+    if fmt in (None, "wandb") and run_file(folder) is not None:  # a wandb run folder: its run file has every log
+        return "wandb", folder
     for files in (folder, folder / "files"):  # a wandb run folder (run-*/) or its files/: the console it captured
         if fmt is None and (files / "output.log").is_file() and (files / "wandb-summary.json").is_file():
             return detect_file(files / "output.log"), files / "output.log"
@@ -165,6 +168,18 @@ def _resolve_folder(folder: Path, fmt: str | None) -> tuple[str, Path]:
 
 
 # ---------------------------------------------------------------------------- files
+def _binary_format(path: Path, head: bytes) -> str | None:
+    """A binary log's format by its first bytes (TensorBoard's events, W&B's run file); a packed log is refused."""
+    if looks_like_events(head):
+        return "tensorboard"
+    if looks_like_wandb(head):
+        return "wandb"
+    packed = next((kind for magic, kind in _ARCHIVES if head.startswith(magic)), None)
+    if packed:
+        raise LogFormatError(path, f"{packed}: unpack it first and import the log inside")
+    return None
+
+
 def detect_file(path: Path) -> str:
     try:
         size = path.stat().st_size
@@ -173,11 +188,9 @@ def detect_file(path: Path) -> str:
         raise LogFormatError(path, f"cannot read it ({e.strerror})") from None
     if size == 0:
         raise LogFormatError(path, "file is empty")
-    if looks_like_events(head):
-        return "tensorboard"
-    packed = next((kind for magic, kind in _ARCHIVES if head.startswith(magic)), None)
-    if packed:
-        raise LogFormatError(path, f"{packed}: unpack it first and import the log inside")
+    binary = _binary_format(path, head)
+    if binary:
+        return binary
     text = decode_head(head)
     if text is None:
         raise unknown(path, "binary data")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_doctor.diagnostics.importers import console, hf, notebook, tabular, tensorboard, verl, xtuner
+from grpo_doctor.diagnostics.importers import console, hf, notebook, tabular, tensorboard, verl, wandb_file, xtuner
 from grpo_doctor.diagnostics.importers._base import ParsedLog
 
 
@@ -35,6 +35,8 @@ _ALL = (
            lambda shown, path, _k: xtuner.parse_xtuner(shown, path)),
     Format("tensorboard", "TensorBoard events.out.tfevents.* (a file or a folder of them)",
            lambda shown, path, _k: tensorboard.parse_tensorboard(shown, path)),
+    Format("wandb", "W&B's run file run-<id>.wandb (a file, or a wandb run folder), with the wandb package",
+           lambda shown, path, _k: wandb_file.parse_wandb(shown, path)),
     Format("wandb_csv", "wandb history CSV export (train/global_step or _step column)",
            lambda shown, path, key: tabular.parse_csv(shown, path, wandb=True, step_key=key), step_key=True),
     Format("csv", "CSV (or TSV, or ; with decimal commas) with a header row; the step column is found by name "

@@ -318,6 +318,12 @@ def build(fmt: str, tmp: Path) -> tuple[Path, Path]:
     if fmt == "tensorboard":
         folder = write_tensorboard(tmp / "tb")
         return folder, sorted((folder / "runs").rglob("events.out.tfevents.*"))[0]
+    if fmt == "wandb":  # a real offline run's file (tests/data/wandb/), in its run folder
+        folder = tmp / "wandb" / "offline-run-20250719_112914-9mny7izh"
+        folder.mkdir(parents=True)
+        p = folder / "run-9mny7izh.wandb"
+        p.write_bytes((Path(__file__).resolve().parents[1] / "data" / "wandb" / folder.name / p.name).read_bytes())
+        return folder, p
     if fmt == "wandb_csv":
         p = write_wandb_csv(tmp / "wandb")
         return p, p
