@@ -499,6 +499,23 @@ KNOWN_FAILURES = {
     "metrics.jsonl":
         "batch 90: the same ablation's std-normalised GRPO run, warned alike: pre-clip norm 0.2 -> 28 while the "
         "reward rises 0.02 -> 0.57; its reader accepts the warning but calls the run healthy",
+    # Batch 93 (2026-12-05): its train-split first-contact failures.
+    "handwritten-jsonl__xiaofei9289__cs336-project__olmo2-1b-drgrpo-gsm8k-seed0-200step/metrics.jsonl":
+        "batch 93: a CS336 Dr. GRPO run whose base model scores 0 on 24 of its first 28 steps (every group uniform, the "
+        "batch skipped: loss and grad_norm exactly 0) warned uniform_groups as critical, a warning that stays after the "
+        "run learns (0 -> 0.55); its reader calls the phase info. Also grad_spikes and entropy_collapse warnings",
+    "handwritten-jsonl__xiaofei9289__cs336-project__olmo2-1b-gspo-offpolicy-gsm8k-seed0-200step/metrics.jsonl":
+        "batch 93: the same project's off-policy GSPO run: the same zero-signal start warned uniform_groups (critical), "
+        "and its clip fraction of 0.5-0.6 (GSPO's 3e-4 band, 32 updates a rollout) clip_high, which its reader accepts",
+    "handwritten-jsonl__jkorrr__185hw__qwen25math-1.5b-lora-grpo-format-copy-2runs-51step/metrics.jsonl":
+        "batch 93: CS285's format-copy task solved in 10 steps (reward at its 1.3 maximum, groups all perfect): entropy "
+        "1.1 -> 0.012 warned entropy_collapse, which its reader accepts as info on a deterministic copy task; seen "
+        "since CS285's keys are read (the run's first-contact import knew none of them)",
+    "handwritten-jsonl__clamepending__rl-spring2026__qwen25math-1.5b-lora-reinforce-math-hard-2runs-201step/"
+    "reinforce_math_hard_metrics.jsonl":
+        "batch 93: two CS285 REINFORCE runs whose batch reward holds at 0.26-0.32 for 200 steps while held-out accuracy "
+        "rises 22.7% -> 28.3%, warned reward_flat; their reader calls them healthy but slow and the warning fair; seen "
+        "since CS285's keys are read",
 }
 
 

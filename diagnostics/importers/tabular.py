@@ -213,6 +213,21 @@ def parse_jsonl(display: str, path: Path, *, step_key: str | None = None) -> Par
                      name=run_name_for(path), reader=source)
 
 
+# A record whose metrics sit in one object beside its step (``{"step": 3, "metrics": {...}}``): the object's name is
+# no part of the metrics' names
+WRAPPERS = frozenset({"metrics", "data", "stats", "scalars", "logs", "log", "values", "results"})
+
+
+def unwrapped_record(record):
+    """The record with its one wrapper object's fields lifted to the top (see ``WRAPPERS``); else as it is."""
+    if not isinstance(record, dict):
+        return record
+    wrapped = [key for key, value in record.items() if isinstance(value, dict)]
+    if len(wrapped) != 1 or str(wrapped[0]).lower() not in WRAPPERS:
+        return record
+    return {**{key: value for key, value in record.items() if key != wrapped[0]}, **record[wrapped[0]]}
+
+
 SPLIT_KEYS = ("split", "mode", "phase", "stage", "subset")
 # A field that says what kind of row this is (rollout, train, eval rows of one loop, each with its own counter).
 KIND_KEYS = ("type", "kind", "event", "record_type", "row_type", "tag", "category")
@@ -365,7 +380,7 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
             (f"line {n}", r) for n, r in json_records(source, path))
     current_run, ended, rows = None, False, 0
     for where, record in records:
-        record = flatten(record)
+        record = flatten(unwrapped_record(record))
         named = run_columns(record)
         if named:
             run = tuple(record.pop(key) for key in named)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -347,6 +347,25 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("num_tokens", "cumulative tokens seen", unit="tokens", group="cost", domain=NONNEG),
     Metric("epoch", "training epoch (fractional)", group="cost", domain=NONNEG),
 )
+
+# Berkeley CS285's (spring 2026) homework 4 GRPO/REINFORCE loop (hw4/hw4/rl/) logs one self-describing key per
+# metric, under {"metrics": {...}, "step": N}. Its gradient norm is the one after clipping: not grad_norm.
+_CS285 = {
+    "reward": "rollout/mean_total_reward_across_all_completions_in_batch_and_groups",
+    "reward_std": "rollout/std_total_reward_across_all_completions_in_batch_and_groups",
+    "completions/mean_length": "rollout/mean_generated_completion_token_count_per_completion",
+    "completions/clipped_ratio": "rollout/fraction_of_completions_that_hit_max_new_tokens_limit",
+    "advantage/mean": "rollout/mean_advantage_after_group_relative_normalization",
+    "advantage/std": "rollout/std_advantage_after_group_relative_normalization",
+    "entropy": "train/policy_token_entropy_mean_over_minibatches",
+    "kl": "train/approximate_kl_divergence_policy_vs_reference_mean_over_minibatches",
+    "loss": "train/policy_loss_with_kl_penalty_mean_over_minibatches",
+    "clip_ratio/region_mean": "train/fraction_of_completion_tokens_where_ppo_ratio_was_clipped_mean_over_minibatches",
+    "learning_rate": "train/current_optimizer_learning_rate",
+    "step_time": "train/wall_clock_seconds_for_this_training_iteration",
+    "memory/peak_gb": "train/gpu_peak_memory_allocated_gigabytes_since_step_start",
+}
+CATALOGUE = tuple(replace(m, aliases=(*m.aliases, _CS285[m.name])) if m.name in _CS285 else m for m in CATALOGUE)
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOGUE}
 #: The metrics that must stay finite, in catalogue order: a NaN or inf in any of them is an emergency (never the loss

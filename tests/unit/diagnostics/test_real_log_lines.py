@@ -1785,3 +1785,34 @@ def test_areals_statslogger_tables_are_a_steps_metrics(store, tmp_path):
     [note] = [n for n in run.notes if n.startswith("metrics: ")]
     assert "completions/mean_length ← grpo_actor/seq_len/avg − grpo_actor/prompt_len/avg" in note
     assert "rollout_kl ← −grpo_actor/behave_approx_kl/avg" in note
+
+
+CS285 = CORPUS / "handwritten-jsonl__jkorrr__185hw__qwen25math-1.5b-lora-grpo-format-copy-2runs-51step" / "metrics.jsonl"
+
+
+def test_a_json_lines_record_of_one_metrics_object_beside_its_step_reads_that_object(store, tmp_path):
+    """CS285's homework loop writes ``{"metrics": {...}, "step": N}``: the object is the row (not ``metrics/...``
+    keys), its self-describing keys are known, and its eval row at step 0 is kept apart under eval/."""
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(lines_of(CS285, 1, 2, 3, 4, 5, 6)))
+    [run] = import_runs(store, log)
+    series = store.series(run.run_id, ["reward", "entropy", "kl", "completions/mean_length"])
+    steps, reward = series["reward"]
+    assert steps.tolist() == [0, 1, 2, 3, 4]
+    assert reward.tolist() == pytest.approx([0.15208333730697632, 0.07916666567325592, 0.10000000149011612,
+                                             0.03750000149011612, 0.11041667312383652])
+    assert series["entropy"][1].tolist()[:2] == pytest.approx([1.0762868871291478, 1.1176665375630062])
+    assert series["kl"][1].tolist()[0] == pytest.approx(0.00020543708584834045)
+    assert len(series["completions/mean_length"][0]) == 5
+    assert not any(key.startswith("metrics/") for key in store.metric_names(run.run_id))
+
+
+def test_a_nested_object_that_names_its_metrics_keeps_its_name(store, tmp_path):
+    """Only a wrapper's name (metrics, data, stats, ...) is dropped: CS285's record with its object renamed
+    ``rewards`` keeps the ``rewards/`` prefix on every key."""
+    record = json.loads(lines_of(CS285, 2)[0])
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"rewards": record["metrics"], "step": s}) + "\n" for s in (1, 2, 3)))
+    [run] = import_runs(store, log)
+    names = store.metric_names(run.run_id)
+    assert "rewards/train/policy_token_entropy_mean_over_minibatches" in names and "entropy" not in names
