@@ -5,14 +5,15 @@ header (crc32c, length, type: full, or the first, a middle or the last piece of 
 record is a ``Record`` protobuf of wandb's ``wandb_internal.proto``; the few fields read here (history items, config
 items, the run's name, console lines) are decoded from protobuf's wire format directly, with their field numbers:
 importing the wandb package to decode them would write temporary folders and wrap stdout, and triage needs no wandb.
-The history records are the rows (the step: ``train/global_step`` where the run logs it, as TRL does, else wandb's
-``_step``), the config records the config. A truncated last record is the end of the file (a run still writing, or
+The history records are the rows (the step: the step metric ``wandb.define_metric`` gave the training metrics, as TRL
+gives them ``train/global_step``, else wandb's ``_step``), the config records the config. A truncated last record is the end of the file (a run still writing, or
 killed); a record that does not decode is skipped and counted."""
 
 from __future__ import annotations
 
 import json
 import struct
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,7 +80,7 @@ def parse_wandb(display: str, target: Path) -> ParsedLog:
     framework = "verl" if dialect_of(read.config) == "verl" else "trl"
     return ParsedLog(path=display, format="wandb", source="wandb",
                      config=normalise_config(read.config, framework) if read.config else {},
-                     rows=_rows(source, read.history), name=read.name or path.stem, reader=source,
+                     rows=_rows(source, read.history, read.step_metrics), name=read.name or path.stem, reader=source,
                      extra={"console": read.console} if read.console else {})
 
 
@@ -89,6 +90,8 @@ class _Read:
     config: dict = field(default_factory=dict)  # the run's config, its updates merged in order
     name: str = ""  # the run's display name (its id where it has none)
     console: str = ""  # the last TAIL_BYTES of the console it captured (a crash's traceback)
+    # the step metrics wandb.define_metric gave the training metrics (name or glob, not eval/ or test/), by how many
+    step_metrics: Counter = field(default_factory=Counter)
 
 
 def _read(source: Source, path: Path) -> _Read:
@@ -107,6 +110,10 @@ def _read(source: Source, path: Path) -> _Read:
                     run = dict(_fields(value))  # run_id 1, config 4, display_name 8
                     read.config.update(_config(run.get(4, b"")))
                     read.name = (run.get(8) or run.get(1) or b"").decode("utf-8", "replace")
+                elif number == RECORD_METRIC:  # wandb.define_metric(name or glob, step_metric=...)
+                    metric = {n: v.decode("utf-8", "replace") for n, v in _fields(value) if n in (1, 2, 4)}
+                    if metric.get(4) and not (metric.get(1) or metric.get(2, "")).startswith(_SKIP_PREFIXES[1:]):
+                        read.step_metrics[metric[4]] += 1
                 elif number == RECORD_OUTPUT_RAW:
                     console.append(dict(_fields(value)).get(3, b"").decode("utf-8", "replace"))  # its line
         except ValueError:  # a corrupt record: truncated varint or field, a wire type protobuf does not have
@@ -120,8 +127,8 @@ def _read(source: Source, path: Path) -> _Read:
     return read
 
 
-# wandb_internal.proto's field numbers: Record.history, .config, .output_raw, .run
-RECORD_HISTORY, RECORD_CONFIG, RECORD_OUTPUT_RAW, RECORD_RUN = 2, 5, 13, 17
+# wandb_internal.proto's field numbers: Record.history, .config, .metric, .output_raw, .run
+RECORD_HISTORY, RECORD_CONFIG, RECORD_METRIC, RECORD_OUTPUT_RAW, RECORD_RUN = 2, 5, 12, 13, 17
 
 
 def _fields(message: bytes) -> Iterator[tuple[int, object]]:
@@ -193,12 +200,13 @@ def _json(text: str):
         return text
 
 
-def _rows(source: Source, history: list[dict]) -> Iterator[tuple[int, dict[str, float]]]:
+def _rows(source: Source, history: list[dict], declared: Counter) -> Iterator[tuple[int, dict[str, float]]]:
     """One row per step: the history records (``{key: value}``) of a step (TRL logs its profiling timers and its
     metrics in separate ``wandb.log`` calls at one ``train/global_step``) merged in order, a later value winning."""
-    step_key = next((key for key in STEP_KEYS if any(key in row for row in history)), None)
+    candidates = [key for key, _ in declared.most_common()] + list(STEP_KEYS)
+    step_key = next((key for key in candidates if any(key in row for row in history)), None)
     if step_key is None:
-        raise LogFormatError(source.path, "no step in its history (looked for train/global_step, _step)")
+        raise LogFormatError(source.path, f"no step in its history (looked for {', '.join(candidates)})")
     unstepped, step, merged = 0, None, {}
     for n, row in enumerate(history, 1):
         at = row.get(step_key)
@@ -210,7 +218,7 @@ def _rows(source: Source, history: list[dict]) -> Iterator[tuple[int, dict[str, 
                 yield step, merged
             step, merged = int(at), {}
         numbers = {key: value for key, value in row.items()  # a media or table reference is a dict: left out
-                   if _is_number(value) and not key.startswith(_SKIP_PREFIXES) and key != "train/global_step"
+                   if _is_number(value) and not key.startswith(_SKIP_PREFIXES) and key not in (step_key, *STEP_KEYS)
                    and key.split("/", 1)[-1] not in SUMMARY_KEYS}
         merged.update(source.numbers(numbers, f"history record {n}"))
     if merged:

@@ -139,3 +139,15 @@ def test_a_live_run_file_is_followed_as_it_grows(store, tmp_path):
     follower.poll()
     steps, _ = store.series(follower.run_id, ["reward"])["reward"]
     assert steps.tolist() == [1, 13, 25, 37] and store.get_run(follower.run_id)["name"] == "sudoku_base_bs12"
+
+
+def test_the_step_is_the_one_define_metric_gave_the_training_metrics(store):
+    """A CS336 loop (corpus, train split) declares wandb.define_metric("train/*", step_metric="grpo_step") and
+    "eval/*" against eval_step: its 20 GRPO steps are read on grpo_step, not on wandb's _step (0-64)."""
+    folder = "wandb__jpassionq__assignment5-alignment__qwen25-math-15b-grpo-clip-2ep-math-20step"
+    run_file = Path(__file__).resolve().parents[2] / "data" / "real_logs" / folder / "run-yae5r07o.wandb"
+    [run] = import_runs(store, run_file)
+    steps, reward = store.series(run.run_id, ["reward"])["reward"]
+    assert steps.tolist() == list(range(1, 21))
+    assert reward.tolist()[:3] == pytest.approx([0.05859375, 0.078125, 0.125])
+    assert any("5 history records without grpo_step left out" in n for n in run.notes)
