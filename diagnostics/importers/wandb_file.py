@@ -1,13 +1,13 @@
-"""W&B's own run file, ``run-<id>.wandb`` (in ``wandb/run-*/`` or ``wandb/offline-run-*/``): the transaction log
-wandb writes while a run goes, online or offline, holding every ``wandb.log`` call. Its framing is LevelDB's log
-format after a 7-byte file header (``:W&B``, magic 0xBEE1, version 0): 32 KiB blocks of records, each with a 7-byte
-header (crc32c, length, type: full, or the first, a middle or the last piece of a record split across blocks). Each
-record is a ``Record`` protobuf of wandb's ``wandb_internal.proto``; the few fields read here (history items, config
-items, the run's name, console lines) are decoded from protobuf's wire format directly, with their field numbers:
-importing the wandb package to decode them would write temporary folders and wrap stdout, and triage needs no wandb.
-The history records are the rows (the step: the step metric ``wandb.define_metric`` gave the training metrics, as TRL
-gives them ``train/global_step``, else wandb's ``_step``), the config records the config. A truncated last record is the end of the file (a run still writing, or
-killed); a record that does not decode is skipped and counted."""
+"""W&B's own run file, ``run-<id>.wandb`` (in ``wandb/run-*/`` or ``wandb/offline-run-*/``): the transaction log wandb
+writes while a run goes, online or offline, holding every ``wandb.log`` call. Its framing is LevelDB's log format
+after a 7-byte file header (``:W&B``, magic 0xBEE1, version 0): 32 KiB blocks of records, each with a 7-byte header
+(crc32c, length, type: full, or the first, a middle or the last piece of a record split across blocks). Each record
+is a ``Record`` protobuf of wandb's ``wandb_internal.proto``; the few fields read here (history items, config items,
+the run's name, console lines) are decoded from protobuf's wire format directly, with their field numbers: importing
+the wandb package to decode them would write temporary folders and wrap stdout, and triage needs no wandb. The
+history records are the rows (the step: the step metric ``wandb.define_metric`` gave the training metrics, as TRL
+gives them ``train/global_step``, else wandb's ``_step``), the config records the config. A truncated last record is
+the end of the file (a run still writing, or killed); a record that does not decode is skipped and counted."""
 
 from __future__ import annotations
 
