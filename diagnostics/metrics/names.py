@@ -14,8 +14,9 @@ from grpo_doctor.diagnostics.metrics.catalogue import BY_NAME, CATALOGUE, SHARE
 _ALIASES: dict[str, str] = {alias: m.name for m in CATALOGUE for alias in m.aliases}
 _PREFIXES = ("train/", "train_", "env/all/")
 # tinker-cookbook's test-set evaluator logs ``test/env/all/<metric>`` (tinker_cookbook/rl/metric_util.py).
-# AReaL's evaluator logs its rollouts' stats as ``eval-rollout/<metric>``.
-_EVAL_PREFIXES = ("eval/", "eval_", "test/env/all/", "eval-rollout/")
+# AReaL's evaluator logs its rollouts' stats as ``eval-rollout/<metric>``; a loop its held-out scores as
+# ``val_<metric>`` beside its ``train_<metric>`` (a CS336 loop's val_reward, val_response_length).
+_EVAL_PREFIXES = ("eval/", "eval_", "val_", "test/env/all/", "eval-rollout/")
 # Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``; a loop
 # groups them as ``reward_metrics/<fn>`` (nano-aha-moment) or ``reward_components/<fn>``.
 _REWARD_FN = re.compile(r"^(?:rewards?|reward_(?:metrics|components|breakdown))/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")

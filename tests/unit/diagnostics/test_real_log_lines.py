@@ -1816,3 +1816,20 @@ def test_a_nested_object_that_names_its_metrics_keeps_its_name(store, tmp_path):
     [run] = import_runs(store, log)
     names = store.metric_names(run.run_id)
     assert "rewards/train/policy_token_entropy_mean_over_minibatches" in names and "entropy" not in names
+
+
+CS336_VAL = (CORPUS / "handwritten-jsonl__xiaofei9289__cs336-project__olmo2-1b-grpo-gsm8k-standard-seed2-length-collapse-"
+             "200step" / "metrics.jsonl")
+
+
+def test_a_loops_val_prefixed_keys_are_its_validation_metrics(store, tmp_path):
+    """A CS336 loop logs its held-out scores as ``val_reward``, ``val_answer_reward``, ``val_response_length`` beside
+    ``train_reward``: they are validation metrics (eval/...), not reward functions named val_answer."""
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(lines_of(CS336_VAL, 1, 2, 3, 12, 22)))
+    [run] = import_runs(store, log)
+    names = store.metric_names(run.run_id)
+    assert {"eval/reward", "eval/completions/mean_length", "reward"} <= set(names)
+    assert not any(name.startswith("rewards/val") for name in names)
+    steps, length = store.series(run.run_id, ["eval/completions/mean_length"])["eval/completions/mean_length"]
+    assert length[0] == pytest.approx(103.0830078125)
