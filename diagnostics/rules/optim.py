@@ -216,6 +216,7 @@ SINGLE_GENERATION = Rule(
 
 # ---------------------------------------------------------------------------------------- entropy
 ENTROPY = ENTROPY_MEASURED  # entropy's measured values (an exact 0.0 means no token was measured)
+LOW_START_RISE = 0.3  # nats per token: an entropy at five times its start and past this has blown up, below 1 nat
 EARLY_BREAK = 2.0  # nats per token: far above any LLM's sampling entropy at its start (0.3 – 1.5)
 # nats per token: the floor of the documents' entropy band (docs/health-ranges.md#entropy); a policy that starts below
 # it samples (all but) the same tokens every time: collapsed from the outset, with no start to fall from
@@ -315,14 +316,19 @@ def _entropy_blowup_detect(series: RunSeries, since):
     # a break inside the first windows has no settled start to double: rows at 5 × the first one and past 2 nats
     early = (idx < series.rows(3 * W, ENTROPY) - 1) & (values[idx] >= max(EARLY_BREAK, 5 * values[0]))
     with np.errstate(invalid="ignore"):
-        later = (idx >= series.rows(3 * W, ENTROPY) - 1) & (med >= 2 * series.head(ENTROPY, W)) & (med >= 1.0)
+        # doubled and past 1 nat; or, from a start so low (0.07, a sharpened math model) that 1 nat is 14 times it,
+        # five times the start and past 0.3
+        head = series.head(ENTROPY, W)
+        risen = ((med >= 2 * head) & (med >= 1.0)) | ((med >= 5 * head) & (med >= LOW_START_RISE))
+        later = (idx >= series.rows(3 * W, ENTROPY) - 1) & risen
         return steps, early | later
 
 
 def _entropy_blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     evidence = [Evidence(start_step(series, ENTROPY), "entropy", series.head(ENTROPY, W), "start"),
-                _as_entropy(smoothed_evidence(series, ENTROPY, ep.last, "now: doubled and above 1 nat"))]
+                _as_entropy(smoothed_evidence(series, ENTROPY, ep.last, "now: doubled and above 1 nat, or five "
+                                              f"times the start and above {LOW_START_RISE}"))]
     fell = reward_fell(series, ep, "")
     evidence += [fell] if fell else []
     severe = fell is not None
@@ -347,9 +353,10 @@ ENTROPY_BLOWUP = Rule(
     read_off=lambda series: (ENTROPY, +1),
     references=("docs/field-reports.md#entropy-blow-up",
                 "docs/field-reports.md#entropy-rising-slightly"),
-    read="Entropy's 10-step median doubled from its start and passed 1 nat per token (critical when the "
-         "reward falls); within the first 30 steps, before the start has settled, entropy at 5 times its first row "
-         "and past 2 nats. A slight rise below 1 is exploration and expected.",
+    read="Entropy's 10-step median doubled from its start and passed 1 nat per token, or reached five times a low "
+         "start and passed 0.3 (critical when the reward falls); within the first 30 steps, before the start has "
+         "settled, entropy at 5 times its first row and past 2 nats. A slight rise below 1 is exploration and "
+         "expected.",
 )
 
 

@@ -1833,3 +1833,14 @@ def test_a_loops_val_prefixed_keys_are_its_validation_metrics(store, tmp_path):
     assert not any(name.startswith("rewards/val") for name in names)
     steps, length = store.series(run.run_id, ["eval/completions/mean_length"])["eval/completions/mean_length"]
     assert length[0] == pytest.approx(103.0830078125)
+
+
+def test_an_entropy_five_times_its_low_start_is_a_blow_up_below_one_nat(store):
+    """A CS285 GRPO run (train split) holds its entropy at 0.07-0.16 for 450 steps, then climbs to 0.5-1.0 in window
+    medians with the reward falling back: five times a start that low is no exploration, though under 1 nat."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, CORPUS / "handwritten-jsonl__jkorrr__185hw__qwen25math-1.5b-lora-grpo-math-hard-entropy-"
+                        "blowup-501step" / "metrics.jsonl")
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).problems()}
+    assert "entropy_blowup" in found and 450 <= found["entropy_blowup"].onset_step <= 465
