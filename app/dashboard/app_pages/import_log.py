@@ -11,8 +11,9 @@ from grpo_doctor.diagnostics.store import StoreError
 
 st.title("Import a log")
 st.caption("TRL/HF `trainer_state.json` or console output, ms-swift `logging.jsonl`, verl console or JSONL, "
-           "TensorBoard events, wandb CSV exports, plain CSV or JSON lines, a training loop's printed "
-           "`key=value` lines. The format is detected from the content; lines it cannot read are skipped and counted.")
+           "TensorBoard events, W&B run files (`run-<id>.wandb`) and CSV exports, plain CSV or JSON lines, a training "
+           "loop's printed `key=value` lines. The format is detected from the content; lines it cannot read are "
+           "skipped and counted.")
 
 AUTO = "detect from the content"
 source = st.segmented_control("Source", ["Upload a file", "A path on this machine"], default="Upload a file",

@@ -516,6 +516,21 @@ def test_import_page_upload_goes_to_the_run(store_path):
     assert at.query_params["run"] == str(run["id"])
 
 
+def test_import_page_reads_an_uploaded_wandb_run_file(store_path):
+    """W&B's own run file (a real offline run's, tests/data/wandb/) uploaded as it is: its history, 48 steps."""
+    data = (Path(__file__).resolve().parents[2] / "data" / "wandb" / "offline-run-20250719_112914-9mny7izh"
+            / "run-9mny7izh.wandb").read_bytes()
+    at = open_page("import_log")
+    at.file_uploader(key="import.file").upload("run-9mny7izh.wandb", data)
+    at.button(key="FormSubmitter:import.form-Import and diagnose").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.success[0].value == "Imported 1 run."  # its notes shown (records without the step left out), then a link
+    assert any("history records without train/global_step left out" in i.value for i in at.info)
+    with RunStore(store_path) as store:
+        run = store.get_run("run-9mny7izh")
+        assert run["source"] == "wandb" and run["last_step"] == 48
+
+
 def test_import_page_reports_a_bad_file_and_imports_nothing(store_path):
     at = open_page("import_log")
     at.file_uploader(key="import.file").upload("notes.txt", b"hello, this is not a log\n")
