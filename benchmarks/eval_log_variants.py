@@ -35,14 +35,17 @@ from eval_real_logs import CORPUS, load_readings  # noqa: E402
 
 from grpo_doctor.diagnostics.importers import LogFormatError, import_runs  # noqa: E402
 from grpo_doctor.diagnostics.importers.tensorboard import looks_like_events  # noqa: E402
+from grpo_doctor.diagnostics.importers.wandb_file import looks_like_wandb  # noqa: E402
 from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
 
 
 def kind_of(path: Path) -> str:
-    """The kind of log, for the variants that apply to it; an event file by its first record, whatever its name."""
+    """The kind of log, for the variants that apply to it; an event file or a W&B run file by its first record,
+    whatever its name."""
     with path.open("rb") as f:
-        if path.name.startswith("events.out.tfevents") or looks_like_events(f.read(1024)):
-            return "tensorboard"  # binary records: no line of text to change
+        head = f.read(1024)
+    if path.name.startswith("events.out.tfevents") or looks_like_events(head) or looks_like_wandb(head):
+        return "binary"  # TensorBoard's or W&B's records: no line of text to change
     if path.suffix == ".jsonl":
         return "jsonl"
     if path.suffix == ".json":
@@ -103,10 +106,10 @@ VARIANTS: list[tuple[str, tuple[str, ...], Callable[[bytes], bytes]]] = [
     ("re-saved with indent 4", ("json", "notebook"), lambda b: json.dumps(json.loads(b), indent=4).encode()),
     ("saved as TSV", ("csv",), lambda b: _table(b, "\t", False)),
     ("a European spreadsheet's ; and decimal commas", ("csv",), lambda b: _table(b, ";", True)),
-    ("gzip-compressed (refused, saying how to unpack)", ("console", "jsonl", "json", "csv", "notebook", "tensorboard"),
+    ("gzip-compressed (refused, saying how to unpack)", ("console", "jsonl", "json", "csv", "notebook", "binary"),
      gzip.compress),
     ("its folder given, with the model's files beside it", ("console", "jsonl", "json", "csv", "notebook",
-                                                            "tensorboard"),
+                                                            "binary"),
      lambda b: b),
 ]
 FOLDER = "its folder given, with the model's files beside it"

@@ -301,7 +301,9 @@ def test_the_log_variants_know_an_event_file_by_its_records_whatever_its_name(tm
     events = next((CORPUS / "tensorboard__af-74413592__deepwerewolf__qwen3-8b-grpo-werewolf-steps16-20").iterdir())
     renamed = tmp_path / "records.0"
     renamed.write_bytes(events.read_bytes())
-    assert eval_log_variants.kind_of(events) == eval_log_variants.kind_of(renamed) == "tensorboard"
+    assert eval_log_variants.kind_of(events) == eval_log_variants.kind_of(renamed) == "binary"
+    run_file = next(CORPUS.glob("wandb__*/run-*.wandb"))  # W&B's records are no text either
+    assert eval_log_variants.kind_of(run_file) == "binary"
     text = tmp_path / "train.log"
     text.write_text("step 1 reward=0.1 kl=0.0 loss=0.2\n")
     assert eval_log_variants.kind_of(text) == "console"
