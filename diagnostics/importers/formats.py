@@ -35,7 +35,7 @@ _ALL = (
            lambda shown, path, _k: xtuner.parse_xtuner(shown, path)),
     Format("tensorboard", "TensorBoard events.out.tfevents.* (a file or a folder of them)",
            lambda shown, path, _k: tensorboard.parse_tensorboard(shown, path)),
-    Format("wandb", "W&B's run file run-<id>.wandb (a file, or a wandb run folder), with the wandb package",
+    Format("wandb", "W&B's run file run-<id>.wandb (a file, a wandb run folder, or wandb/ for its latest-run)",
            lambda shown, path, _k: wandb_file.parse_wandb(shown, path)),
     Format("wandb_csv", "wandb history CSV export (train/global_step or _step column)",
            lambda shown, path, key: tabular.parse_csv(shown, path, wandb=True, step_key=key), step_key=True),

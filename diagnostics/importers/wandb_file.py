@@ -94,6 +94,10 @@ class _Read:
     step_metrics: Counter = field(default_factory=Counter)
 
 
+# wandb_internal.proto's field numbers: Record.history, .config, .metric, .output_raw, .run
+RECORD_HISTORY, RECORD_CONFIG, RECORD_METRIC, RECORD_OUTPUT_RAW, RECORD_RUN = 2, 5, 12, 13, 17
+
+
 def _read(source: Source, path: Path) -> _Read:
     data = path.read_bytes()
     if not looks_like_wandb(data):
@@ -116,8 +120,8 @@ def _read(source: Source, path: Path) -> _Read:
                         read.step_metrics[metric[4]] += 1
                 elif number == RECORD_OUTPUT_RAW:
                     console.append(dict(_fields(value)).get(3, b"").decode("utf-8", "replace"))  # its line
-        except ValueError:  # a corrupt record: truncated varint or field, a wire type protobuf does not have
-            undecoded += 1
+        except (ValueError, TypeError, AttributeError, struct.error):  # a corrupt record: a field cut short, a wire
+            undecoded += 1  # type protobuf does not have, or a field of another wire type than its schema's
     if undecoded:
         source.note(f"skipped {undecoded} records that do not decode")
     if not read.history:
@@ -125,10 +129,6 @@ def _read(source: Source, path: Path) -> _Read:
                            f"{len(console)} console lines)")
     read.console = "".join(console)[-TAIL_BYTES:]
     return read
-
-
-# wandb_internal.proto's field numbers: Record.history, .config, .metric, .output_raw, .run
-RECORD_HISTORY, RECORD_CONFIG, RECORD_METRIC, RECORD_OUTPUT_RAW, RECORD_RUN = 2, 5, 12, 13, 17
 
 
 def _fields(message: bytes) -> Iterator[tuple[int, object]]:

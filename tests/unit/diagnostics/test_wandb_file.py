@@ -122,9 +122,11 @@ def test_typed_history_values_of_newer_wandb_are_read(store, tmp_path):
 def test_a_corrupt_record_is_skipped_and_counted(store, tmp_path):
     good = [p for p in records(RUN_FILE.read_bytes())]
     damaged = tmp_path / "run-9mny7izh.wandb"
-    damaged.write_bytes(_framed(good[:40] + [b"\x12\xff\xff\xff\xff\x0f"] + good[40:]))  # history, cut short
+    cut_short = b"\x12\xff\xff\xff\xff\x0f"  # a history record whose length runs past its end
+    wrong_type = b"\x62\x02\x08\x05"  # a metric record whose name (a string) is a varint
+    damaged.write_bytes(_framed(good[:40] + [cut_short, wrong_type] + good[40:]))
     [run] = import_runs(store, damaged)
-    assert run.steps == 48 and any("skipped 1 records that do not decode" in n for n in run.notes)
+    assert run.steps == 48 and any("skipped 2 records that do not decode" in n for n in run.notes)
 
 
 def test_a_live_run_file_is_followed_as_it_grows(store, tmp_path):
