@@ -326,9 +326,11 @@ def _entropy_blowup_detect(series: RunSeries, since):
 
 def _entropy_blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
-    evidence = [Evidence(start_step(series, ENTROPY), "entropy", series.head(ENTROPY, W), "start"),
-                _as_entropy(smoothed_evidence(series, ENTROPY, ep.last, "now: doubled and above 1 nat, or five "
-                                              f"times the start and above {LOW_START_RISE}"))]
+    start = series.head(ENTROPY, W)
+    risen = ("doubled and above 1 nat" if smoothed(series, ENTROPY, ep.last) >= max(1.0, 2 * start)
+             else f"five times a low start and above {LOW_START_RISE}")
+    evidence = [Evidence(start_step(series, ENTROPY), "entropy", start, "start"),
+                _as_entropy(smoothed_evidence(series, ENTROPY, ep.last, f"now: {risen}"))]
     fell = reward_fell(series, ep, "")
     evidence += [fell] if fell else []
     severe = fell is not None
