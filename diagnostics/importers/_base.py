@@ -37,6 +37,8 @@ def step_column(names, preferred=STEP_KEYS) -> str | None:
             return lower[key]
     return next((n for n in names if STEP_LIKE.search(str(n))), None)
 
+# A logger's held-out metrics (wandb's and TensorBoard's eval/ and test/ tags): no part of the training rows.
+HELD_OUT_PREFIXES = ("eval/", "test/")
 # Keys of HF's end-of-training summary row ({'train_runtime': ..., 'train_loss': ...}).
 SUMMARY_KEYS = frozenset(
     {"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"}

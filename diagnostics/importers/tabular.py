@@ -13,6 +13,7 @@ from pathlib import Path
 from grpo_doctor.diagnostics.config.frameworks import dialect_of
 from grpo_doctor.diagnostics.config.keys import normalise_config
 from grpo_doctor.diagnostics.importers._base import (
+    HELD_OUT_PREFIXES,
     MAX_LINE_CHARS,
     NEW_RUN,
     STEP_KEYS,
@@ -38,7 +39,6 @@ from grpo_doctor.diagnostics.importers.jsonstream import array_records
 from grpo_doctor.diagnostics.metrics.names import canonical_name, mapped
 
 WANDB_STEP_KEYS = ("train/global_step", "_step")
-_WANDB_SKIP_PREFIXES = ("eval/", "test/")
 LOOKED_FOR = ", ".join(STEP_KEYS)
 
 
@@ -166,7 +166,7 @@ def _csv_rows(source: Source, path: Path, *, wandb: bool, step_key: str | None
     for i, name in enumerate(header):
         if i == index or i in run_index or not name:
             continue
-        if wandb and (name.startswith("_") or name.startswith(_WANDB_SKIP_PREFIXES)
+        if wandb and (name.startswith("_") or name.startswith(HELD_OUT_PREFIXES)
                       or name.split("/", 1)[-1] in SUMMARY_KEYS or name == "train/global_step"):
             continue
         keep.append((i, name))

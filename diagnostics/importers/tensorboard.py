@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from grpo_doctor.diagnostics.config.keys import normalise_config
-from grpo_doctor.diagnostics.importers._base import SUMMARY_KEYS, ParsedLog, Source
+from grpo_doctor.diagnostics.importers._base import HELD_OUT_PREFIXES, SUMMARY_KEYS, ParsedLog, Source
 
 EVENTS_GLOB = "events.out.tfevents."
-_SKIP_TAG_PREFIXES = ("eval/", "test/")
 MAX_FOLDER_ENTRIES = 100_000  # stop walking a huge tree
 
 
@@ -188,7 +187,7 @@ def _rows(source: Source, files: list[Path]) -> Iterator[tuple[int, dict[str, fl
                     else:
                         plugin = plugins.get(value.tag)
                     tag = value.tag
-                    if tag.startswith(_SKIP_TAG_PREFIXES) or tag.split("/", 1)[-1] in SUMMARY_KEYS:
+                    if tag.startswith(HELD_OUT_PREFIXES) or tag.split("/", 1)[-1] in SUMMARY_KEYS:
                         continue
                     number = _scalar(value, plugin)
                     if number is None:

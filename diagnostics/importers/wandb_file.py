@@ -20,7 +20,13 @@ from pathlib import Path
 
 from grpo_doctor.diagnostics.config.frameworks import dialect_of
 from grpo_doctor.diagnostics.config.keys import normalise_config
-from grpo_doctor.diagnostics.importers._base import SUMMARY_KEYS, LogFormatError, ParsedLog, Source
+from grpo_doctor.diagnostics.importers._base import (
+    HELD_OUT_PREFIXES,
+    SUMMARY_KEYS,
+    LogFormatError,
+    ParsedLog,
+    Source,
+)
 from grpo_doctor.diagnostics.importers.crash import TAIL_BYTES
 
 MAGIC = b":W&B\xe1\xbe\x00"  # ident, magic 0xBEE1 (little-endian), version 0
@@ -28,7 +34,6 @@ BLOCK = 32768
 HEADER = 7  # a record's: crc32c (4), length (2), type (1)
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 STEP_KEYS = ("train/global_step", "_step")
-_SKIP_PREFIXES = ("_", "eval/", "test/")
 
 
 def looks_like_wandb(head: bytes) -> bool:
@@ -116,7 +121,7 @@ def _read(source: Source, path: Path) -> _Read:
                     read.name = (run.get(8) or run.get(1) or b"").decode("utf-8", "replace")
                 elif number == RECORD_METRIC:  # wandb.define_metric(name or glob, step_metric=...)
                     metric = {n: v.decode("utf-8", "replace") for n, v in _fields(value) if n in (1, 2, 4)}
-                    if metric.get(4) and not (metric.get(1) or metric.get(2, "")).startswith(_SKIP_PREFIXES[1:]):
+                    if metric.get(4) and not (metric.get(1) or metric.get(2, "")).startswith(HELD_OUT_PREFIXES):
                         read.step_metrics[metric[4]] += 1
                 elif number == RECORD_OUTPUT_RAW:
                     console.append(dict(_fields(value)).get(3, b"").decode("utf-8", "replace"))  # its line
@@ -218,7 +223,7 @@ def _rows(source: Source, history: list[dict], declared: Counter) -> Iterator[tu
                 yield step, merged
             step, merged = int(at), {}
         numbers = {key: value for key, value in row.items()  # a media or table reference is a dict: left out
-                   if _is_number(value) and not key.startswith(_SKIP_PREFIXES) and key not in (step_key, *STEP_KEYS)
+                   if _is_number(value) and not key.startswith(("_", *HELD_OUT_PREFIXES)) and key not in (step_key, *STEP_KEYS)
                    and key.split("/", 1)[-1] not in SUMMARY_KEYS}
         merged.update(source.numbers(numbers, f"history record {n}"))
     if merged:
