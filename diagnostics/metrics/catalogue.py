@@ -296,7 +296,7 @@ CATALOGUE: tuple[Metric, ...] = (
            ranges=_fixed(0.1, 1.0, "docs/health-ranges.md#gradient-norm",
                          note="logged before clipping, so above max_grad_norm is normal"),
            aliases=("actor/grad_norm", "actor_grad_norm", "optim/grad_norm", "train/grad_norm", "gradient_norm",
-                    "total_grad_norm", "grad/norm"),
+                    "total_grad_norm", "grad/norm", "l2_norm", "grad_l2_norm"),
            finite_required=True, domain=NONNEG),
     Metric("entropy", "mean per-token entropy of the policy (logits / temperature)", unit="nats",
            group="optim",

@@ -662,7 +662,8 @@ def test_a_loops_clip_fraction_is_the_clipped_share(store, tmp_path):
 def test_a_loop_that_prints_its_rewards_as_a_dict_is_not_taken_for_trl(store, tmp_path):
     """A CS336 loop's log (train split): metric lines ``rl_loss: …, time: …, l2_norm: …, token_entropy: …`` between
     sample dumps that print ``reward: {'format_reward': 1.0, 'answer_reward': 0.0, 'reward': 0.0}``. That dict has one
-    key a TRL log has, not a TRL log's: the file is a loop's console, and its metric lines are read."""
+    key a TRL log has, not a TRL log's: the file is a loop's console, and its metric lines are read; its ``l2_norm``
+    (what ``clip_grad_norm_`` returned) is the gradient norm."""
     from grpo_doctor.diagnostics.importers.detect import detect_format
 
     log_file = CORPUS / "handwritten-console__tianshi-xu__assignment5-alignment__rl-grpo-base" / "rl_grpo_base.log"
@@ -672,6 +673,7 @@ def test_a_loop_that_prints_its_rewards_as_a_dict_is_not_taken_for_trl(store, tm
     [run] = import_runs(store, log)
     frame = store.metrics(run.run_id)
     assert len(frame) == 4 and frame["entropy"].iloc[0] == pytest.approx(0.8196184635162354)
+    assert frame["grad_norm"].iloc[0] == pytest.approx(0.14105106890201569)
 
 
 WIDGET = CORPUS / "handwritten-console__adv06__widgetanchor__glm41v-9b-grpo" / "grpo_log.txt"
