@@ -6,7 +6,8 @@ is a ``Record`` protobuf of wandb's ``wandb_internal.proto``; the few fields rea
 the run's name, console lines) are decoded from protobuf's wire format directly, with their field numbers: importing
 the wandb package to decode them would write temporary folders and wrap stdout, and triage needs no wandb. The
 history records are the rows (the step: the step metric ``wandb.define_metric`` gave the training metrics, as TRL
-gives them ``train/global_step``, else wandb's ``_step``), the config records the config. A truncated last record is
+gives them ``train/global_step``, else a loop's own step counter logged in most rows, else wandb's ``_step``), the
+config records the config. A truncated last record is
 the end of the file (a run still writing, or killed); a record that does not decode is skipped and counted."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from grpo_doctor.diagnostics.config.frameworks import dialect_of
 from grpo_doctor.diagnostics.config.keys import normalise_config
 from grpo_doctor.diagnostics.importers._base import (
     HELD_OUT_PREFIXES,
+    STEP_KEYS,
     SUMMARY_KEYS,
     LogFormatError,
     ParsedLog,
@@ -33,7 +35,7 @@ MAGIC = b":W&B\xe1\xbe\x00"  # ident, magic 0xBEE1 (little-endian), version 0
 BLOCK = 32768
 HEADER = 7  # a record's: crc32c (4), length (2), type (1)
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-STEP_KEYS = ("train/global_step", "_step")
+WANDB_STEP_KEYS = ("train/global_step", "_step")
 
 
 def looks_like_wandb(head: bytes) -> bool:
@@ -208,28 +210,37 @@ def _json(text: str):
 def _rows(source: Source, history: list[dict], declared: Counter) -> Iterator[tuple[int, dict[str, float]]]:
     """One row per step: the history records (``{key: value}``) of a step (TRL logs its profiling timers and its
     metrics in separate ``wandb.log`` calls at one ``train/global_step``) merged in order, a later value winning."""
-    candidates = [key for key, _ in declared.most_common()] + list(STEP_KEYS)
+    candidates = [key for key, _ in declared.most_common()] + [WANDB_STEP_KEYS[0], *_loop_step_key(history), WANDB_STEP_KEYS[1]]
     step_key = next((key for key in candidates if any(key in row for row in history)), None)
     if step_key is None:
         raise LogFormatError(source.path, f"no step in its history (looked for {', '.join(candidates)})")
     unstepped, step, merged = 0, None, {}
     for n, row in enumerate(history, 1):
+        # a media or table reference is a dict (or its fields beside a ``<name>/_type``): left out
+        numbers = {key: value for key, value in row.items()
+                   if _is_number(value) and not key.startswith(("_", *HELD_OUT_PREFIXES)) and key not in (step_key, *WANDB_STEP_KEYS)
+                   and key.split("/", 1)[-1] not in SUMMARY_KEYS and f"{key.rpartition('/')[0]}/_type" not in row}
         at = row.get(step_key)
         if not _is_number(at) or at != at:
-            unstepped += 1
+            unstepped += bool(numbers)  # a table logged on its own has no metric to lose
             continue
         if int(at) != step:
             if merged:
                 yield step, merged
             step, merged = int(at), {}
-        numbers = {key: value for key, value in row.items()  # a media or table reference is a dict: left out
-                   if _is_number(value) and not key.startswith(("_", *HELD_OUT_PREFIXES)) and key not in (step_key, *STEP_KEYS)
-                   and key.split("/", 1)[-1] not in SUMMARY_KEYS}
         merged.update(source.numbers(numbers, f"history record {n}"))
     if merged:
         yield step, merged
     if unstepped:
         source.note(f"{unstepped} history records without {step_key} left out")
+
+
+def _loop_step_key(history: list[dict]) -> list[str]:
+    """A loop's own step counter (``global_step``, ``step``, ``iteration``) when at least half the records that log a
+    metric carry it: the step the loop's own console shows (wandb's ``_step`` counts ``wandb.log`` calls from 0)."""
+    logged = [row for row in history if any(not key.startswith("_") for key in row)]
+    return [key for key in STEP_KEYS if not key.startswith("_") and key != WANDB_STEP_KEYS[0]
+            and 2 * sum(_is_number(row.get(key)) for row in logged) >= len(logged) > 0][:1]
 
 
 def _is_number(value) -> bool:

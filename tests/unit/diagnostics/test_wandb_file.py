@@ -153,3 +153,17 @@ def test_the_step_is_the_one_define_metric_gave_the_training_metrics(store):
     assert steps.tolist() == list(range(1, 21))
     assert reward.tolist()[:3] == pytest.approx([0.05859375, 0.078125, 0.125])
     assert any("5 history records without grpo_step left out" in n for n in run.notes)
+
+
+def test_a_loops_own_step_counter_in_its_rows_is_the_step(store):
+    """A hand-written GRPO loop (corpus, train split) logs ``global_step`` (1-60) in every wandb.log call, and no
+    define_metric: its steps are 1-60 as its own console counts them, not wandb's _step (0-59). A completions table
+    logged on its own (``completions/_type``, ``completions/size``, ...) is no metric, and no history record is lost."""
+    folder = "wandb__souvikk1791__grpo-sample-trainer__qwen25-05b-lora-grpo-gsm8k-60step"
+    run_file = Path(__file__).resolve().parents[2] / "data" / "real_logs" / folder / "run-mjq39fsw.wandb"
+    [run] = import_runs(store, run_file)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(1, 61))
+    assert frame.loc[1, "reward"] == pytest.approx(-0.011810302734375) and frame.loc[60, "reward"] == 0.7744140625
+    assert not any(name.startswith("completions/") for name in frame.columns)
+    assert not any("left out" in n for n in run.notes)
