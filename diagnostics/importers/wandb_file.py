@@ -210,7 +210,8 @@ def _json(text: str):
 def _rows(source: Source, history: list[dict], declared: Counter) -> Iterator[tuple[int, dict[str, float]]]:
     """One row per step: the history records (``{key: value}``) of a step (TRL logs its profiling timers and its
     metrics in separate ``wandb.log`` calls at one ``train/global_step``) merged in order, a later value winning."""
-    candidates = [key for key, _ in declared.most_common()] + [WANDB_STEP_KEYS[0], *_loop_step_key(history), WANDB_STEP_KEYS[1]]
+    trl, last = WANDB_STEP_KEYS
+    candidates = [key for key, _ in declared.most_common()] + [trl, *_loop_step_key(history), last]
     step_key = next((key for key in candidates if any(key in row for row in history)), None)
     if step_key is None:
         raise LogFormatError(source.path, f"no step in its history (looked for {', '.join(candidates)})")
@@ -218,7 +219,8 @@ def _rows(source: Source, history: list[dict], declared: Counter) -> Iterator[tu
     for n, row in enumerate(history, 1):
         # a media or table reference is a dict (or its fields beside a ``<name>/_type``): left out
         numbers = {key: value for key, value in row.items()
-                   if _is_number(value) and not key.startswith(("_", *HELD_OUT_PREFIXES)) and key not in (step_key, *WANDB_STEP_KEYS)
+                   if _is_number(value) and not key.startswith(("_", *HELD_OUT_PREFIXES))
+                   and key not in (step_key, *WANDB_STEP_KEYS)
                    and key.split("/", 1)[-1] not in SUMMARY_KEYS and f"{key.rpartition('/')[0]}/_type" not in row}
         at = row.get(step_key)
         if not _is_number(at) or at != at:
