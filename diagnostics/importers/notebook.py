@@ -222,8 +222,9 @@ def _same_steps(rows: list[tuple[int, dict[str, float]]], at: dict[int, dict[str
 
 
 def _judged(names) -> int:
-    """How many metrics the diagnoser judges among these column names or keys."""
-    return len({canonical_name(n) for n in map(_column, names) if mapped(n)})
+    """How many metrics the diagnoser judges among these column names or keys (a metric and its validation twin,
+    an SFT table's ``Training Loss`` and ``Validation Loss``, are one)."""
+    return len({canonical_name(n).removeprefix("eval/") for n in map(_column, names) if mapped(n)})
 
 
 def _column(header: str) -> str:

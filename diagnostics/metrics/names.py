@@ -75,6 +75,20 @@ def _tokens(key: str) -> frozenset[str]:
     return frozenset(_SYNONYMS.get(t, t) for t in re.split(r"[^a-z0-9]+", key.lower()) if t)
 
 
+def _singular(words: frozenset[str]) -> frozenset[str]:
+    """Plural words made singular where the catalogue knows only the singular (a loop's lists ``losses``, ``ref_kls``,
+    ``entropies``: one value per step all the same)."""
+    def one(word: str) -> str:
+        if word in _WORDS:
+            return word
+        for plural, single in (("ies", "y"), ("es", ""), ("s", "")):
+            if word.endswith(plural) and word[:-len(plural)] + single in _WORDS:
+                return word[:-len(plural)] + single
+        return word
+    return frozenset(map(one, words))
+
+
+_WORDS = frozenset().union(*(_tokens(n) for m in CATALOGUE for n in (m.name, *m.aliases)))
 _SINGLE: dict[str, str] = {k: v for k, v in {**_ALIASES, **{m.name: m.name for m in CATALOGUE}}.items() if "/" not in k}
 _TOKENS: dict[frozenset[str], str] = {}
 for _metric in CATALOGUE:
@@ -102,11 +116,19 @@ for _metric in CATALOGUE:
             _SHARES.setdefault(_tokens(_name) - _SHARE_WORDS - _COUNT_WORDS, _metric.name)
 
 
+_HELD_OUT_WORDS = frozenset({"val", "eval", "validation", "test"})
+_SPLIT_WORDS = _HELD_OUT_WORDS | {"train", "training"}
+
+
 def _by_words(key: str) -> str | None:
     """The metric whose name has the same words, or the same words but a ``mean`` (``loss_avg`` → loss), or a loss
     with a ``sum`` (``loss:sum``: the loss rules judge finiteness and spikes, which a sum keeps); else a share by its
     words (``_SHARES``); never a share for a count of groups."""
-    words = _tokens(key)
+    words = _singular(_tokens(key))
+    if len(words) > 1 and words & _SPLIT_WORDS:  # ``avg_train_rewards``: the training split's; ``avg_val_rewards``
+        name = _by_words("_".join(words - _SPLIT_WORDS))
+        return None if name is None or name.startswith("eval/") else \
+            f"eval/{name}" if words & _HELD_OUT_WORDS else name
     if len(words) > 1 and "mean" in words:
         name = _TOKENS.get(words) or _TOKENS.get(words - {"mean"})
     elif len(words) > 1 and "sum" in words:

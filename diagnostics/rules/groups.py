@@ -153,7 +153,7 @@ def one_group_a_step(cfg) -> bool:
     return known and all(isinstance(v, (int, float)) and v > 0 for v in (G, B, accum)) and B * accum <= G
 
 
-def _solved(series: RunSeries, name: str, ep: Episode) -> float | None:
+def solved(series: RunSeries, name: str, ep: Episode) -> float | None:
     """The reward of the episode's batches with no spread, when it is the top tenth of what the run has scored and the
     reward rose to it: every completion of those batches was right (the model solves those prompts), not a run without
     signal. None otherwise."""
@@ -168,9 +168,14 @@ def _solved(series: RunSeries, name: str, ep: Episode) -> float | None:
     return top if top >= np.quantile(so_far, 0.9) else None
 
 
+def solved_evidence(ep: Episode, top: float) -> Evidence:
+    """The evidence that the episode's batches with no spread were solved (``solved``'s reward)."""
+    return Evidence(ep.last, "reward", top, "median reward of the batches with no spread: the top tenth of what the "
+                                            "run has scored")
+
+
 def _solved_explain(series: RunSeries, ep: Episode, evidence: list[Evidence], top: float) -> Explanation:
-    evidence.append(Evidence(ep.last, "reward", top, "median reward of the batches with no spread: the top tenth of "
-                                                     "what the run has scored"))
+    evidence.append(solved_evidence(ep, top))
     causes = ["the model now solves these prompts: every completion of those batches got the top reward, so they "
               "teach nothing more (the reward rose to get there)"]
     fixes = [advice("harder prompts (a curriculum), or stop at the best checkpoint: the run has learned what these "
@@ -204,7 +209,7 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
     observed = smoothed(series, name, ep.last)
     evidence = [smoothed_evidence(series, name, ep.last, _uniform_note(series, name, observed)),
                 at(series, name, ep.onset, "onset")]
-    top = _solved(series, name, ep) if name in SPREAD else None
+    top = solved(series, name, ep) if name in SPREAD else None
     if top is not None:  # success, not a lack of signal: those prompts have nothing left to teach
         return _solved_explain(series, ep, evidence, top)
     causes, fixes = [], []

@@ -41,6 +41,7 @@ from grpo_doctor.diagnostics.rules.base import (
     start_step,
 )
 from grpo_doctor.diagnostics.rules.gradients import GRAD_COLLAPSE, GRAD_SPIKES, SPIKE_ROWS, SPIKE_SPAN, ZERO_GRAD
+from grpo_doctor.diagnostics.rules.groups import solved, solved_evidence
 from grpo_doctor.diagnostics.series import (
     ENTROPY_MEASURED,
     RunSeries,
@@ -277,6 +278,14 @@ def _entropy_collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
         fixes.append(make_fix(cfg, "clip-higher (DAPO)", {"epsilon_high": 0.28}))
     fixes += warmer(cfg) + drop_uniform_groups(cfg, "drop uniform groups (dynamic sampling)")
     fixes.append(advice("an entropy bonus (TRL entropy_coef, verl entropy_coeff)"))
+    top = solved(series, "reward_std", ep) if series.has("reward_std") else None
+    if top is not None:  # a policy sure of answers that all score the top has converged, not stopped exploring
+        evidence.append(solved_evidence(ep, top))
+        causes = ["the task is solved: every completion of those batches got the top reward, so a sure policy is "
+                  "what training was for (the reward rose to get there)"]
+        fixes = [advice("harder prompts (a curriculum), or stop at the best checkpoint; on harder prompts the policy "
+                        "needs to explore again: watch its entropy there")]
+        return Explanation("info", evidence, causes, fixes)
     return Explanation("warning", evidence, causes, fixes)
 
 
@@ -304,7 +313,9 @@ ENTROPY_COLLAPSE = Rule(
          "reward_std halved); or, in a run that starts below 0.01 nats per token (its first 3 rows' median below the "
          "floor of the documents' band: the policy samples the same tokens), below it from the 3rd row. In both "
          "the reward has stopped rising over the last 30 logged steps (its 10-step window no higher than 30 "
-         "steps before by more than its noise). Falling entropy while reward still rises is learning, not collapse.",
+         "steps before by more than its noise). Falling entropy while reward still rises is learning, not collapse; "
+         "information where the task is solved (batches with no reward spread at the top tenth of what the run "
+         "scored, the reward having risen to it): a sure policy is what training was for.",
 )
 
 

@@ -333,6 +333,21 @@ def test_a_loops_json_dump_of_columns_or_of_a_history_list_is_read(store, tmp_pa
         assert list(frame.index) == [10, 20, 30] and frame["reward"].tolist() == [r["reward_mean"] for r in rows]
 
 
+def test_a_loops_lists_named_in_the_plural_and_by_split_are_its_metrics(store):
+    """A UW CSE 599-O loop's ``stats.json`` (corpus, train split): one list per metric, named ``losses``,
+    ``avg_train_rewards``, ``avg_val_rewards``, ``ref_kls`` (KL to the reference) and ``old_kls``: the plural is the
+    metric's, ``train`` is the training split's (reward), ``val`` the held-out one's (eval/reward)."""
+    path = CORPUS / "handwritten-json__andyub__au25-cse599o-hw3__tinystories-lm-grpo-keyword-30steps-run1" / "stats.json"
+    stats = json.loads(path.read_text())
+    [run] = import_runs(store, path)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(1, 31))
+    assert frame["kl"].tolist() == pytest.approx(stats["ref_kls"])
+    assert frame["reward"].tolist() == pytest.approx(stats["avg_train_rewards"])
+    assert frame["eval/reward"].tolist() == pytest.approx(stats["avg_val_rewards"])
+    assert frame["loss"].tolist() == pytest.approx(stats["losses"]) and "old_kls" in frame.columns
+
+
 def test_a_wandb_run_folder_is_read_through_the_console_it_captured(store, tmp_path):
     """A wandb run folder (``run-*/files/output.log`` beside ``wandb-summary.json`` and ``config.yaml``), here holding a
     real verl console log: the folder, or its files/, imports that log."""
@@ -850,6 +865,10 @@ def test_an_sft_warm_ups_table_of_the_loss_alone_is_not_a_run_and_answers_that_s
     [run] = import_runs(store, NOTEBOOKS["warm-up"])
     assert list(store.metrics(run.run_id).index) == list(range(1, 301))
     assert any("left out 1 table(s) of the loss alone" in note for note in run.notes)
+    # an SFT table of Training Loss and Validation Loss is the loss alone too (corpus, train split)
+    [sft_first] = import_runs(store, CORPUS / ("notebook__ahmedrafid3s5__poli-meme-decode-cuet-cse-fest-2025-project__"
+                                               "qwen3-vl-8b-meme-balanced-179step") / "Complete sftt grpo pipeline.ipynb")
+    assert sft_first.steps == 179 and any("left out 1 table(s) of the loss alone" in n for n in sft_first.notes)
     [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "length_shrink"]
     assert found.severity == "info" and found.causes == [
         "the model learned to finish inside the cap: 62% of completions were truncated at the start, 0% now, while the "
@@ -1846,3 +1865,17 @@ def test_an_entropy_five_times_its_low_start_is_a_blow_up_below_one_nat(store):
                         "blowup-501step" / "metrics.jsonl")
     found = {f.rule: f for f in diagnose(store, run.run_id, save=False).problems()}
     assert "entropy_blowup" in found and 450 <= found["entropy_blowup"].onset_step <= 465
+
+
+def test_an_entropy_collapse_on_a_solved_task_is_information(store):
+    """A CS285 REINFORCE run (corpus, train split) that solves its format-copy task: from step 16 every completion
+    scores the top reward 1.3 (reward_std 0) and the entropy falls from 1.06 to 0.017. A sure policy on a solved task
+    is what training was for: information, with no exploration fix."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "handwritten-jsonl__jkorrr__185hw__qwen25math-1.5b-lora-reinforce-format-copy-2runs-51step" / \
+        "metrics.jsonl"
+    _first, second = import_runs(store, path)
+    [found] = [f for f in diagnose(store, second.run_id, save=False).findings if f.rule == "entropy_collapse"]
+    assert found.severity == "info" and found.causes[0].startswith("the task is solved")
+    assert not any("epsilon_high" in (fix.changes or {}) for fix in found.fixes)
