@@ -516,6 +516,11 @@ KNOWN_FAILURES = {
         "batch 97: a hand-written GRPO loop whose reward is exactly 0 on steps 5-18 and 21-30 (no task signal, the loss "
         "beta x KL alone) and rises to 0.77 by step 60: the zero-signal start warned uniform_groups (critical, resolved "
         "at step 19); its reader calls the run healthy but slow and accepts the warning",
+    "other__yuguo-jack__chatglm-6b-in-deepspeed-chat__chatglm6b-dcu-dschat-ppo-111step/"
+    "actor_chatglm-6b_critic_chatglm-6b_globalBatchSize96_step3.log":
+        "batch 98: a DeepSpeed-Chat PPO console whose 10,000 lines of cluster set-up (host lists, NCCL pairs) come "
+        "before its metric lines (``epoch: 0|step: 0|ppo_ep: 1|act_loss: ...``): the step kind is voted on those "
+        "lines, so its rows are read in line order, not by their ``step:`` (96 steps read, the log's are 0-110)",
 }
 
 

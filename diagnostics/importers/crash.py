@@ -17,9 +17,10 @@ from grpo_doctor.diagnostics.importers.console import is_row, metric_pairs
 TAIL_BYTES = 256 * 2**10  # the traceback of a crash is in the file's last lines
 TEXT_FORMATS = frozenset({"console", "trl_console", "verl_console", "xtuner"})
 _TRACEBACK = "Traceback (most recent call last):"
-# the exception line a traceback ends in, after any prefix a launcher adds (``[rank0]: ``, ``(TaskRunner pid=7) ``)
-_ERROR = re.compile(r"^(?:\[rank\d+\]:\s*|\([\w.:-]+ pid=\d+[^)]*\)\s*)?"
-                    r"((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Failure)(?::.*)?)$")
+# the exception line a traceback ends in (a bare ``Exception: ...`` too), after any prefix a launcher adds
+# (``[rank0]: ``, ``(TaskRunner pid=7) ``, pdsh's host as DeepSpeed's multi-node launcher gives it: ``worker1: ``)
+_ERROR = re.compile(r"^(?:\[rank\d+\]:\s*|\([\w.:-]+ pid=\d+[^)]*\)\s*|(?![\w.]*(?:Error|Exception|Failure): )[\w.-]+: )?"
+                    r"((?:[A-Za-z_][\w]*\.)*\w*(?:Error|Exception|Failure)(?::.*)?)$")
 _STOPPED = ("KeyboardInterrupt", "SystemExit")
 _WRAPPERS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "ChildFailedError")
 # a job scheduler that killed the job for memory (``slurmstepd: error: Detected 1 oom_kill event in StepId=46926.batch``)

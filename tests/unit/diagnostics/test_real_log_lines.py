@@ -1637,6 +1637,19 @@ def test_a_tail_of_tracebacks_without_slurm_s_word_is_no_oom(tmp_path):
     assert "oom" not in (final_error(cut) or "").lower()
 
 
+def test_a_bare_exception_behind_pdsh_s_host_prefix_ends_the_run(tmp_path):
+    """A DeepSpeed-Chat PPO job on two nodes (corpus, train split): pdsh puts each line behind its host
+    (``head: ``, ``worker1: ``), and fp16's loss scaler ends it with ``raise Exception(...)``: the error is read
+    behind the host, bare ``Exception`` and all. ``ValueError: KeyError: ...`` keeps its outer error."""
+    from grpo_doctor.diagnostics.importers.crash import error_in, final_error
+
+    log = CORPUS / "other__pureoxygen123__deepspeedexamples__llama2-7b-dschat-ppo-bs512-fp16-overflow-nan" / \
+        "training-zero3-8844-batchsize512-1k-2k-loss.log"
+    assert final_error(log) == ("Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
+                                "Exiting run.")
+    assert error_in("Traceback (most recent call last):\nValueError: KeyError: 'x'\n") == "ValueError: KeyError: 'x'"
+
+
 PPO_HH = CORPUS / "handwritten-console__tsushanth__rlhf-lab__qwen25-15b-hh-ppo-run1-0to104" / "ppo_run.log"
 
 
