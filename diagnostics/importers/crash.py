@@ -19,7 +19,8 @@ TEXT_FORMATS = frozenset({"console", "trl_console", "verl_console", "xtuner"})
 _TRACEBACK = "Traceback (most recent call last):"
 # the exception line a traceback ends in (a bare ``Exception: ...`` too), after any prefix a launcher adds
 # (``[rank0]: ``, ``(TaskRunner pid=7) ``, pdsh's host as DeepSpeed's multi-node launcher gives it: ``worker1: ``)
-_ERROR = re.compile(r"^(?:\[rank\d+\]:\s*|\([\w.:-]+ pid=\d+[^)]*\)\s*|(?![\w.]*(?:Error|Exception|Failure): )[\w.-]+: )?"
+_ERROR = re.compile(r"^(?:\[rank\d+\]:\s*|\([\w.:-]+ pid=\d+[^)]*\)\s*"
+                    r"|(?![\w.]*(?:Error|Exception|Failure): )[\w.-]+: )?"
                     r"((?:[A-Za-z_][\w]*\.)*\w*(?:Error|Exception|Failure)(?::.*)?)$")
 _STOPPED = ("KeyboardInterrupt", "SystemExit")
 _WRAPPERS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "ChildFailedError")

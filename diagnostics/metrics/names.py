@@ -76,8 +76,8 @@ def _tokens(key: str) -> frozenset[str]:
 
 
 def _singular(words: frozenset[str]) -> frozenset[str]:
-    """Plural words made singular where the catalogue knows only the singular (a loop's lists ``losses``, ``ref_kls``,
-    ``entropies``: one value per step all the same)."""
+    """Plural words made singular where the catalogue knows only the singular (a loop's lists of one value per step:
+    ``losses``, ``ref_kls``, ``entropies``)."""
     def one(word: str) -> str:
         if word in _WORDS:
             return word

@@ -268,6 +268,13 @@ def _entropy_collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
     for name, note in (("frac_reward_zero_std", "more uniform groups"), ("reward_std", "less reward spread")):
         if series.has(name):
             evidence.append(smoothed_evidence(series, name, ep.last, note))
+    top = solved(series, "reward_std", ep) if series.has("reward_std") else None
+    if top is not None:  # a policy sure of answers that all score the top has converged, not stopped exploring
+        causes = ["the task is solved: every completion of those batches got the top reward, so a sure policy is "
+                  "what training was for (the reward rose to get there)"]
+        fixes = [advice("harder prompts (a curriculum), or stop at the best checkpoint; on harder prompts the policy "
+                        "needs to explore again: watch its entropy there")]
+        return Explanation("info", [*evidence, solved_evidence(ep, top)], causes, fixes)
     can_clip = not cfg.one_update_per_rollout()  # with one update per rollout the ratio is 1: ε changes nothing
     causes = ["no entropy bonus, low temperature, or an over-trained starting checkpoint"]
     if can_clip:
@@ -278,14 +285,6 @@ def _entropy_collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
         fixes.append(make_fix(cfg, "clip-higher (DAPO)", {"epsilon_high": 0.28}))
     fixes += warmer(cfg) + drop_uniform_groups(cfg, "drop uniform groups (dynamic sampling)")
     fixes.append(advice("an entropy bonus (TRL entropy_coef, verl entropy_coeff)"))
-    top = solved(series, "reward_std", ep) if series.has("reward_std") else None
-    if top is not None:  # a policy sure of answers that all score the top has converged, not stopped exploring
-        evidence.append(solved_evidence(ep, top))
-        causes = ["the task is solved: every completion of those batches got the top reward, so a sure policy is "
-                  "what training was for (the reward rose to get there)"]
-        fixes = [advice("harder prompts (a curriculum), or stop at the best checkpoint; on harder prompts the policy "
-                        "needs to explore again: watch its entropy there")]
-        return Explanation("info", evidence, causes, fixes)
     return Explanation("warning", evidence, causes, fixes)
 
 
