@@ -416,17 +416,20 @@ class ParsedLog:
 NEW_RUN = "new run"  # the "step" of the marker row a parser yields where another run starts in the same file
 
 
+_BRACKET_OR_QUOTE = re.compile(r"""[\\'"{}\[\]()]""")
+
+
 def bracket_depths(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
     """``(index, bracket, depth after it)`` for each bracket of ``text`` outside quoted strings
-    (Python or JSON literals: ' and " quotes, backslash escapes)."""
-    depth, quote, escape = 0, None, False
-    for i in range(start, len(text)):
-        ch = text[i]
+    (Python or JSON literals: ' and " quotes, backslash escapes). Only brackets, quotes and backslashes are visited."""
+    depth, quote, escaped = 0, None, -1  # escaped: the index a backslash inside a quote makes literal
+    for m in _BRACKET_OR_QUOTE.finditer(text, start):
+        i, ch = m.start(), m.group()
         if quote:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
+            if i == escaped:
+                continue
+            if ch == "\\":
+                escaped = i + 1
             elif ch == quote:
                 quote = None
         elif ch in "'\"":

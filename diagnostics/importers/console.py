@@ -33,6 +33,7 @@ after every format that says what it is."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,6 +115,20 @@ def pairs(line: str) -> dict[str, str]:
 def metric_pairs(line: str) -> dict[str, float]:
     """The numeric pairs of a line, without its step keys; a list of per-completion scores as the metrics it
     determines."""
+    return dict(_cached_metric_pairs(line) if len(line) <= _CACHED_LINE else _metric_pairs(line))
+
+
+# An import reads a log's first lines more than once (its format, its step kind, then its rows): a line's pairs are
+# kept for the next pass, for lines of ordinary length.
+_CACHED_LINE = 2_000
+
+
+@functools.lru_cache(maxsize=1 << 13)
+def _cached_metric_pairs(line: str) -> tuple[tuple[str, float], ...]:
+    return tuple(_metric_pairs(line).items())
+
+
+def _metric_pairs(line: str) -> dict[str, float]:
     out: dict[str, float] = {}
     if "[" in line:
         for m in _LIST_PAIR.finditer(line):

@@ -5,6 +5,7 @@ determine (``derive``)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ _NOT_FUNCTIONS = frozenset({"mean", "avg", "total", "train", "eval", "val", "bat
                             "score"})
 
 
+@functools.lru_cache(maxsize=1 << 14)  # a log repeats its keys on every row; bounded for a file of endless new keys
 def canonical_name(key: str) -> str:
     """The catalogue name for a logged key, or the key itself (``train/`` prefix removed) if unknown. A
     validation metric keeps its ``eval/`` prefix before its canonical name."""

@@ -25,6 +25,7 @@ from grpo_doctor.diagnostics.importers import (
     import_runs,
     parse,
 )
+from grpo_doctor.diagnostics.importers._base import bracket_depths
 from grpo_doctor.diagnostics.importers.jsonstream import NonFiniteFilter
 from grpo_doctor.diagnostics.store import StoreError, packing
 
@@ -427,6 +428,27 @@ def _expected(value):
     if isinstance(value, dict):
         return {k: _expected(v) for k, v in value.items()}
     return value
+
+
+def _depths_char_by_char(text: str, start: int = 0) -> list[tuple[int, str, int]]:
+    """The reference: every character in turn (quotes ' and ", backslash escapes inside them)."""
+    out, depth, quote, escape = [], 0, None, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if quote:
+            escape, quote = (False, quote) if escape else (ch == "\\", None if ch == quote else quote)
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "{[()]}":
+            depth += 1 if ch in "{[(" else -1
+            out.append((i, ch, depth))
+    return out
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet="ab{}[]()'\"\\ :,", max_size=40), st.integers(0, 5))
+def test_bracket_depths_agrees_with_a_character_by_character_scan(text, start):
+    assert list(bracket_depths(text, start)) == _depths_char_by_char(text, start)
 
 
 @settings(max_examples=150, deadline=None)
