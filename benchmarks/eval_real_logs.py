@@ -502,25 +502,30 @@ KNOWN_FAILURES = {
     # Batch 93 (2026-12-05): its train-split first-contact failures.
     "handwritten-jsonl__xiaofei9289__cs336-project__olmo2-1b-drgrpo-gsm8k-seed0-200step/metrics.jsonl":
         "batch 93: a CS336 Dr. GRPO run whose base model scores 0 on 24 of its first 28 steps (every group uniform, the "
-        "batch skipped: loss and grad_norm exactly 0) warned uniform_groups as critical, a warning that stays after the "
-        "run learns (0 -> 0.55); its reader calls the phase info. Also grad_spikes and entropy_collapse warnings",
+        "batch skipped: loss and grad_norm exactly 0; info since session 40, a start the run learned its way out of, "
+        "0 -> 0.55) warned grad_spikes (its norm rising as more groups score) and entropy_collapse",
     "handwritten-jsonl__xiaofei9289__cs336-project__olmo2-1b-gspo-offpolicy-gsm8k-seed0-200step/metrics.jsonl":
-        "batch 93: the same project's off-policy GSPO run: the same zero-signal start warned uniform_groups (critical), "
-        "and its clip fraction of 0.5-0.6 (GSPO's 3e-4 band, 32 updates a rollout) clip_high, which its reader accepts",
+        "batch 93: the same project's off-policy GSPO run, with the same zero-signal start (info since session 40): its "
+        "clip fraction of 0.5-0.6 (GSPO's 3e-4 band, 32 updates a rollout) warned clip_high, which its reader accepts",
     "handwritten-jsonl__clamepending__rl-spring2026__qwen25math-1.5b-lora-reinforce-math-hard-2runs-201step/"
     "reinforce_math_hard_metrics.jsonl":
         "batch 93: two CS285 REINFORCE runs whose batch reward holds at 0.26-0.32 for 200 steps while held-out accuracy "
         "rises 22.7% -> 28.3%, warned reward_flat; their reader calls them healthy but slow and the warning fair; seen "
         "since CS285's keys are read",
-    "wandb__souvikk1791__grpo-sample-trainer__qwen25-05b-lora-grpo-gsm8k-60step/run-mjq39fsw.wandb":
-        "batch 97: a hand-written GRPO loop whose reward is exactly 0 on steps 5-18 and 21-30 (no task signal, the loss "
-        "beta x KL alone) and rises to 0.77 by step 60: the zero-signal start warned uniform_groups (critical, resolved "
-        "at step 19); its reader calls the run healthy but slow and accepts the warning",
     "other__yuguo-jack__chatglm-6b-in-deepspeed-chat__chatglm6b-dcu-dschat-ppo-111step/"
     "actor_chatglm-6b_critic_chatglm-6b_globalBatchSize96_step3.log":
         "batch 98: a DeepSpeed-Chat PPO console whose 10,000 lines of cluster set-up (host lists, NCCL pairs) come "
         "before its metric lines (``epoch: 0|step: 0|ppo_ep: 1|act_loss: ...``): the step kind is voted on those "
         "lines, so its rows are read in line order, not by their ``step:`` (96 steps read, the log's are 0-110)",
+    # Batch 99 (2026-12-06): its train-split first-contact failures left.
+    "notebook__nathanpua__agent-rl__qwen3-14b-art-serverless-grpo-2048-win64-20step/2048.ipynb":
+        "batch 99: an ART notebook whose metrics live only in its tqdm bars' saved widget state (read since session "
+        "40); no step is printed, so its 20 gather/train pairs are numbered 1-20 by order, where its reader numbers "
+        "ART's steps 0-19",
+    "handwritten-jsonl__sandyhu533__assignment5-alignment__olmo2-1b-gsm8k-grpo-50step/metrics.jsonl":
+        "batch 99: a healthy CS336 loop whose first 22 steps have no gradient at all (every answer wrong) warned "
+        "grad_spikes at step 46: its gradient norm, 0.18 over the first steps that had one (a few groups with "
+        "signal), rises 4.5x as more groups score, while the reward rises and validation reaches 0.43",
 }
 
 

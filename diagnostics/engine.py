@@ -33,6 +33,9 @@ END_ROWS = 2
 #: A warning that resolved before a reward rise is shown as info (a phase the run got past), except where a rising reward
 #: is part of the symptom itself.
 RISING_IS_THE_SYMPTOM = frozenset({"reward_hacking", "length_explode"})
+#: ... and so is a critical lack of learning signal (every group alike, no gradient): a start the run learned its way
+#: out of, as a model that first answers nothing right does (a collapse that recovered stays critical).
+NO_SIGNAL = frozenset({"uniform_groups", "zero_grad"})
 
 
 @dataclass
@@ -219,7 +222,8 @@ class Diagnoser:
             severity = "info"
             causes = [f"verify: this rests on {'; '.join(cfg.describe(k) for k in assumed)}; give the real value "
                       f"with --set {assumed[0]}=VALUE (grpo-doctor import/diagnose)", *causes]
-        if got_past and severity == "warning" and rule.id not in RISING_IS_THE_SYMPTOM:
+        if got_past and rule.id not in RISING_IS_THE_SYMPTOM and (
+                severity == "warning" or severity == "critical" and rule.id in NO_SIGNAL):
             severity = "info"  # a phase the run went through: it learned once the symptom was gone
             causes = [f"resolved at step {track.resolved_step}, and the reward rose: the run got past it", *causes]
         return Finding(

@@ -66,7 +66,7 @@ _PAIR = re.compile(rf"(?<![\w./@'\"-])(['\"]?)({KEY})\1(?:\s*[=:]\s*|\s+is\s+)({
                    re.IGNORECASE)
 # A whole segment between separators that is "some words [:=] number" or "word number" (| loss 0.1 |).
 _SEGMENT = re.compile(rf"^\s*({KEY}(?: {KEY}){{0,3}})\s*(?:[=:]\s*|\s)({VALUE})\s*%?\s*$", re.IGNORECASE)
-_SEPARATORS = re.compile(r"\s*(?:\||,|;|\t| - )\s*")
+_SEPARATORS = re.compile(r"\s*(?:\||,|;|(?<![:=\s])\t| - )\s*")  # a tab after a key's colon is no separator
 # "ep" only as a label ("Ep 000 | ..."): "ep=0" is a key of its own
 _STEP_WORD = re.compile(r"(?<![\w/.-])(global[ _]step|step|iteration|iter|it|update|episode|ep(?=\s+\d))"
                         r"\s*[#:=]?\s*(\d+)(?:\s*/\s*(\d+))?(?![\w.])", re.IGNORECASE)
@@ -297,6 +297,8 @@ def _step_kind(source: Source, path: Path) -> tuple[str, bool, bool, bool]:
                     blocks.append(heading)
             continue
         found = _step_of(line, None)
+        if found and found[0] == "counter" and found[1] == found[2]:
+            found = None  # a finished bar (18/18: a notebook keeps only a bar's last draw) counts a pass, not steps
         plain.append((found[0], found[1]) if found else ("order", None))
         if found is None and heading is not None:
             taken.append(heading)

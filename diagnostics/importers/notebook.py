@@ -14,6 +14,7 @@ import json
 import re
 import tempfile
 from collections.abc import Iterator
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -107,12 +108,17 @@ def _cells(notebook: dict) -> list[dict]:
 
 def outputs(notebook: dict) -> Iterator[tuple[str, str]]:
     """The code cells' saved outputs in order, as ``("html", text)`` for rich HTML output and ``("text", text)`` for
-    the rest (printed text, a result's plain text, an error's traceback)."""
+    the rest (printed text, a result's plain text, an error's traceback, a widget's last text)."""
+    widgets = _widget_states(notebook)
     for cell in _cells(notebook):
         for out in cell.get("outputs") or []:
             if not isinstance(out, dict):
                 continue
             data = out.get("data") if isinstance(out.get("data"), dict) else {}
+            view = data.get("application/vnd.jupyter.widget-view+json")
+            if isinstance(view, dict) and (shown := _widget_text(widgets, view.get("model_id"))):
+                yield "text", shown + "\n"
+                continue
             html = _joined(data.get("text/html", out.get("html", "")))
             if html and "<table" in html:
                 yield "html", html
@@ -122,6 +128,36 @@ def outputs(notebook: dict) -> Iterator[tuple[str, str]]:
                 yield "text", _joined(data["text/plain"]) + "\n"
             elif out.get("traceback"):
                 yield "text", "\n".join(map(str, out["traceback"])) + "\n"
+
+
+def _widget_states(notebook: dict) -> dict:
+    """The widgets' last states, by model id, as the notebook saved them (JupyterLab nests them under ``state``)."""
+    metadata = notebook.get("metadata") if isinstance(notebook.get("metadata"), dict) else {}
+    saved = metadata.get("widgets") if isinstance(metadata.get("widgets"), dict) else {}
+    states = saved.get("application/vnd.jupyter.widget-state+json")
+    states = states.get("state", states) if isinstance(states, dict) else {}
+    return states if isinstance(states, dict) else {}
+
+
+_TAG = re.compile(r"<[^>]*>")
+
+
+def _widget_text(widgets: dict, model_id: object, depth: int = 0) -> str:
+    """A widget's text as its page last showed it: a tqdm bar in a notebook (``tqdm.auto``) is a box of a
+    description, a bar and its counts with the postfix (``18/18 [00:24<00:00, reward=2, ...]``)."""
+    model = widgets.get(model_id) if isinstance(model_id, str) and depth < 4 else None
+    state = model.get("state") if isinstance(model, dict) and isinstance(model.get("state"), dict) else {}
+    if isinstance(state.get("children"), list):
+        shown = (_widget_text(widgets, c.removeprefix("IPY_MODEL_"), depth + 1) for c in state["children"]
+                 if isinstance(c, str))
+        return " ".join(text for text in shown if text)
+    value = state.get("value")
+    return html_text(value) if isinstance(value, str) else ""
+
+
+def html_text(value: str) -> str:
+    """An HTML widget's value as text (tags dropped, entities and tqdm's figure spaces as plain characters)."""
+    return unescape(_TAG.sub("", value)).replace("\u2007", " ").strip()
 
 
 def code_config(notebook: dict) -> dict:
@@ -227,6 +263,16 @@ def _judged(names) -> int:
     return len({canonical_name(n).removeprefix("eval/") for n in map(_column, names) if mapped(n)})
 
 
+#: What any trainer logs (an SFT or reward-model run's dicts): the metrics that say nothing of RL.
+_PLAIN_TRAINER = frozenset({"loss", "grad_norm", "learning_rate", "epoch"})
+
+
+def _rl_metrics(rows: list[tuple[int, dict[str, float]]]) -> set[str]:
+    """The judged metrics of these rows that a plain trainer does not log (reward, KL, lengths, ...)."""
+    names = {canonical_name(k).removeprefix("eval/") for _step, row in rows for k in row if mapped(k)}
+    return names - _PLAIN_TRAINER
+
+
 def _column(header: str) -> str:
     """A column's name as logged: Unsloth's table spells ``completions/mean_length`` as ``completions / mean_length``."""
     return re.sub(r"\s*/\s*", "/", str(header))
@@ -294,9 +340,13 @@ def _printed_log(display: str, path: Path, texts: list[str], config: dict, name:
     with folder:
         parsed = FORMATS[fmt].parse(display, printed, None)
         rows = list(parsed.rows)
-        if not rows and fmt != "console":  # a trainer's marks (TRL's warnings) over a loop's own lines: read those
-            parsed, fmt = FORMATS["console"].parse(display, printed, None), "console"
-            rows = list(parsed.rows)
+        if fmt != "console" and not _rl_metrics(rows):
+            # a trainer's marks (TRL's warnings), or a plain trainer's log (a reward model's, an SFT warm-up), over a
+            # loop's own lines: those, when they hold RL metrics
+            loop = FORMATS["console"].parse(display, printed, None)
+            loop_rows = list(loop.rows)
+            if not rows or _rl_metrics(loop_rows):
+                parsed, fmt, rows = loop, "console", loop_rows
     parsed.config = {**config, **parsed.config}  # a printed config is what ran; the code's fills in the rest
     if parsed.reader is not None:
         parsed.reader.note(f"read the notebook's printed outputs as {fmt}")

@@ -101,6 +101,31 @@ def test_log_dicts_a_notebooks_cells_printed_are_read_as_trls_console(store, tmp
     assert not list(Path(tempfile.gettempdir()).glob("grpo-doctor-notebook-*/printed.log"))  # its copy is gone
 
 
+def test_a_loops_printed_blocks_after_a_reward_models_loss_dicts_are_the_runs(store):
+    """A course notebook (train split): a RewardTrainer's log dicts (loss, learning rate, epoch) are printed first,
+    then two cells of a hand-written PPO loop print ``rewards/mean:<tab>value`` blocks under ``--- STEP n ---`` lines.
+    The plain trainer's dicts hold no RL metric, the loop's lines do: they are the log, one run per cell."""
+    log = DATA / "real_logs" / "notebook__demidosipov__bert_rlhf__gpt2-lora-ppo-imdb-negative-and-short-reviews-50steps"
+    first, second = import_runs(store, log / "rlhf.ipynb")
+    for run, reward_at_49 in ((first, 3.491214752), (second, -4.6875)):
+        metrics = store.metrics(run.run_id)
+        assert list(metrics.index) == list(range(50)) and {"reward", "kl/per_sequence"} <= set(metrics.columns)
+        assert metrics.loc[49, "reward"] == pytest.approx(reward_at_49)
+
+
+def test_a_notebooks_tqdm_bars_are_read_from_their_saved_widgets(store):
+    """An ART notebook (train split): its training cell's outputs are tqdm.auto bars, ipywidgets whose text (a
+    ``gather`` bar's ``reward=...``, a ``train`` bar's ``loss/entropy=...``) lives only in the notebook's saved widget
+    state; each bar ends at its total (18/18), so the bars count trajectories, not steps: a gather and a train bar a
+    step, in order."""
+    log = DATA / "real_logs" / "notebook__nathanpua__agent-rl__qwen3-14b-art-serverless-grpo-2048-win64-20step"
+    [run] = import_runs(store, log / "2048.ipynb")
+    metrics = store.metrics(run.run_id)
+    assert list(metrics.index) == list(range(1, 21))
+    assert {"reward", "entropy", "grad_norm", "loss"} <= set(metrics.columns)
+    assert metrics.loc[1, "reward"] == 2.0 and metrics["reward"].min() == pytest.approx(1.77)
+
+
 def test_a_notebook_saved_without_its_outputs_is_refused_with_why(tmp_path):
     notebook = json.loads(NOTEBOOK.read_text())
     for cell in notebook["cells"]:

@@ -228,6 +228,20 @@ def test_a_reward_that_dips_but_stays_above_its_start_has_not_collapsed(store):
     assert "reward_collapse" not in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
 
 
+def test_a_start_with_no_learning_signal_that_the_run_got_past_is_info(store):
+    """A healthy CS336 GRPO loop (OLMo-2 1B on GSM8K, train split): for its first ~22 steps no answer is right, every
+    group is alike and the gradient is exactly 0; then answers start to score and the reward rises to 0.4. The
+    uniform groups of its start are a phase it learned its way out of: info, with why, and no warning."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "handwritten-jsonl__sandyhu533__assignment5-alignment__olmo2-1b-gsm8k-grpo-offpolicy-noclip-100step"
+    [run] = import_runs(store, log / "metrics.jsonl")
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["uniform_groups"].severity == "info" and found["uniform_groups"].status == "resolved"
+    assert "the run got past it" in found["uniform_groups"].causes[0]
+    assert not [f.rule for f in found.values() if f.severity in ("warning", "critical")]
+
+
 def test_a_lucky_window_of_a_noisy_reward_is_no_level_the_run_held(store):
     """A 2,400-step TRL console, one prompt a step (rewards -1.2 to 2.0, mean 0.93 over every stretch of the run): one
     20-step median reaches 2.0 at step 1669, no clearer above the start than the noise, and the dips after it back to
