@@ -74,13 +74,16 @@ def _early(series: RunSeries, idx: np.ndarray, now: np.ndarray, med: np.ndarray,
     """A KL that breaks before there are windows to compare it with (its first 3W rows, until the windowed tests take
     over): the FAST-row median ``now`` past EARLY × the target and 3 × the first row, and from its 2W-th on the W-row
     median ``med`` at 3 × the first W rows' (a KL that rose and holds, not the spikes of a noisy one). (A KL that starts
-    that high is a reference mismatch, kl_mismatch_at_start's; the embedded model's healthy KL wanders at 0.2-0.35.)"""
+    that high is a reference mismatch, kl_mismatch_at_start's; the embedded model's healthy KL wanders at 0.2-0.35.)
+    A log that begins after step 3W (a resumed run, a cut of a longer one) has no start to rise from: there, a KL past
+    EARLY × the target from its first rows already rose before the log began."""
     if len(idx) == 0:
         return np.zeros(0, dtype=bool)
-    first = series.finite("kl")[1][0]
+    steps, values = series.finite("kl")
+    late = steps[0] > 3 * W
     with np.errstate(invalid="ignore"):
-        broke = (now > EARLY * upper) & (now >= 3 * first)
-        held = (idx < series.rows(2 * W, "kl") - 1) | (med >= 3 * series.head("kl", W))
+        broke = (now > EARLY * upper) & ((now >= 3 * values[0]) | late)
+        held = (idx < series.rows(2 * W, "kl") - 1) | (med >= 3 * series.head("kl", W)) | late & (med > EARLY * upper)
         return (idx < series.rows(3 * W, "kl") - 1) & broke & held
 
 
@@ -189,7 +192,9 @@ KL_BLOWUP = Rule(
          "KL 0 at the "
          "first step and single spikes are expected. In its first 30 rows, before windows can be compared: a 3-row "
          "median past 8 × the target (0.4) and 3 × its first row (from its 20th row, with the 10-row median at 3 × "
-         "the first 10 rows'). Dated from the first row past 8 × the target's top that most later rows stay past, where "
+         "the first 10 rows'); in a log that begins after step 30 (a resumed run, a cut of a longer one: no start to "
+         "rise from), past 8 × the target alone. Dated from the first row past 8 × the target's top that most later "
+         "rows stay past, where "
          "one is among the 10 rows before it was named.",
 )
 

@@ -242,6 +242,18 @@ def test_a_start_with_no_learning_signal_that_the_run_got_past_is_info(store):
     assert not [f.rule for f in found.values() if f.severity in ("warning", "critical")]
 
 
+def test_a_kl_already_high_where_a_log_of_a_later_stretch_begins_is_a_blow_up(store):
+    """17 steps (383-399) of a TinyZero PPO console pasted into a note (train split): KL holds at 0.73-0.78 nats per
+    token from the first row, with kl_coef 0.001. A log that begins mid-run has no start to rise from: a KL past
+    8 x the target's top from its first rows rose before the log began."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "verl-console__westwood-lin__tinyzero-reproduction__qwen25-05b-ppo-countdown-steps383-399"
+    [run] = import_runs(store, log / "part-of-logs.md")
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["kl_blowup"].severity == "warning" and found["kl_blowup"].onset_step == 383
+
+
 def test_a_lucky_window_of_a_noisy_reward_is_no_level_the_run_held(store):
     """A 2,400-step TRL console, one prompt a step (rewards -1.2 to 2.0, mean 0.93 over every stretch of the run): one
     20-step median reaches 2.0 at step 1669, no clearer above the start than the noise, and the dips after it back to
