@@ -368,10 +368,6 @@ def split_summaries(results: list[LogResult]) -> dict[str, dict]:
 #: Train-split logs that still fail the gate, each with why. The gate fails on any other failure, and on one of these
 #: that no longer fails (then it comes off this list). Every figure the script prints still counts them.
 KNOWN_FAILURES = {
-    "handwritten-console__tianshi-xu__assignment5-alignment__rl-grpo-base/rl_grpo_base.log":
-        "batch 16: a healthy CS336 loop warned grad_spikes: its gradient norm (l2_norm) rises 7x over the last 70 of "
-        "200 steps while the cosine lr decays to ~0 and eval accuracy holds; its reader accepts the warning (before "
-        "l2_norm was read as grad_norm: uniform_groups, from the rl_loss of one microbatch exactly 0 at 64% of steps)",
     "trl-console__terrense__sft-rlhf-dpo-grpo-__qwen3-8b-cmexam-grpo/grpo_reward_raw.log":
         "batch 16: reward 0.60 -> 0.64 over 400 steps, inside its noise, and 50-60% of groups uniform are warned as "
         "reward_flat and uniform_groups; its reader calls the run healthy (held-out accuracy 62.6% -> 65.5%)",
@@ -522,10 +518,6 @@ KNOWN_FAILURES = {
         "batch 99: an ART notebook whose metrics live only in its tqdm bars' saved widget state (read since session "
         "40); no step is printed, so its 20 gather/train pairs are numbered 1-20 by order, where its reader numbers "
         "ART's steps 0-19",
-    "handwritten-jsonl__sandyhu533__assignment5-alignment__olmo2-1b-gsm8k-grpo-50step/metrics.jsonl":
-        "batch 99: a healthy CS336 loop whose first 22 steps have no gradient at all (every answer wrong) warned "
-        "grad_spikes at step 46: its gradient norm, 0.18 over the first steps that had one (a few groups with "
-        "signal), rises 4.5x as more groups score, while the reward rises and validation reaches 0.43",
 }
 
 

@@ -28,6 +28,7 @@ from grpo_doctor.diagnostics.rules.base import (
     smoothed_evidence,
     start_step,
 )
+from grpo_doctor.diagnostics.rules.reward import rose_after
 from grpo_doctor.diagnostics.series import (
     GRAD_SIGNAL,
     RunSeries,
@@ -134,6 +135,9 @@ ZERO_GRAD = Rule(
 
 
 SPIKE_SPAN = 10 * W  # steps: three gradient spikes within this span make a finding; a spike clears after it
+# A norm that rises with the reward, as more groups carry signal (a binary reward's share of groups that are not all
+# alike, with 8 completions, goes from under a tenth at 1% right to all at 50%), grows this much at most.
+GREW = 10.0
 SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of this many rows before it
 TREND = 5            # a grad_norm median this many times its start is a rising trend
 HELD = 1.5           # and is this many times the highest SPIKE_ROWS-row median before it
@@ -325,6 +329,11 @@ def _spike_explain(series: RunSeries, ep: Episode) -> Explanation:
                                                    scaled(cfg, "per_device_train_batch_size", 2)}),
              make_fix(cfg, "lower the learning rate", {"learning_rate": scaled(cfg, "learning_rate", 0.5)})]
     isolated = _isolated(series, ep, found)
+    grew = not isolated and _grew_with_the_reward(series, ep, found)
+    if grew:
+        causes.insert(0, "a norm that grew as the reward rose from where the run started, with no spike: more groups "
+                         "carry signal as more answers score (a group whose completions score alike adds no gradient), "
+                         "so the norm follows; act if it keeps rising once the reward stops")
     if isolated:
         causes.insert(0, "isolated outlier batches: each spike is back near the level before it within three logged "
                          "steps and the norm's median has not risen, so clipping (the norm is logged before it) and "
@@ -333,7 +342,17 @@ def _spike_explain(series: RunSeries, ep: Episode) -> Explanation:
     lowest = float(np.min(values)) if len(values) else 0.0
     if not isinstance(clip, (int, float)) or clip > lowest:  # below every norm it would only scale the lr down
         fixes.insert(0, make_fix(cfg, "clip gradients harder", {"max_grad_norm": clip}))
-    return Explanation("info" if isolated else "warning", evidence, causes, fixes)
+    return Explanation("info" if isolated or grew else "warning", evidence, causes, fixes)
+
+
+def _grew_with_the_reward(series: RunSeries, ep: Episode, found: np.ndarray) -> bool:
+    """Whether the finding is the rising trend alone (no spike within SPIKE_SPAN of its last step), at most GREW × its
+    start, while the reward rose since the first step that had a gradient."""
+    steps = series.finite(GRAD_SIGNAL)[0]
+    recent = steps[found] > ep.last - SPIKE_SPAN if len(found) else np.zeros(0, dtype=bool)
+    start = series.head(GRAD_SIGNAL, _trend_window(series))
+    return (len(steps) > 0 and not recent.any() and smoothed(series, GRAD_SIGNAL, ep.last) <= GREW * start
+            and rose_after(series, int(steps[0])))
 
 
 def _isolated(series: RunSeries, ep: Episode, found: np.ndarray) -> bool:
@@ -366,5 +385,7 @@ GRAD_SPIKES = Rule(
          "the three, or a median 5× its start (dated from the first row past 5× the start that most later rows stay "
          "past). Information, not a warning, where the spikes are isolated outliers: each below 50× its level, the "
          "norm back within 2× that level in one of the 3 rows after it, its median not risen 5× and the reward not "
-         "fallen over the episode. grad_norm above max_grad_norm alone is expected: it is logged before clipping.",
+         "fallen over the episode; and where the median rose at most 10× with no spike in the last 100 steps while "
+         "the reward rose since the first step with a gradient (more groups carry signal as more answers score). "
+         "grad_norm above max_grad_norm alone is expected: it is logged before clipping.",
 )

@@ -254,6 +254,19 @@ def test_a_kl_already_high_where_a_log_of_a_later_stretch_begins_is_a_blow_up(st
     assert found["kl_blowup"].severity == "warning" and found["kl_blowup"].onset_step == 383
 
 
+def test_a_gradient_norm_that_grows_with_the_reward_is_info(store):
+    """A healthy CS336 loop (train split) with no gradient for its first 22 steps: from there its norm rises 5x, with
+    no spike, as more groups score (the reward 0 -> 0.4, validation 0.43). A norm that follows the share of groups
+    with signal is no instability: info, with why."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "handwritten-jsonl__sandyhu533__assignment5-alignment__olmo2-1b-gsm8k-grpo-50step"
+    [run] = import_runs(store, log / "metrics.jsonl")
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["grad_spikes"].severity == "info" and "grew as the reward rose" in found["grad_spikes"].causes[0]
+    assert not [f.rule for f in found.values() if f.severity in ("warning", "critical")]
+
+
 def test_a_lucky_window_of_a_noisy_reward_is_no_level_the_run_held(store):
     """A 2,400-step TRL console, one prompt a step (rewards -1.2 to 2.0, mean 0.93 over every stretch of the run): one
     20-step median reaches 2.0 at step 1669, no clearer above the start than the noise, and the dips after it back to
