@@ -518,6 +518,13 @@ KNOWN_FAILURES = {
         "batch 99: an ART notebook whose metrics live only in its tqdm bars' saved widget state (read since session "
         "40); no step is printed, so its 20 gather/train pairs are numbered 1-20 by order, where its reader numbers "
         "ART's steps 0-19",
+    # Batch 100 (2026-12-06): its train-split first-contact failure.
+    "wandb-csv__mll-lab-nu__ragen__dual-sokoban-bilevel-gae-reasoning-reward-200step/"
+    "dual_sokoban_Bi-level-GAE_with_reasoning_reward.csv":
+        "batch 100: a healthy RAGEN multi-agent PPO run's chart export (step, performance, entropy, output length) "
+        "warned entropy_collapse: entropy 0.24 -> 0.045 by step ~80 while its success rate (`performance`, a name the "
+        "catalogue does not read as the reward, so no rule sees the rise) climbs 0.29 -> 0.67; its reader calls the "
+        "warning fair but the run healthy",
 }
 
 
