@@ -152,10 +152,10 @@ def _widget_text(widgets: dict, model_id: object, depth: int = 0) -> str:
                  if isinstance(c, str))
         return " ".join(text for text in shown if text)
     value = state.get("value")
-    return html_text(value) if isinstance(value, str) else ""
+    return _html_text(value) if isinstance(value, str) else ""
 
 
-def html_text(value: str) -> str:
+def _html_text(value: str) -> str:
     """An HTML widget's value as text (tags dropped, entities and tqdm's figure spaces as plain characters)."""
     return unescape(_TAG.sub("", value)).replace("\u2007", " ").strip()
 

@@ -135,9 +135,6 @@ ZERO_GRAD = Rule(
 
 
 SPIKE_SPAN = 10 * W  # steps: three gradient spikes within this span make a finding; a spike clears after it
-# A norm that rises with the reward, as more groups carry signal (a binary reward's share of groups that are not all
-# alike, with 8 completions, goes from under a tenth at 1% right to all at 50%), grows this much at most.
-GREW = 10.0
 SPIKE_ROWS = W       # rows: a spike is judged against the median and MAD of this many rows before it
 TREND = 5            # a grad_norm median this many times its start is a rising trend
 HELD = 1.5           # and is this many times the highest SPIKE_ROWS-row median before it
@@ -145,6 +142,8 @@ ABOVE_UPPER = 5      # and this many times the upper level of the 2 × SPIKE_ROW
 RECOVERED = 2        # a spike recovered once one of the AFTER rows after it is within this many times its level
 AFTER = 3            # rows after a spike in which its norm must come back
 OUTLIER = 50         # an isolated spike stays below this many times its level (a bigger one is numerics, not a batch)
+GREW = 10            # a norm that rises with the reward grows at most this many times its start: the share of groups
+                     # with signal (a binary reward's, 8 completions) goes from under a tenth at 1% right to all at 50%
 
 
 # ---------------------------------------------------------------------------------------- grad_spikes
