@@ -525,6 +525,11 @@ KNOWN_FAILURES = {
         "warned entropy_collapse: entropy 0.24 -> 0.045 by step ~80 while its success rate (`performance`, a name the "
         "catalogue does not read as the reward, so no rule sees the rise) climbs 0.29 -> 0.67; its reader calls the "
         "warning fair but the run healthy",
+    # Batch 101 (2026-12-06): its train-split first-contact failure.
+    "wandb-csv__shamanez__verl__qwen25-15b-grpo-gsm8k-dense-control-48step/dense_5e2jpho9.csv":
+        "batch 101: a W&B export of a verl run whose last row, step 50 (step 49 is missing), holds the final "
+        "validation and `score_mean` alone: the import reads that score as the reward at step 50, where its reader "
+        "counts the training steps 1-48 and the row as the validation's",
 }
 
 

@@ -147,7 +147,7 @@ CATALOGUE: tuple[Metric, ...] = (
     # ---- reward
     Metric("reward", "mean total reward (weighted sum of reward functions, before normalisation)",
            group="reward",
-           aliases=("critic/score/mean", "scores", "rollout/raw_reward", "objective/scores",
+           aliases=("critic/score/mean", "scores", "score", "rollout/raw_reward", "objective/scores",
                     "objective/verifiable_reward", "mean_reward", "avg_reward", "average_reward", "reward_mean",
                     "rewards_mean", "mean_rewards", "reward/mean", "rewards/mean", "total_reward", "mean_total_reward",
                     "reward/total", "average_reward_score",

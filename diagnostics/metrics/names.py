@@ -55,7 +55,7 @@ def canonical_name(key: str) -> str:
     match = _LOOP_REWARD_FN.match(bare.removeprefix("metrics/"))
     if match and match["fn"] not in _NOT_FUNCTIONS:
         return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
-    return _by_suffix(bare) or _by_words(bare) or bare
+    return _by_suffix(bare) or _by_words(bare) or _completion_length(bare) or bare
 
 
 # Name resolution after the exact aliases (the passes rldoctor uses, too): the last path segment when it names one
@@ -141,6 +141,19 @@ def _by_words(key: str) -> str | None:
     if not words & _SHARE_WORDS:
         return None if name in BY_NAME and BY_NAME[name].domain == SHARE and words & _COUNT_WORDS else name
     return name or (_SHARES.get(words - _SHARE_WORDS - _COUNT_WORDS) if words & {"group", "groups"} else None)
+
+
+# Words that say whose length it is: a length without one is the completions' (verl's response_length/max and
+# /clip_ratio, flattened by a loop that copies them, are ``len_max`` and ``len_clip_ratio``).
+_LENGTH_OWNERS = frozenset({"response", "completion", "prompt", "sequence", "seq", "seqlen", "input", "output",
+                            "context", "token", "tokens", "answer", "episode", "turn", "turns", "trajectory", "chunk"})
+
+
+def _completion_length(key: str) -> str | None:
+    words = _tokens(key)
+    if "length" not in words or len(words) < 2 or words & _LENGTH_OWNERS:
+        return None
+    return _by_words("_".join(sorted(words | {"response"})))
 
 
 def _by_suffix(key: str) -> str | None:

@@ -1,6 +1,7 @@
 """The metric catalogue: aliases from every framework, health ranges and their corrections."""
 
 import math
+from pathlib import Path
 
 import pytest
 from test_docs_links import section
@@ -12,6 +13,8 @@ from grpo_doctor.diagnostics.metrics.catalogue import (
     health,
 )
 from grpo_doctor.diagnostics.metrics.names import canonical_name, canonical_row
+
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "real_logs"
 
 ALIASES = [
     # (framework, logged key, canonical name)
@@ -212,3 +215,28 @@ def test_every_start_band_lies_inside_its_metrics_domain():
                 raw = baseline(column.index.to_numpy(), column.to_numpy())
                 clipped += (raw.low, raw.high) != (base.low, base.high)
     assert clipped  # the sample runs hold bands that would cross a bound unclipped (grad_norm −2.56 in kl_blowup)
+
+
+def test_a_length_with_no_owner_is_the_completions():
+    """A W&B export of verl runs (shamanez/verl, train split) flattens response_length/max, /min and /clip_ratio to
+    ``len_max``, ``len_min`` and ``len_clip_ratio``: a length that does not say whose is the completions'. One that
+    does (a prompt's, an episode's) keeps its own name."""
+    csv = CORPUS / "wandb-csv__shamanez__verl__qwen25-15b-grpo-gsm8k-powersgd-damped-ef-length-explosion-67step"
+    header = (csv / "exp27_damped_ef_qa6sll3h.csv").read_text().splitlines()[0].split(",")
+    names = {key: canonical_name(key) for key in header}
+    assert names["len_mean"] == "completions/mean_length"
+    assert names["len_max"] == "completions/max_length"
+    assert names["len_min"] == "completions/min_length"
+    assert names["len_clip_ratio"] == "completions/clipped_ratio"
+    assert canonical_name("prompt_len_max") == "prompt_len_max"
+    assert canonical_name("episode_length_mean") == "episode_length_mean"
+
+
+def test_a_bare_score_is_the_reward():
+    """verl's reward is critic/score/mean; a W&B export of a verl run (shamanez/verl, train split) keeps it as
+    ``score`` beside ``len_mean`` and ``grad_norm``. A split word still makes it the held-out one's."""
+    csv = CORPUS / "wandb-csv__shamanez__verl__qwen25-15b-grpo-gsm8k-powersgd-full-ef-length-runaway-42step"
+    header = (csv / "ef_r1_c7fa7kjv.csv").read_text().splitlines()[0].split(",")
+    assert "score" in header and canonical_name("score") == "reward"
+    assert canonical_name("val_score") == "eval/reward"
+    assert canonical_name("format_score") == "format_score"
