@@ -12,9 +12,9 @@ The fit is robust: over the metric's latest ``WINDOW`` logged rows (and at least
 trend test must be significant in the limit's direction (one-sided, z > ``Z``), and the Theil–Sen line (the median
 of pairwise slopes; on the logarithm for entropy and KL, which move log-linearly) gives the step at which the limit
 is crossed. A log-linear trend must also hold over the latest half of the rows on its own: an entropy that fell and
-holds, or a KL warming up and levelling off, extrapolated at its early rate, crosses nothing; and its latest half must
-move at ``SLOWING`` of the whole fit's rate at least (a KL bending over after its warm-up overshoots at the early
-rate). Nothing is said when the trend is not significant, when the metric is already past the limit (its rule speaks
+holds, or a KL warming up and levelling off, extrapolated at its early rate, crosses nothing; and the latest half of
+any fit must move at ``SLOWING`` of the whole fit's rate at least (a KL bending over after its warm-up, or a length
+settling, overshoots at the early rate). Nothing is said when the trend is not significant, when the metric is already past the limit (its rule speaks
 then), or when the crossing is further ahead than ``HORIZON`` times the rows fitted. Pure numpy.
 """
 
@@ -34,7 +34,7 @@ MIN_ROWS = 12    # fewer: no forecast
 Z = 3.0          # Mann–Kendall z beyond which the trend counts (one-sided, p < 0.002)
 HORIZON = 2.0    # the crossing may lie at most this many fitted spans ahead
 PERSIST = 3      # the trend must be significant at this many consecutive rows
-SLOWING = 0.4    # a log fit's latest half rising at less than this share of its whole rate: levelling off
+SLOWING = 0.5    # a fit's latest half moving at less than this share of its whole rate: levelling off
 
 
 @dataclass(frozen=True)
@@ -160,8 +160,8 @@ def forecast_one(series, target: Target) -> Forecast | None:
     if target.direction * slope <= 0:
         return None
     half = max(MIN_ROWS // 2, len(y) // 2)
-    if target.log and theil_sen(x[-half:], y[-half:])[0] / slope < SLOWING:
-        return None  # a log-linear trend slowing down (a KL warming up and bending over): its early rate overshoots
+    if theil_sen(x[-half:], y[-half:])[0] / slope < SLOWING:
+        return None  # a trend slowing down (a KL warming up and bending over, a length settling): its early rate overshoots
     now_x = float(x[-1])
     now = intercept + slope * now_x
     goal = math.log(limit) if target.log else limit

@@ -222,3 +222,24 @@ def test_a_log_trend_slowing_down_is_no_forecast():
         series.add({"kl": (kl.loc[:upto].index.to_numpy(), kl.loc[:upto].to_numpy())})
         assert forecasts(series) == [], upto
     assert [f.metric for f in forecasts(run_with(kl=0.06 * np.exp(STEPS[:40] / 20)))] == ["kl"]
+
+
+def test_a_linear_trend_slowing_down_is_no_forecast():
+    """A healthy train-split Sudoku loop (8x8, stage 2): its mean length falls from ~200 tokens and settles near 100.
+    Cut at step 61 its straight-line fit was forecast to reach 30% of the start near step 105 (it never did): the
+    latest half of the fit falls at under half the whole fit's rate. A length falling at a steady rate is still
+    forecast."""
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = REAL / "handwritten-json__anishmah100__sudoku-rlvr__exp4-8x8-stage2-2empty" / "train_log_stage2.json"
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        frame = store.metrics(run.run_id)
+    for upto in range(20, int(frame.index.max()) + 1):
+        series = RunSeries({"id": 1, "name": "r", "source": "json", "config": {}})
+        series.add({name: (frame[name].loc[:upto].dropna().index.to_numpy(), frame[name].loc[:upto].dropna().to_numpy())
+                    for name in ("completions/mean_length", "reward") if name in frame})
+        assert [f for f in forecasts(series) if f.metric == "completions/mean_length"] == [], upto
+    falling = {"completions/mean_length": np.linspace(200, 100, 60)}
+    assert [f.metric for f in forecasts(run_with(**falling))] == ["completions/mean_length"]
