@@ -40,13 +40,23 @@ ENTROPY_MEASURED = "entropy/measured"
 # 0 is a placeholder (Unsloth's trainer writes one with every sampling/* column 0), not a ratio
 IS_RATIO_LOGGED = "sampling/importance_sampling_ratio/mean"
 IS_RATIO_MEASURED = "sampling/importance_sampling_ratio/measured"
-# The RunSeries' own series: name -> (the logged metric it keeps rows of, which of its values it keeps).
+# verl's actor/ppo_kl is the k1 estimate, mean(old − new log-prob): a batch far off the policy can make it large and of
+# either sign (−7 nats is as far as +7), so the policy-ratio KL's size is judged
+APPROX_KL_SIZE = "approx_kl/size"
+
+
+def _where(keep: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda values: np.where(keep(values), values, np.nan)
+
+
+# The RunSeries' own series: name -> (the logged metric it is made of, its values from the metric's; NaN: no row).
 _DERIVED: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
-    GRAD_SIGNAL: ("grad_norm", lambda values: values > NO_SIGNAL_GRAD),
-    ENTROPY_MEASURED: ("entropy", lambda values: values > 0.0),
-    IS_RATIO_MEASURED: (IS_RATIO_LOGGED, lambda values: values > 0.0),
+    GRAD_SIGNAL: ("grad_norm", _where(lambda values: values > NO_SIGNAL_GRAD)),
+    ENTROPY_MEASURED: ("entropy", _where(lambda values: values > 0.0)),
+    IS_RATIO_MEASURED: (IS_RATIO_LOGGED, _where(lambda values: values > 0.0)),
+    APPROX_KL_SIZE: ("approx_kl", np.abs),
 }
-DERIVED_FROM = {name: source for name, (source, _keep) in _DERIVED.items()}
+DERIVED_FROM = {name: source for name, (source, _made) in _DERIVED.items()}
 DERIVED = frozenset(_DERIVED)
 SAMPLE_EMPTY = "samples/empty_share"
 SAMPLE_REPETITION = "samples/repetition"
@@ -138,12 +148,12 @@ class RunSeries:
         fresh = dict(fresh)
         if samples is not None and len(samples):
             fresh.update(sample_statistics(samples))
-        for derived, (name, keep) in _DERIVED.items():
+        for derived, (name, made) in _DERIVED.items():
             if name in fresh:
                 steps, values = fresh[name]
-                values = np.asarray(values, dtype=np.float64)
                 with np.errstate(invalid="ignore"):
-                    kept = keep(values)
+                    values = made(np.asarray(values, dtype=np.float64))
+                kept = ~np.isnan(values)
                 fresh[derived] = (np.asarray(steps)[kept], values[kept])
         for name, (steps, values) in fresh.items():
             if len(steps) == 0:

@@ -28,7 +28,7 @@ from grpo_doctor.diagnostics.rules.base import (
     smoothed,
     smoothed_evidence,
 )
-from grpo_doctor.diagnostics.series import IS_RATIO_LOGGED, IS_RATIO_MEASURED, RunSeries
+from grpo_doctor.diagnostics.series import APPROX_KL_SIZE, IS_RATIO_LOGGED, IS_RATIO_MEASURED, RunSeries
 
 CLIP = ("clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean")
 LOGP_DIFF = "sampling/sampling_logp_difference/mean"
@@ -87,20 +87,20 @@ CLIP_HIGH = Rule(
 
 # ---------------------------------------------------------------------------------------- approx_kl_high
 def _step_kl_detect(series: RunSeries, since):
-    """The 10-step median above the bound, or the 3-step one (two updates of three: a run breaking within a few
-    steps, faster than a 10-step median follows)."""
-    steps, high = level(series, "approx_kl", since, lambda m: m > APPROX_KL_HIGH)
-    lo, _, _ = rows(series, "approx_kl", since)
+    """The 10-step median of its size above the bound, or the 3-step one (two updates of three: a run breaking within
+    a few steps, faster than a 10-step median follows)."""
+    steps, high = level(series, APPROX_KL_SIZE, since, lambda m: m > APPROX_KL_HIGH)
+    lo, _, _ = rows(series, APPROX_KL_SIZE, since)
     with np.errstate(invalid="ignore"):
-        return steps, high | (series.roll("approx_kl", FAST, "median", lo) > APPROX_KL_HIGH)
+        return steps, high | (series.roll(APPROX_KL_SIZE, FAST, "median", lo) > APPROX_KL_HIGH)
 
 
 def _step_kl_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
-    observed = smoothed(series, "approx_kl", ep.last)
-    evidence = [smoothed_evidence(series, "approx_kl", ep.last, f"10-step median policy-ratio KL (usually 1e-3 – "
-                                                                 f"1e-2; above {APPROX_KL_HIGH:g} the steps are too "
-                                                                 "large)"),
+    observed = smoothed(series, APPROX_KL_SIZE, ep.last)
+    evidence = [smoothed_evidence(series, APPROX_KL_SIZE, ep.last, f"10-step median size of the policy-ratio KL "
+                                                                    f"(usually 1e-3 – 1e-2; above {APPROX_KL_HIGH:g} "
+                                                                    "the steps are too large)"),
                 at(series, "approx_kl", ep.onset, "onset")]
     causes = [f"update steps too large for the rollout they are taken on ({cfg.describe('learning_rate')}, "
               f"{cfg.describe('num_iterations')})",
@@ -115,10 +115,10 @@ def _step_kl_explain(series: RunSeries, ep: Episode) -> Explanation:
 APPROX_KL_HIGH_RULE = Rule(
     id="approx_kl_high", title="Each update moves the policy too far (policy-ratio KL high)",
     requires=("approx_kl",), detect=_step_kl_detect, explain=_step_kl_explain, open_after=3,
-    read_off=lambda series: ("approx_kl", +1, APPROX_KL_HIGH),
+    read_off=lambda series: (APPROX_KL_SIZE, +1, APPROX_KL_HIGH),
     references=("docs/health-ranges.md#policy-ratio-kl",),
-    read=f"The 10-step median of approx_kl (verl's actor/ppo_kl, the KL between the rollout policy and the updated "
-         f"one) is above {APPROX_KL_HIGH:g}, five times the top of its usual 1e-3 – 1e-2, or its 3-step median is "
+    read=f"The 10-step median of approx_kl's size (verl's actor/ppo_kl, the KL between the rollout policy and the "
+         f"updated one; a k1 estimate, far off the policy as large below 0 as above) is above {APPROX_KL_HIGH:g}, five times the top of its usual 1e-3 – 1e-2, or its 3-step median is "
          f"(two updates of three: a run breaking within a few steps) (critical above "
          f"{20 * APPROX_KL_HIGH:g}): each update moves the policy too far from the rollout it learns from.",
 )

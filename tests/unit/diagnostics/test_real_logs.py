@@ -163,9 +163,10 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # target from the first rows of a log that begins mid-run (a TinyZero console's steps 383-399); 481 of 660 with batch
 # 100's train logs as first contact found them (9 of their 18 pathologies named); 484 of 669 with batch 101's (3 of
 # their 9 named at first contact) and a bare ``score`` read as the reward (a DeepSpeed-Chat PPO log's reward_flat
-# named, a verl export's late entropy drop no longer: its reward still rises).
+# named, a verl export's late entropy drop no longer: its reward still rises); 487 with the policy-ratio KL's size
+# judged (two verl exports' k1 ppo_kl of -7 at step 3 and its bursts: three pathologies).
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 484
+TRAIN_NAMED = 487
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):

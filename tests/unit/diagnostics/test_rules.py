@@ -1038,3 +1038,22 @@ def test_a_start_of_two_rows_is_no_level_a_reward_can_collapse_from():
     reward stays near 0 all run, flat and uniform, no collapse)."""
     found = real_findings("handwritten-jsonl__tjuzek__rlvr-demo__olmo2-7b-mbpp-g4-200step", ".jsonl")
     assert "reward_collapse" not in found and found["uniform_groups"].severity == "critical"
+
+
+def test_a_policy_ratio_kl_far_below_zero_is_as_high_as_far_above():
+    """A train-split W&B export of a verl run whose gradient compression throws the trainer off the sampler: its
+    actor/ppo_kl (a k1 estimate, mean of old minus new log-prob) is 0.12, -0.01, -7.18 over steps 1-3, then bursts to
+    -0.2 ... -1.0 every 2-3 steps. Its size is judged: approx_kl_high opens at step 1, where its reader dates the
+    mismatch (the signed median, pulled toward 0 by the negative bursts, opened at step 35)."""
+    from grpo_doctor.diagnostics.engine import diagnose
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = ROOT / "tests" / "data" / "real_logs" / \
+        "wandb-csv__shamanez__verl__qwen25-15b-grpo-gsm8k-powersgd-damped-ef-length-explosion-67step" / \
+        "exp27_damped_ef_qa6sll3h.csv"
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, log)
+        found = {f.rule: f for f in diagnose(store, run.run_id).findings}
+    assert found["approx_kl_high"].onset_step == 1 and found["approx_kl_high"].severity == "warning"
+    assert found["approx_kl_high"].evidence[0].metric == "approx_kl/size"
