@@ -508,11 +508,6 @@ KNOWN_FAILURES = {
         "batch 93: two CS285 REINFORCE runs whose batch reward holds at 0.26-0.32 for 200 steps while held-out accuracy "
         "rises 22.7% -> 28.3%, warned reward_flat; their reader calls them healthy but slow and the warning fair; seen "
         "since CS285's keys are read",
-    "other__yuguo-jack__chatglm-6b-in-deepspeed-chat__chatglm6b-dcu-dschat-ppo-111step/"
-    "actor_chatglm-6b_critic_chatglm-6b_globalBatchSize96_step3.log":
-        "batch 98: a DeepSpeed-Chat PPO console whose 10,000 lines of cluster set-up (host lists, NCCL pairs) come "
-        "before its metric lines (``epoch: 0|step: 0|ppo_ep: 1|act_loss: ...``): the step kind is voted on those "
-        "lines, so its rows are read in line order, not by their ``step:`` (96 steps read, the log's are 0-110)",
     # Batch 99 (2026-12-06): its train-split first-contact failures left.
     "notebook__nathanpua__agent-rl__qwen3-14b-art-serverless-grpo-2048-win64-20step/2048.ipynb":
         "batch 99: an ART notebook whose metrics live only in its tqdm bars' saved widget state (read since session "

@@ -265,9 +265,11 @@ def _lone(line: str, values: dict[str, float]) -> bool:
 KIND_ROWS = 200  # the rows of metrics whose steps decide the file's kind of step
 
 
-def _step_kind(source: Source, path: Path) -> tuple[str, bool, bool, bool]:
+def _step_kind(source: Source, path: Path, known_only: bool = False) -> tuple[str, bool, bool, bool]:
     """(kind, headed, leads, blocks): "word", "counter", "epoch" or "order", the kind of step the file's first rows
-    of metrics carry; whether step lines with no metrics head the metric lines after them; whether lines of one metric
+    of metrics carry (where those give no step, the first rows with a metric the catalogue knows, if two or more do:
+    a cluster's set-up prints rows of its own, ``world_rank=3, local_rank=3, world_size=16`` on every host, before
+    the loop's); whether step lines with no metrics head the metric lines after them; whether lines of one metric
     (``Average Reward: 0.71``) lead the row of their step: those between the first two rows were printed before the
     first row too (else they follow it: DeepSpeed-Chat's ``average reward score: 7.24`` under its step's line); and
     whether such lines, under step lines of their own, are a step's metrics (``===== Step 2/50
@@ -296,6 +298,8 @@ def _step_kind(source: Source, path: Path) -> tuple[str, bool, bool, bool]:
                 if heading is not None and (not blocks or blocks[-1] != heading):
                     blocks.append(heading)
             continue
+        if known_only and not any(map(known, values)):
+            continue
         found = _step_of(line, None)
         if found and found[0] == "counter" and found[1] == found[2]:
             found = None  # a finished bar (18/18: a notebook keeps only a bar's last draw) counts a pass, not steps
@@ -309,8 +313,12 @@ def _step_kind(source: Source, path: Path) -> tuple[str, bool, bool, bool]:
             break
     stepped = sum(kind != "order" for kind, _ in plain)  # rows that carry a step of their own
     use_headings, use_blocks = _rising(taken), _rising(blocks) and len(blocks) > stepped
-    return ("word" if use_blocks else _vote(headed if use_headings else plain), use_headings,
-            bool(lone[1]) and lone[1] <= lone[0], use_blocks)
+    found = ("word" if use_blocks else _vote(headed if use_headings else plain), use_headings,
+             bool(lone[1]) and lone[1] <= lone[0], use_blocks)
+    if found[0] == "order" and not known_only and len(plain) >= 2:
+        metrics = _step_kind(Source(source.path), path, known_only=True)
+        return metrics if metrics[0] != "order" else found
+    return found
 
 
 def _rising(steps: list[int]) -> bool:

@@ -1931,3 +1931,14 @@ def test_an_entropy_collapse_on_a_solved_task_is_information(store):
     [found] = [f for f in diagnose(store, second.run_id, save=False).findings if f.rule == "entropy_collapse"]
     assert found.severity == "info" and found.causes[0].startswith("the task is solved")
     assert not any("epsilon_high" in (fix.changes or {}) for fix in found.fixes)
+
+
+def test_a_clusters_set_up_rows_before_the_loops_do_not_decide_its_kind_of_step(store):
+    """A DeepSpeed-Chat PPO console (train split) prints ~400 rows of pairs on 16 hosts' set-up (``world_rank=3,
+    local_rank=3, world_size=16, master_port=...``) before its first ``epoch: 0|step: 0|ppo_ep: 1|act_loss: ...``: those
+    rows carry no step and no metric the catalogue knows, and once voted they made the file's step its line order
+    (rows 1-96). The rows of metrics decide: steps 0-110, as its reader has them."""
+    log = next((CORPUS / "other__yuguo-jack__chatglm-6b-in-deepspeed-chat__chatglm6b-dcu-dschat-ppo-111step").iterdir())
+    [run] = import_runs(store, log)
+    steps = store.metrics(run.run_id).index
+    assert (steps[0], steps[-1]) == (0, 110)
