@@ -14,8 +14,9 @@ of pairwise slopes; on the logarithm for entropy and KL, which move log-linearly
 is crossed. A log-linear trend must also hold over the latest half of the rows on its own: an entropy that fell and
 holds, or a KL warming up and levelling off, extrapolated at its early rate, crosses nothing; and the latest half of
 any fit must move at ``SLOWING`` of the whole fit's rate at least (a KL bending over after its warm-up, or a length
-settling, overshoots at the early rate). Nothing is said when the trend is not significant, when the metric is already past the limit (its rule speaks
-then), or when the crossing is further ahead than ``HORIZON`` times the rows fitted. Pure numpy.
+settling, overshoots at the early rate). Nothing is said when the trend is not significant, when the metric is
+already past the limit (its rule speaks then), or when the crossing is further ahead than ``HORIZON`` times the rows
+fitted. Pure numpy.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def forecast_one(series, target: Target) -> Forecast | None:
         return None
     half = max(MIN_ROWS // 2, len(y) // 2)
     if theil_sen(x[-half:], y[-half:])[0] / slope < SLOWING:
-        return None  # a trend slowing down (a KL warming up and bending over, a length settling): its early rate overshoots
+        return None  # slowing down (a KL warming up and bending over, a length settling): its early rate overshoots
     now_x = float(x[-1])
     now = intercept + slope * now_x
     goal = math.log(limit) if target.log else limit

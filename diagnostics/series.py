@@ -40,8 +40,8 @@ ENTROPY_MEASURED = "entropy/measured"
 # 0 is a placeholder (Unsloth's trainer writes one with every sampling/* column 0), not a ratio
 IS_RATIO_LOGGED = "sampling/importance_sampling_ratio/mean"
 IS_RATIO_MEASURED = "sampling/importance_sampling_ratio/measured"
-# verl's actor/ppo_kl is the k1 estimate, mean(old − new log-prob): a batch far off the policy can make it large and of
-# either sign (−7 nats is as far as +7), so the policy-ratio KL's size is judged
+# verl's actor/ppo_kl is the k1 estimate, mean(old − new log-prob): a batch far off the policy can make it large and
+# of either sign (−7 nats is as far as +7), so the policy-ratio KL's size is judged
 APPROX_KL_SIZE = "approx_kl/size"
 
 

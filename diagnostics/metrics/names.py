@@ -150,6 +150,7 @@ _LENGTH_OWNERS = frozenset({"response", "completion", "prompt", "sequence", "seq
 
 
 def _completion_length(key: str) -> str | None:
+    """The metric a length with no owner names, read as the response's (``len_max`` → completions/max_length)."""
     words = _tokens(key)
     if "length" not in words or len(words) < 2 or words & _LENGTH_OWNERS:
         return None

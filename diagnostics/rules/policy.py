@@ -118,7 +118,8 @@ APPROX_KL_HIGH_RULE = Rule(
     read_off=lambda series: (APPROX_KL_SIZE, +1, APPROX_KL_HIGH),
     references=("docs/health-ranges.md#policy-ratio-kl",),
     read=f"The 10-step median of approx_kl's size (verl's actor/ppo_kl, the KL between the rollout policy and the "
-         f"updated one; a k1 estimate, far off the policy as large below 0 as above) is above {APPROX_KL_HIGH:g}, five times the top of its usual 1e-3 – 1e-2, or its 3-step median is "
+         f"updated one; a k1 estimate, far off the policy as large below 0 as above) is above {APPROX_KL_HIGH:g}, "
+         f"five times the top of its usual 1e-3 – 1e-2, or its 3-step median is "
          f"(two updates of three: a run breaking within a few steps) (critical above "
          f"{20 * APPROX_KL_HIGH:g}): each update moves the policy too far from the rollout it learns from.",
 )
