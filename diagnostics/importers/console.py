@@ -27,8 +27,9 @@ completion (``Example 1 (Reward: 0.0, Response Length: 708)``). A list of per-co
 (``Rewards: [-1.0, 0.36]``, quoted or not) gives their mean, their std and whether the group scored all alike
 (``per_completion``); a note after a value (``rewards/mean: 0.25  <---- average reward``) is left out.
 Which of these the file uses is what most of its first rows of metrics carry; a later line without that kind of step
-belongs to the step before it (an evaluation or rollout summary printed after its training line), and with the line
-order, so does a line whose keys are none of the first row's. This is the reader of last resort: it comes
+belongs to the step before it (an evaluation or rollout summary printed after its training line) with the metrics
+that step has no value of yet (a sampled answer's ``reward`` printed after the batch's ``total_reward`` adds none), and
+with the line order, so does a line whose keys are none of the first row's. This is the reader of last resort: it comes
 after every format that says what it is."""
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from grpo_doctor.diagnostics.importers.console_cells import (
     NUMBER,
     VALUE,
     as_key,
+    fresh,
     grid_pairs,
     header_names,
     known,
@@ -372,7 +374,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
     step: int | None = None
     order = 0
     offset, last_counter, last_epoch = 0, None, None
-    at_step: set[str] = set()  # the keys the current step has (a line without a step adds only new ones)
+    at_step: set[str] = set()  # the keys the current step has (a line without a step adds only new metrics)
     step_row: dict[str, float] = {}  # the current step's training metrics so far, over its lines
     heading: int | None = None  # the step of a step line with no metrics, until a metric line takes it
     header: list[str] | None = None
@@ -407,7 +409,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
                     yield heading, as_eval(values) if _EVAL_LINE.match(line) else values
                 elif leads or step is None:
                     leading.update(values)
-                elif values := {k: v for k, v in values.items() if k not in at_step}:  # it follows its step's row
+                elif values := fresh(values, at_step, bool(_EVAL_LINE.match(line))):  # it follows its step's row
                     at_step |= set(values)
                     yield step, as_eval(values) if _EVAL_LINE.match(line) else values
             continue
@@ -441,15 +443,15 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
             source.skip_line(f"line {lineno}", "metrics before the first step")
             continue
         elif not (values := _joined(values, at_step, step_row, bool(_EVAL_LINE.match(line)))):
-            continue  # a line without a step joins the step before it, with the keys that step does not have yet
+            continue  # a line without a step joins the step before it, with the metrics that step does not have yet
         yield step, as_eval(values) if _EVAL_LINE.match(line) else values
 
 
 def _joined(values: dict[str, float], at_step: set[str], step_row: dict[str, float], evaluation: bool) -> dict:
-    """What a line without a step adds to the step before it: its keys the step lacks (``at_step``, updated); on a
-    training line, with the step's row so far (``step_row``, updated), so that a metric made of two keys printed on
-    different lines is made (AReaL's table: ``seq_len`` on one row, ``prompt_len`` on the next)."""
-    new = {k: v for k, v in values.items() if k not in at_step}
+    """What a line without a step adds to the step before it: its metrics the step lacks (``fresh``; ``at_step``,
+    updated); on a training line, with the step's row so far (``step_row``, updated), so that a metric made of two
+    keys printed on different lines is made (AReaL's table: ``seq_len`` on one row, ``prompt_len`` on the next)."""
+    new = fresh(values, at_step, evaluation)
     at_step |= set(new)
     if not new or evaluation:
         return new

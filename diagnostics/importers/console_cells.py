@@ -1,5 +1,6 @@
-"""The cells of a console line: a key and a value as the console reader reads them (``KEY``, ``VALUE``), a table's
-header and its rows of numbers, and a key/value grid's row (AReaL's StatsLogger tables)."""
+"""The cells of a console line: a key and a value as the console reader reads them (``KEY``, ``VALUE``), which of a
+line's metrics its step lacks (``fresh``), a table's header and its rows of numbers, and a key/value grid's row
+(AReaL's StatsLogger tables)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ def known(key: str) -> bool:
     """Whether a key names a metric the catalogue knows (or a reward function's)."""
     name = canonical_name(key)
     return name in BY_NAME or name.startswith("rewards/")
+
+
+def fresh(values: dict[str, float], at_step: set[str], evaluation: bool) -> dict[str, float]:
+    """The metrics of a line without a step that its step (``at_step``: its keys) has no value of yet: by key, and on a
+    training line by catalogue name too (a CS336 loop prints one sampled answer's ``reward: {..., 'reward': 0.0}``
+    after the step's ``reward_data: {'total_reward': 144.0, ...}``: the step's reward is the batch's, not that
+    answer's)."""
+    taken = set() if evaluation else {canonical_name(k) for k in at_step}
+    return {k: v for k, v in values.items() if k not in at_step and (evaluation or canonical_name(k) not in taken)}
 
 
 _CELL_SPLIT = re.compile(r"\t|\s*\|\s*|\s{2,}")

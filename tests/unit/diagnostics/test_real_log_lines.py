@@ -780,6 +780,17 @@ def test_a_rollout_batch_line_heads_the_metric_line_printed_for_that_batch(store
     assert frame.loc[0, "entropy"] == pytest.approx(0.8196184635162354) and frame.loc[2, "policy_loss"] == 0.0
 
 
+def test_a_sampled_answers_reward_printed_after_the_step_does_not_replace_the_steps_reward(store, tmp_path):
+    """The loop prints batch 0's ``reward_data: {'total_reward': 144.0, ...}`` (its reward, summed over 256 answers),
+    then one sampled answer with ``reward: {'format_reward': 1.0, 'answer_reward': 0.0, 'reward': 0.0}``: step 0's
+    reward stays the batch's 144, as every other step's is its batch's, not that one answer's 0."""
+    log = tmp_path / "rl_grpo_base.log"
+    log.write_text("".join(lines_of(CS336_LOG, *range(1, 44))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame["reward"]) == [144.0, 111.0, 137.0, 136.0]
+
+
 def test_a_step_counter_back_at_the_first_step_starts_another_run(store):
     """A callback's CSV appended to by a 30-step attempt and then a 300-step run (the header written once, the
     counter going back to 1): two runs. Their first two rows agree (same seed), so no value tells them apart."""
