@@ -21,9 +21,11 @@ _EVAL_PREFIXES = ("eval/", "eval_", "val_", "test/env/all/", "eval-rollout/")
 # Per-reward-function keys: TRL ≤ 0.16 logged ``rewards/<fn>``; ms-swift's docs say ``reward/<fn>/mean``; a loop
 # groups them as ``reward_metrics/<fn>`` (nano-aha-moment) or ``reward_components/<fn>``.
 _REWARD_FN = re.compile(r"^(?:rewards?|reward_(?:metrics|components|breakdown))/(?P<fn>[^/]+?)(?:/(?P<stat>mean|std))?$")
-# A hand-written loop's per-function rewards: ``mean_format_reward``, ``answer_reward``, ``format_reward_mean``; and
+# A hand-written loop's per-function rewards: ``mean_format_reward``, ``answer_reward``, ``format_reward_mean``, a
+# batch's sum ``total_format_reward`` (a CS336 loop's, beside its ``total_reward`` and ``total_num``); and
 # prime-rl's (its orchestrator logs each rubric function's mean as ``metrics/<fn>``: ``metrics/exact_match_reward``).
-_LOOP_REWARD_FN = re.compile(r"^(?:mean_|avg_)?(?P<fn>[a-z0-9]+(?:_[a-z0-9]+)*?)_rewards?(?:_(?P<stat>mean|std))?$")
+_LOOP_REWARD_FN = re.compile(r"^(?:mean_|avg_|total_)?(?P<fn>[a-z0-9]+(?:_[a-z0-9]+)*?)_rewards?"
+                             r"(?:_(?P<stat>mean|std))?$")
 _NOT_FUNCTIONS = frozenset({"mean", "avg", "total", "train", "eval", "val", "batch", "group", "raw", "sum", "max",
                             "min", "std", "shaped", "final", "episode", "reward", "kl", "non_score", "rlhf",
                             "score"})

@@ -791,6 +791,18 @@ def test_a_sampled_answers_reward_printed_after_the_step_does_not_replace_the_st
     assert list(frame["reward"]) == [144.0, 111.0, 137.0, 136.0]
 
 
+def test_a_loops_per_function_sums_are_its_reward_functions_not_a_sampled_answers(store, tmp_path):
+    """The same loop's ``total_format_reward`` and ``total_answer_reward`` (sums over the batch's 256 answers) are its
+    reward functions' values at each step; the sampled answer's ``format_reward: 1.0`` printed after step 0 is not,
+    so the format reward is not read as one that never varies."""
+    log = tmp_path / "rl_grpo_base.log"
+    log.write_text("".join(lines_of(CS336_LOG, *range(1, 44))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame["rewards/format/mean"]) == [241.0, 231.0, 231.0, 235.0]
+    assert list(frame["rewards/answer/mean"]) == [144.0, 111.0, 137.0, 136.0]
+
+
 def test_a_step_counter_back_at_the_first_step_starts_another_run(store):
     """A callback's CSV appended to by a 30-step attempt and then a 300-step run (the header written once, the
     counter going back to 1): two runs. Their first two rows agree (same seed), so no value tells them apart."""
