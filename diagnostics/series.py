@@ -57,6 +57,10 @@ _DERIVED: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
     APPROX_KL_SIZE: ("approx_kl", np.abs),
 }
 DERIVED_FROM = {name: source for name, (source, _made) in _DERIVED.items()}
+# What a derived series keeps of its metric, for a rule that cannot run because the metric is logged but none of its
+# values is kept ("needs grad_norm above 0.001": every logged norm is 0, no gradient was measured).
+DERIVED_KEEPS = {GRAD_SIGNAL: f"above {NO_SIGNAL_GRAD:g}", ENTROPY_MEASURED: "above 0",
+                 IS_RATIO_MEASURED: "above 0"}
 DERIVED = frozenset(_DERIVED)
 SAMPLE_EMPTY = "samples/empty_share"
 SAMPLE_REPETITION = "samples/repetition"

@@ -18,7 +18,7 @@ import numpy as np
 from grpo_doctor.diagnostics.findings import Evidence, Fix
 from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics import rolling
-from grpo_doctor.diagnostics.series import DERIVED_FROM, MIN_WINDOW_ROWS, RunSeries
+from grpo_doctor.diagnostics.series import DERIVED_FROM, DERIVED_KEEPS, MIN_WINDOW_ROWS, RunSeries
 
 W = 10            # optimizer steps in a window (RunSeries.rows turns steps into logged rows)
 FAST = 3          # steps of the short median that sees a run break within a few steps
@@ -102,12 +102,22 @@ class Rule:
         for need in self.requires:
             options = (need,) if isinstance(need, str) else need
             if not any(series.has(name) for name in options):
-                return needs(" or ".join(DERIVED_FROM.get(name, name) for name in options))
+                return needs(" or ".join(_wanted(series, name) for name in options))
         return None
 
     def skip(self, series: RunSeries) -> Skip | None:
         """Why the rule cannot run on this run yet: a missing input first, then its gate; None when it can."""
         return self.missing(series) or (self.gate(series) if self.gate else None)
+
+
+def _wanted(series: RunSeries, name: str) -> str:
+    """The logged metric a rule input is made of; where it is logged but none of its values is kept, what is kept
+    and that no logged value is (``grad_norm above 0.001: every logged value is at or below it``)."""
+    source = DERIVED_FROM.get(name, name)
+    keeps = DERIVED_KEEPS.get(name)
+    if keeps is None or not series.has(source):
+        return source
+    return f"{source} {keeps} (every logged {source} is {keeps.replace('above', 'at or below')})"
 
 
 # ---------------------------------------------------------------------------------------- helpers

@@ -1004,7 +1004,7 @@ def test_a_negative_entropy_is_no_entropy_and_a_loops_mean_r_is_its_reward(store
     assert store.metrics(run.run_id)["reward"].iloc[0] == pytest.approx(0.37488, abs=1e-4)
     result = diagnose(store, run.run_id, save=False)
     assert "entropy_collapse" not in {f.rule for f in result.findings}
-    assert result.skipped["entropy_collapse"] == "needs entropy"
+    assert result.skipped["entropy_collapse"] == "needs entropy above 0 (every logged entropy is at or below 0)"
 
 
 def test_a_csv_of_a_trainers_log_history_ends_at_its_last_logged_step_not_at_its_summary_row(store, tmp_path):
@@ -1965,3 +1965,17 @@ def test_a_clusters_set_up_rows_before_the_loops_do_not_decide_its_kind_of_step(
     [run] = import_runs(store, log)
     steps = store.metrics(run.run_id).index
     assert (steps[0], steps[-1]) == (0, 110)
+
+
+def test_a_rule_whose_input_is_logged_with_no_usable_value_says_so_not_that_it_is_missing(store):
+    """A CS336 loop's debug run (batch 105, train): every group scored 0, so each step logs gradient_norm 0.0 and
+    token_entropy 0.0 (no token in the loss). The metrics are there; what is missing is a measured value."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "handwritten-jsonl__taoger-xu__assignment5-alignment__olmo2-1b-grpo-debug-zero-reward-14of50step"
+    [run] = import_runs(store, path / "metrics.jsonl")
+    metrics = store.metrics(run.run_id)
+    assert (metrics["grad_norm"].dropna() == 0).all() and (metrics["entropy"].dropna() == 0).all()
+    skipped = diagnose(store, run.run_id, save=False).skipped
+    assert skipped["grad_spikes"] == "needs grad_norm above 0.001 (every logged grad_norm is at or below 0.001)"
+    assert skipped["entropy_collapse"] == "needs entropy above 0 (every logged entropy is at or below 0)"
