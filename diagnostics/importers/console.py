@@ -62,8 +62,7 @@ from grpo_doctor.diagnostics.importers.console_cells import (
 from grpo_doctor.diagnostics.importers.hf import is_summary_row, run_name_for
 from grpo_doctor.diagnostics.importers.tabular import as_eval
 
-# key=value, key: value or key is value, the key one word (reward=0.41, actor/kl: 0.01, loss is 0.2), or quoted as a
-# printed dict's ('train/rewards': np.float64(0.09)).
+# key=value, key: value or key is value (reward=0.41, actor/kl: 0.01, loss is 0.2), or a dict's ('kl': np.float64(0.1)).
 _PAIR = re.compile(rf"(?<![\w./@'\"-])(['\"]?)({KEY})\1(?:\s*[=:]\s*|\s+is\s+)({VALUE})(?![\w.])",
                    re.IGNORECASE)
 # A whole segment between separators that is "some words [:=] number" or "word number" (| loss 0.1 |).
@@ -78,8 +77,7 @@ _BATCH_WORD = re.compile(r"(?<![\w/.-])(batch)\s*[#:=]?\s*(\d+)(?![\w./])", re.I
 _COUNTER = re.compile(r"[\[(]\s*(\d+)\s*/\s*(\d+)\s*[\])]|(?<![\w/.])(\d+)/(\d+) \[")
 _EPOCH = re.compile(r"(?<![\w/.])epoch\s*[#:=]?\s*(\d+)", re.IGNORECASE)
 _EVAL_LINE = re.compile(r"^\W*(?:\S+\s+){0,6}?(?:eval(?:uation)?|validation|val|test)\b", re.IGNORECASE)
-# key: [n, n, ...], a list of numbers (a group's per-completion scores), each maybe quoted (a list of formatted
-# strings printed as it is: ['0.80', '0.01']).
+# key: [n, n, ...], a list of numbers (a group's per-completion scores), each maybe quoted (['0.80', '0.01']).
 _LIST_PAIR = re.compile(rf"(?<![\w./@-])({KEY})\s*[=:]\s*\[((?:\s*['\"]?(?:{NUMBER})['\"]?\s*,)*"
                         rf"\s*['\"]?(?:{NUMBER})['\"]?\s*)\]", re.IGNORECASE)
 _RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
@@ -173,6 +171,8 @@ def looks_like_metrics(lines: list[str]) -> bool:
                 return True
             continue
         keys = set(values := metric_pairs(clean))
+        if _noise(clean, values):  # vLLM's hundreds of ``Processed prompts: 42%|...`` lines a step
+            continue
         if not is_row(clean, values):
             heading = _heading(clean, "word", heading)
             if heading is not None and _lone(clean, values):

@@ -231,8 +231,12 @@ def _no_gain_at(series: RunSeries, name: str | None, step: int) -> bool:
 def _flat_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     start, now = series.head("reward", start_window(series, "reward")), smoothed(series, "reward", ep.last, 2 * W)
+    note = f"median of the first {W} logged steps"
+    if start != start:  # a run shorter than the starting window (a reward held since its first row): all its rows
+        values = series.finite("reward")[1]
+        start, note = float(np.median(values)), f"median of its {len(values)} logged steps, fewer than {W}"
     evidence = [
-        Evidence(start_step(series, "reward"), "reward", start, f"median of the first {W} logged steps"),
+        Evidence(start_step(series, "reward"), "reward", start, note),
         Evidence(ep.last, "reward", now, f"median of the last {2 * W} logged steps; no {2 * W}-step median rose "
                                          "above the start by more than the noise"),
     ]

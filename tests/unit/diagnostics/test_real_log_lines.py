@@ -1979,3 +1979,22 @@ def test_a_rule_whose_input_is_logged_with_no_usable_value_says_so_not_that_it_i
     skipped = diagnose(store, run.run_id, save=False).skipped
     assert skipped["grad_spikes"] == "needs grad_norm above 0.001 (every logged grad_norm is at or below 0.001)"
     assert skipped["entropy_collapse"] == "needs entropy above 0 (every logged entropy is at or below 0)"
+
+
+def test_a_nemo_rl_console_is_read_through_the_generators_progress_bars(store):
+    """NeMo-RL's GRPO console (batch 106, train): each ``===== Step 4/10 =====`` banner is followed by some 250 vLLM
+    ``Processed prompts: 42%|...| est. speed input: ...`` lines before its ``📊 Training Results:`` block
+    (``• Avg Reward: 0.0000``). The progress bars are no rows of metrics: counted as rows, they used up the
+    detector's look before the second step's block and the file was 'not a log GRPO Doctor can read'."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "other__pmotgi__nemo-rl-on-gke__gemma3-27b-gsm8k-grpo-zero-reward-7step" / "rl_loop_logs"
+    [run] = import_runs(store, path)
+    metrics = store.metrics(run.run_id)
+    assert list(metrics.index) == list(range(4, 11))
+    assert (metrics["reward"] == 0).all() and (metrics["loss"] == 0).all()
+    assert metrics["completions/mean_length"].iloc[0] == pytest.approx(229.0537)
+    assert metrics["rollout_kl"].iloc[0] == pytest.approx(0.0003)
+    [flat] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "reward_flat"]
+    start = flat.evidence[0]  # 7 rows, fewer than the 10-step starting window: the level of all of them, not NaN
+    assert start.value == 0.0 and start.note == "median of its 7 logged steps, fewer than 10"
