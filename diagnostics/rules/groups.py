@@ -207,8 +207,9 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     name = uniform_metric(series)
     observed = smoothed(series, name, ep.last)
-    evidence = [smoothed_evidence(series, name, ep.last, _uniform_note(series, name, observed)),
-                at(series, name, ep.onset, "onset")]
+    shown = name if series.has(name) else "grad_norm"  # no reward logged at all: the update said it
+    evidence = [smoothed_evidence(series, shown, ep.last, _uniform_note(series, name, observed)),
+                at(series, shown, ep.onset, "onset")]
     top = solved(series, name, ep) if name in SPREAD else None
     if top is not None:  # success, not a lack of signal: those prompts have nothing left to teach
         return _solved_explain(series, ep, evidence, top)

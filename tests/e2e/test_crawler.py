@@ -68,17 +68,19 @@ def test_restart_a_recorded_sick_run_with_its_fix_and_follow_the_child(served, r
     shot(page, "7-child-page")
 
 
-def test_every_page_on_every_run_shows_no_exception(served, restarted, page):
+def test_every_page_on_a_run_of_each_kind_shows_no_exception(served, restarted, page):
     """The crawler: once the button's child has finished (its verdict drawn on its parent's page and its own), the Run
-    page of every run in the store, every other page, the Samples page of a run of each source (recorded, followed,
-    callback) and the Compare page of a family. Every combination of page and run is rendered headless by
-    tests/unit/app/test_every_run.py."""
+    page of a run of each kind (a recorded row and its restarted twins, a healthy recording, the child the button
+    started, a followed log, a callback run), every other page, the Samples page of a run of each source (recorded,
+    followed, callback) and the Compare page of a family. Every combination of page and run is rendered headless by
+    tests/unit/app/test_every_run.py, which looks for the same exception boxes and tracebacks."""
     db = str(served.db)
     wait_for(lambda: run_named(db, restarted["name"])["status"] == "finished", 180, f"{restarted['name']} to finish",
              lambda: tail(processes.runs_dir(db) / f"{restarted['name']}.log"))
     with RunStore(db) as store:
         runs = dict(zip(store.list_runs()["name"], store.list_runs()["id"]))
-    visits = [f"run?run={run_id}" for run_id in runs.values()] + list(OTHER_PAGES)
+    kinds = ("kl_blowup", "kl_blowup-fix", "healthy", restarted["name"], FOLLOWED, CALLBACK)
+    visits = [f"run?run={runs[name]}" for name in kinds] + list(OTHER_PAGES)
     visits += [f"samples?run={runs[name]}" for name in ("kl_blowup", FOLLOWED, CALLBACK)]  # samples from each source
     visits += [f"compare?run={runs[name]}" for name in ("kl_blowup", restarted["name"])]  # a family: parent, children
     failed = {visit: seen for visit in visits if (seen := problems_on(open_page(page, f"{served.url}/{visit}")))}

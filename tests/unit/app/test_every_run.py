@@ -1,8 +1,8 @@
 """Every page of the dashboard, opened on every kind of run a user has, renders without an exception: every recorded
 run of ``sample_runs/`` (the teaching rows and their restarted twins, linked to their parents as a restart links
 them), a followed verl log, and a run the TRL callback streamed. Headless (AppTest), so all the combinations are
-affordable; ``tests/e2e/test_browser.py`` walks the same pages in Chromium (its crawler), with a child started by
-the real button.
+affordable; ``tests/e2e/test_crawler.py`` walks each page on a run of each kind in Chromium, with a child started
+by the real button.
 """
 
 from __future__ import annotations

@@ -153,6 +153,10 @@ FIXTURES = [
             cause="too easy", fix={"num_generations": 16}),
     Fixture("no learning signal", {"uniform_groups": "critical", "zero_grad": "info"},  # never updated: its consequence
             metrics={"frac_reward_zero_std": np.full(N, 0.97), "loss": np.zeros(N), "grad_norm": np.zeros(N)}),
+    Fixture("no update, a loop that logs an accuracy and no reward", {"uniform_groups": "critical"},
+            metrics={"reward": None, "reward_std": None, "rewards/correctness/mean": None, "frac_reward_zero_std": None,
+                     "advantage/std": None, "accuracy": 0.1 + noise(N, 0.01), "loss": np.zeros(N),
+                     "grad_norm": np.zeros(N)}),
     Fixture("outputs shrink under grpo loss", {"length_shrink": "warning"},
             metrics={"completions/mean_length": ramp(N, 200, 80)}, config={"loss_type": "grpo"},
             cause="per-sequence", fix={"loss_type": "dr_grpo"}),
@@ -445,6 +449,8 @@ def test_fixture_findings(fixture):
         assert first.status == "open" and first.last_step == fixture.n, (first.status, first.last_step)
     for f in findings:  # every finding carries its evidence and references; problems their causes and fixes
         assert f.evidence and f.references and f.onset_step is not None
+        shown = [e for e in f.evidence if e.value is not None and e.metric != "events" and f.rule != "nonfinite"]
+        assert not [e for e in shown if math.isnan(e.value)], f"{f.rule}: evidence of a metric with no value"
         if f.severity != "expected":
             assert f.causes and f.fixes
 
