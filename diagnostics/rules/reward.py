@@ -343,12 +343,19 @@ def _collapse_detect(series: RunSeries, since):
         held = np.where(rose, np.fmax(peak, start), start)
         fell_off = (held > 0) & (held - now >= np.maximum(0.75 * held, noise)) & (now < start)
         broke = (held > 0) & (held - fast >= np.maximum(0.5 * held, 2 * noise)) & (fast < start)
-        return steps, fell_back | fell_off | broke
+        # judged from the row that completes the start, as a live run is: a whole-run pass must not read a reward still
+        # rising through its first rows as fallen from the level those rows reach later
+        known = row_index(lo, len(steps)) >= series.rows(_start_steps(series, name), name) - 1
+        return steps, known & (fell_back | fell_off | broke)
+
+
+def _start_steps(series: RunSeries, name: str) -> int:
+    return max(W, MIN_WINDOW_ROWS * series.interval_of(name))
 
 
 def _start_level(series: RunSeries, name: str) -> float:
     """The median of the run's first W steps, 3 logged rows at least (a sparse log's 0.075 and 0 are no level)."""
-    return series.head(name, max(W, MIN_WINDOW_ROWS * series.interval_of(name)))
+    return series.head(name, _start_steps(series, name))
 
 
 def _peak_noise(series: RunSeries, name: str, lo: int) -> np.ndarray:
@@ -415,6 +422,7 @@ REWARD_COLLAPSE = Rule(
          "it held (a 20-step median, or its first 10 steps' median), by more than 6 × that noise, to below where "
          "it started; or the 3-step median lost half that "
          "level, by more than 12 × that noise, to below its start (a run that breaks within a few steps). "
+         "Judged from the row that completes the first 10 steps (the starting level) on. "
          "Without a reward, the accuracy a loop "
          "logs is read. "
          "Look at kl and entropy around the onset (a jump there means the policy left the reference).",

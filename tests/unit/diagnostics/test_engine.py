@@ -492,3 +492,28 @@ def test_a_flat_reward_dates_from_its_last_real_gain_live_or_post_hoc():
     track = whole.tracks["reward_flat"]
     assert (track.start, track.onset) == (104, 1)
     assert as_data(live.findings()) == as_data(whole.findings())
+
+
+def test_a_reward_rising_through_its_first_rows_is_no_collapse_live_or_post_hoc():
+    """A reward that climbs from 0.02 to 0.6 in its first five steps, then keeps rising slowly (a fresh LoRA learning
+    the task's format, as a Tinker ``rl_loop`` run on GSM8K does). Live, the reward collapse has no starting level
+    before the row that completes it; the whole-run pass judged the first rows against the start the later rows make
+    (0.54) and called a critical collapse at step 2."""
+    head = [0.019, 0.035, 0.08, 0.258, 0.547, 0.603, 0.569, 0.601, 0.535, 0.618]
+    s = np.arange(60)
+    reward = np.concatenate([head, 0.62 + 0.002 * np.arange(50) + noise(50, 0.03, 31)])
+    whole = RunSeries({"id": 1, "name": "probe", "source": "jsonl", "config": {}})
+    whole.add({"reward": (s, reward)})
+    diagnoser = Diagnoser(whole)
+    diagnoser.examine()
+    assert "reward_collapse" not in {f.rule for f in diagnoser.findings()}
+    rule = next(r for r in RULES if r.id == "reward_collapse")
+    live, seen = RunSeries({"id": 1, "name": "probe", "source": "jsonl", "config": {}}), {}
+    for step in s:
+        live.add({"reward": (s[step:step + 1], reward[step:step + 1])})
+        live.begin_pass()
+        steps, active = rule.detect(live, step - 1)
+        seen.update(zip(np.asarray(steps).tolist(), np.asarray(active).tolist()))
+    whole.begin_pass()
+    steps, active = rule.detect(whole, None)
+    assert seen == dict(zip(np.asarray(steps).tolist(), np.asarray(active).tolist()))
