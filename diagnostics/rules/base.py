@@ -112,7 +112,7 @@ class Rule:
 
 def _wanted(series: RunSeries, name: str) -> str:
     """The logged metric a rule input is made of; where it is logged but none of its values is kept, what is kept
-    and that no logged value is (``grad_norm above 0.001: every logged value is at or below it``)."""
+    and that no logged value is (``grad_norm above 0.001 (every logged grad_norm is at or below 0.001)``)."""
     source = DERIVED_FROM.get(name, name)
     keeps = DERIVED_KEEPS.get(name)
     if keeps is None or not series.has(source):
