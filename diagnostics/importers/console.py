@@ -71,8 +71,7 @@ _SEPARATORS = re.compile(r"\s*(?:\||,|;|(?<![:=\s])\t| - )\s*")  # a tab after a
 # "ep" only as a label ("Ep 000 | ..."): "ep=0" is a key of its own
 _STEP_WORD = re.compile(r"(?<![\w/.-])(global[ _]step|step|iteration|iter|it|update|episode|ep(?=\s+\d))"
                         r"\s*[#:=]?\s*(\d+)(?:\s*/\s*(\d+))?(?![\w.])", re.IGNORECASE)
-# A loop's batch number heading the metric lines printed for that batch (only on a line of its own: on a metric line a
-# batch number counts within an epoch).
+# A loop's batch number heading its metric lines (on a line of its own; on a metric line it counts within an epoch).
 _BATCH_WORD = re.compile(r"(?<![\w/.-])(batch)\s*[#:=]?\s*(\d+)(?![\w./])", re.IGNORECASE)
 _COUNTER = re.compile(r"[\[(]\s*(\d+)\s*/\s*(\d+)\s*[\])]|(?<![\w/.])(\d+)/(\d+) \[")
 _EPOCH = re.compile(r"(?<![\w/.])epoch\s*[#:=]?\s*(\d+)", re.IGNORECASE)
@@ -118,8 +117,7 @@ def metric_pairs(line: str) -> dict[str, float]:
     return dict(_cached_metric_pairs(line) if len(line) <= _CACHED_LINE else _metric_pairs(line))
 
 
-# An import reads a log's first lines more than once (its format, its step kind, then its rows): a line's pairs are
-# kept for the next pass, for lines of ordinary length.
+# A log's first lines are read more than once (format, step kind, rows): their pairs are kept, for ordinary lengths.
 _CACHED_LINE = 2_000
 
 
@@ -190,7 +188,9 @@ def looks_like_metrics(lines: list[str]) -> bool:
     return False
 
 
-_BULLET = re.compile(r"^[•·‣◦▪▶►*-]\s+")  # a list item's mark: ``• Avg Reward: 0.32``
+# a list item's mark (``• Avg Reward: 0.32``), after a launcher's or logger's prefix if any (``[rank0]:``, ``0:``)
+_BULLET = re.compile(r"^(?:\[(?:rank|default)\d+\]:|\d+:|\d{4}-\d\d-\d\d[ T][\d:.,]+\s.*?\b(?:INFO|DEBUG|WARNING)\s*-)?"
+                     r"\s*[•·‣◦▪▶►*-]\s+")
 _COMMENT = re.compile(r"\s+(?:<-{2,}|#)\s.*$")  # a note after the value: ``rewards/mean: 0.25\t<---- average reward``
 
 

@@ -1998,3 +1998,18 @@ def test_a_nemo_rl_console_is_read_through_the_generators_progress_bars(store):
     [flat] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "reward_flat"]
     start = flat.evidence[0]  # 7 rows, fewer than the 10-step starting window: the level of all of them, not NaN
     assert start.value == 0.0 and start.note == "median of its 7 logged steps, fewer than 10"
+
+
+@pytest.mark.parametrize("prefix", [b"[rank0]: ", b"0: ", b"2025-09-23 09:01:00,984 - train - INFO - "])
+def test_a_nemo_rl_consoles_bullet_lines_are_read_behind_a_launchers_or_loggers_prefix(store, tmp_path, prefix):
+    """The NeMo-RL console of batch 106 (train) as torchrun, srun --label or a logger would write it: its one-metric
+    lines (``[rank0]:   • Avg Reward: 0.0000``) are read as without the prefix (they were read only unprefixed)."""
+    path = CORPUS / "other__pmotgi__nemo-rl-on-gke__gemma3-27b-gsm8k-grpo-zero-reward-7step" / "rl_loop_logs"
+    copy = tmp_path / "rl_loop_logs"
+    copy.write_bytes(b"".join(prefix + line for line in path.read_bytes().splitlines(keepends=True)))
+    [original] = import_runs(store, path)
+    [prefixed] = import_runs(store, copy)
+    want, got = store.metrics(original.run_id), store.metrics(prefixed.run_id)
+    assert list(got.index) == list(range(4, 11))
+    for name in ("reward", "loss", "completions/mean_length", "rollout_kl"):
+        assert got[name].tolist() == want[name].tolist(), name
