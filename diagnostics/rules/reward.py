@@ -345,17 +345,13 @@ def _collapse_detect(series: RunSeries, since):
         broke = (held > 0) & (held - fast >= np.maximum(0.5 * held, 2 * noise)) & (fast < start)
         # judged from the row that completes the start, as a live run is: a whole-run pass must not read a reward still
         # rising through its first rows as fallen from the level those rows reach later
-        known = row_index(lo, len(steps)) >= series.rows(_start_steps(series, name), name) - 1
+        known = row_index(lo, len(steps)) >= series.rows(start_window(series, name), name) - 1
         return steps, known & (fell_back | fell_off | broke)
-
-
-def _start_steps(series: RunSeries, name: str) -> int:
-    return max(W, MIN_WINDOW_ROWS * series.interval_of(name))
 
 
 def _start_level(series: RunSeries, name: str) -> float:
     """The median of the run's first W steps, 3 logged rows at least (a sparse log's 0.075 and 0 are no level)."""
-    return series.head(name, _start_steps(series, name))
+    return series.head(name, start_window(series, name))
 
 
 def _peak_noise(series: RunSeries, name: str, lo: int) -> np.ndarray:
