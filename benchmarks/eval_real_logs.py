@@ -1,6 +1,6 @@
 """Grades the importers and the diagnoser on real public training logs that other people wrote.
 
-    .venv/bin/python benchmarks/eval_real_logs.py [--only TEXT ...] [--batch N] [--json FILE] [--verbose]
+    .venv/bin/python benchmarks/eval_real_logs.py [--only TEXT ...] [--batch N] [--json FILE] [--verbose] [--jobs N]
     .venv/bin/python benchmarks/eval_real_logs.py --first-contact N
     .venv/bin/python benchmarks/eval_real_logs.py --peer rldoctor [--peer-command PATH]
 
@@ -39,9 +39,12 @@ its block: its figures are a record, not a gate.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import datetime
+import itertools
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -215,8 +218,18 @@ def fix_problems(findings) -> tuple[list[str], list[str]]:
     return contradictions, wrong
 
 
-def evaluate(entries: list[dict], verbose: bool = False) -> list[LogResult]:
-    """Each reading graded; the readings of one file (its runs, listed one after another) share one import of it."""
+def evaluate(entries: list[dict], verbose: bool = False, jobs: int = 1) -> list[LogResult]:
+    """Each reading graded, in order; the readings of one file (its runs, listed one after another) share one import
+    of it. With ``jobs`` > 1, that many processes grade the files, each file whole in one of them."""
+    files = [list(group) for _, group in itertools.groupby(entries, key=lambda e: e["file"])]
+    if jobs <= 1 or len(files) < 2:
+        return [result for group in files for result in evaluate_file(group, verbose)]
+    with concurrent.futures.ProcessPoolExecutor(min(jobs, len(files))) as pool:
+        return [result for done in pool.map(evaluate_file, files, itertools.repeat(verbose)) for result in done]
+
+
+def evaluate_file(entries: list[dict], verbose: bool) -> list[LogResult]:
+    """The readings of one file graded on one import of it."""
     with Imports() as imports:
         return [evaluate_one(entry, verbose, imports) for entry in entries]
 
@@ -580,7 +593,7 @@ def summary_rows(s: dict) -> list[tuple[str, str]]:
         ("contradictory fixes", str(s["contradictory_fixes"])),
         ("wrong-way fixes", str(s["wrong_way_fixes"])),
         ("slowest import", f"{s['slowest_import_s']:.2f} s"),
-        ("import + diagnose, all logs", f"{s['import_and_diagnose_s']:.1f} s"),
+        ("import + diagnose, summed over logs", f"{s['import_and_diagnose_s']:.1f} s"),
     ]
 
 
@@ -655,7 +668,7 @@ def first_contact_block(s: dict, commit: str, dirty: bool, batch: int, day: str)
     return "\n".join(lines)
 
 
-def first_contact(corpus: dict, number: int, verbose: bool) -> int:
+def first_contact(corpus: dict, number: int, verbose: bool, jobs: int = 1) -> int:
     """Run batch N's readings and print its first_contact block; refuse when the batch already has one."""
     batch = next((b for b in corpus["batches"] if b.get("batch") == number), None)
     if batch is None:
@@ -669,7 +682,7 @@ def first_contact(corpus: dict, number: int, verbose: bool) -> int:
     if not entries:
         print(f"batch {number} has no readings", file=sys.stderr)
         return 2
-    results = evaluate(entries, verbose)
+    results = evaluate(entries, verbose, jobs)
     for r in results:
         print_log(r, verbose)
     commit, dirty = git_state()
@@ -782,6 +795,8 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--peer-command", metavar="PATH", help="the peer's executable (default: rldoctor on PATH)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--verbose", action="store_true", help="list every finding of every log")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                        help="processes that import and diagnose the logs (default: one per core)")
     args = parser.parse_args(argv)
     if args.first_contact is not None and (args.only or args.batch is not None or args.peer):
         parser.error("--first-contact runs a whole batch on its own: no --only, --batch or --peer")
@@ -797,7 +812,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     corpus = load_corpus()
     if args.first_contact is not None:
-        return first_contact(corpus, args.first_contact, args.verbose)
+        return first_contact(corpus, args.first_contact, args.verbose, args.jobs)
     command = (shutil.which(args.peer_command or "rldoctor") or shutil.which(ROOT / ".venv-peer" / "bin" / "rldoctor")
                if args.peer else None)
     if args.peer and not command:
@@ -805,12 +820,16 @@ def main(argv=None) -> int:
               "--peer-command PATH)", file=sys.stderr)
         return 2
     entries = select(corpus["readings"], args.only, args.batch)
-    results = evaluate(entries, args.verbose)
+    started = time.perf_counter()
+    results = evaluate(entries, args.verbose, args.jobs)
+    wall = time.perf_counter() - started
     for r in results:
         print_log(r, args.verbose)
     summaries = split_summaries(results)
     print()
     print_summaries(summaries)
+    print(f"\nimport + diagnose, all logs: {wall:.1f} s wall time in {args.jobs} process(es) "
+          f"({sum(r.total_s for r in results):.1f} s of work)")
     print_history(corpus["batches"])
     out = {"summary": summaries, "first_contact": [{"batch": b.get("batch"), **(b.get("first_contact") or {})}
                                                    for b in corpus["batches"]],
