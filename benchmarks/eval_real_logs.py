@@ -44,6 +44,7 @@ import contextlib
 import datetime
 import itertools
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -224,7 +225,8 @@ def evaluate(entries: list[dict], verbose: bool = False, jobs: int = 1) -> list[
     files = [list(group) for _, group in itertools.groupby(entries, key=lambda e: e["file"])]
     if jobs <= 1 or len(files) < 2:
         return [result for group in files for result in evaluate_file(group, verbose)]
-    with concurrent.futures.ProcessPoolExecutor(min(jobs, len(files))) as pool:
+    spawn = multiprocessing.get_context("spawn")  # not fork: a test runner's worker has threads of its own
+    with concurrent.futures.ProcessPoolExecutor(min(jobs, len(files)), mp_context=spawn) as pool:
         return [result for done in pool.map(evaluate_file, files, itertools.repeat(verbose)) for result in done]
 
 

@@ -164,3 +164,15 @@ def test_nothing_imports_the_old_top_level_names(folder):
              if p.suffix in (".py", ".md", ".sh") and "data" not in p.relative_to(ROOT).parts
              for n, line in enumerate(p.read_text().splitlines(), 1) if OLD_IMPORT.search(line)]
     assert not found, "\n".join(found)
+
+
+def test_the_long_files_run_first_and_exist(request):
+    """conftest's LONG_FILES names test files that exist (a renamed one would fall back to collection order)."""
+    conftest = next(p for p in request.config.pluginmanager.get_plugins()
+                    if getattr(p, "__file__", None) == str(TESTS / "conftest.py"))
+    long_files = conftest.LONG_FILES
+    missing = [name for name in long_files if not (TESTS / name).is_file()]
+    assert not missing, f"tests/conftest.py LONG_FILES names files that are gone: {missing}"
+    files = list(dict.fromkeys(item.path for item in request.session.items))
+    if len(files) > len(long_files):  # the whole suite was collected: the long files lead, in their order
+        assert files[:len(long_files)] == [TESTS / name for name in long_files]
