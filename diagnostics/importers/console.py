@@ -342,7 +342,7 @@ def _vote(kinds: list[tuple[str, int | None]]) -> str:
 def _heading(line: str, kind: str | None, heading: int | None) -> int | None:
     """The step a line with no metrics heads (``Step 12: generating 2 candidates...``, ``rollout batch 12
     generated``) when the file steps by step words, else the heading before it."""
-    if kind != "word" or not any(c.isdigit() for c in line):
+    if kind != "word" or not any(map(str.isdigit, line)):
         return heading
     found = _step_word(line) or _BATCH_WORD.search(line)
     return int(found[2]) if found else heading
@@ -393,7 +393,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
         if row is not None:
             yield from _table_step(source, row, lineno, order := order + 1)
             continue
-        if not any(c.isdigit() for c in line):  # no number, no metric (a cheap test before the patterns)
+        if not any(map(str.isdigit, line)):  # no number, no metric (a cheap test before the patterns)
             continue
         values = metric_pairs(line)
         if not values:
@@ -473,7 +473,7 @@ def _epoch_offset(line: str, found: tuple, here: int, offset: int, last_counter:
 
 def _named_step(line: str) -> tuple[int, int] | None:
     """(step, total) of a step word with a total on a line of no metrics (``Iteration 0/1000``), else None."""
-    m = _step_word(line) if any(c.isdigit() for c in line) else None
+    m = _step_word(line) if any(map(str.isdigit, line)) else None
     return (int(m[2]), int(m[3])) if m and m[3] else None
 
 
