@@ -1,6 +1,6 @@
 """Imports each train-split corpus log again as users' copies of it differ, and checks it reads as the original.
 
-    .venv/bin/python benchmarks/eval_log_variants.py [--split train|test] [--verbose]
+    .venv/bin/python benchmarks/eval_log_variants.py [--split train|test] [--verbose] [--jobs N]
 
 A first log differs from the corpus in more than its metrics: Windows line ends, a BOM, a logger's prefix on every
 line, torchrun's ``[rank0]:``, colour codes, a table saved as TSV or by a European spreadsheet, a crash mid-write.
@@ -17,10 +17,14 @@ Prints one line per variant and exits 0 (a measurement, not a gate: tests/unit h
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import gzip
 import io
+import itertools
 import json
+import multiprocessing
+import os
 import re
 import sys
 import tempfile
@@ -146,40 +150,52 @@ def check(name: str, original: tuple[int, int], path: Path) -> str | None:
     return None
 
 
+def try_variants(file: str, tmp: str) -> list[tuple[str, str | None]]:
+    """``(variant, problem or None)`` for each variant of one log that applies to its kind, each written under
+    ``tmp`` and imported; none for a log that does not import as it is (eval_real_logs reports it)."""
+    src = CORPUS / file
+    try:
+        original = shape(src)
+    except LogFormatError:
+        return []
+    kind, out = kind_of(src), []
+    for i, (name, kinds, change) in enumerate(VARIANTS):
+        if kind not in kinds:
+            continue
+        folder = Path(tmp) / str(i) / file.replace("/", "__")
+        folder.mkdir(parents=True)
+        for sibling in src.parent.iterdir():  # the config and scripts beside the log
+            if sibling.is_file() and sibling != src:
+                (folder / sibling.name).write_bytes(sibling.read_bytes())
+        variant = folder / (src.name + (".gz" if name == PACKED else ""))
+        variant.write_bytes(change(src.read_bytes()))
+        if name == FOLDER:
+            for model_file, text in MODEL_FILES.items():
+                if not (folder / model_file).exists():
+                    (folder / model_file).write_text(text)
+        problem = check(name, original, folder if name == FOLDER else variant)
+        out.append((name, f"{file}: {problem}" if problem else None))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--split", choices=("train", "test"), default="train")
     p.add_argument("--verbose", action="store_true", help="name each log that failed")
+    p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                   help="processes that try the logs (default: one per core)")
     args = p.parse_args(argv)
     logs = sorted({e["file"] for e in load_readings() if e.get("split") == args.split})
     failed: dict[str, list[str]] = {name: [] for name, _, _ in VARIANTS}
     tried = dict.fromkeys(failed, 0)
     with tempfile.TemporaryDirectory() as tmp:
-        for file in logs:
-            src = CORPUS / file
-            try:
-                original = shape(src)
-            except LogFormatError:
-                continue  # eval_real_logs reports it
-            kind = kind_of(src)
-            for i, (name, kinds, change) in enumerate(VARIANTS):
-                if kind not in kinds:
-                    continue
-                folder = Path(tmp) / str(i) / file.replace("/", "__")
-                folder.mkdir(parents=True)
-                for sibling in src.parent.iterdir():  # the config and scripts beside the log
-                    if sibling.is_file() and sibling != src:
-                        (folder / sibling.name).write_bytes(sibling.read_bytes())
-                variant = folder / (src.name + (".gz" if name == PACKED else ""))
-                variant.write_bytes(change(src.read_bytes()))
-                if name == FOLDER:
-                    for model_file, text in MODEL_FILES.items():
-                        if not (folder / model_file).exists():
-                            (folder / model_file).write_text(text)
-                tried[name] += 1
-                problem = check(name, original, folder if name == FOLDER else variant)
-                if problem:
-                    failed[name].append(f"{file}: {problem}")
+        spawn = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs), mp_context=spawn) as pool:
+            for done in pool.map(try_variants, logs, itertools.repeat(tmp)):
+                for name, problem in done:
+                    tried[name] += 1
+                    if problem:
+                        failed[name].append(problem)
     total_ok = sum(tried.values()) - sum(map(len, failed.values()))
     for name, _, _ in VARIANTS:
         print(f"{name:<50} {tried[name] - len(failed[name]):>3}/{tried[name]:<3} read as the original")
