@@ -1,6 +1,6 @@
 """Grades the forecasts (diagnostics/forecast.py) on the real-log corpus, replaying each log step by step.
 
-    .venv/bin/python benchmarks/eval_forecast.py [--verbose]
+    .venv/bin/python benchmarks/eval_forecast.py [--verbose] [--jobs N]
 
 For each log imported as its reading has it, the forecasts are computed on the log cut at every logged step (what a
 live run would have shown then). Then:
@@ -24,7 +24,10 @@ before the onset, at most 1 healthy log in 10 with a forecast that never came tr
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
+import multiprocessing
+import os
 import statistics
 import sys
 from dataclasses import dataclass
@@ -115,43 +118,57 @@ def series_of(entry: dict) -> RunSeries | None:
         return series
 
 
+def judge(entry: dict) -> tuple[list[Shown] | None, list[dict]]:
+    """One reading's replay: (the forecasts that never came true, for a healthy log, else None; the trend pathologies
+    with their leads, for an unhealthy one). Nothing for a log that does not import as read."""
+    series = series_of(entry)
+    if series is None:
+        return None, []
+    shown = replay(series)
+    first = min((int(series.finite(t.metric)[0][0]) for t in TARGETS if series.has(t.metric)), default=None)
+    if entry.get("healthy"):
+        return [f for f in shown if not came_true(series, f)], []
+    trends = []
+    for path in entry.get("pathologies") or []:
+        rule = next((r for r in [path["rule"], *(path.get("alternatives") or [])] if r in FORETOLD), None)
+        if rule is None or path.get("onset") is None:
+            continue
+        metric, direction = FORETOLD[rule]
+        if not series.has(metric):
+            continue
+        onset = int(path["onset"])
+        steps, values = series.finite(metric)
+        measured = np.flatnonzero(values)  # rows of exactly 0 before the first other value: not measured yet
+        before = int((steps[measured[0]:] < onset).sum()) if len(measured) else 0
+        target = next(t for t in TARGETS if (t.metric, t.direction) == (metric, direction))
+        pre = values[measured[0]:][steps[measured[0]:] < onset][-WINDOW:] if len(measured) else values[:0]
+        pre = np.log(pre[pre > 0]) if target.log else pre
+        hits = [f.step for f in shown if f.metric == metric and f.direction == direction and f.step < onset]
+        lead = onset - min(hits) if hits else None
+        span = onset - (first if first is not None else onset)
+        trends.append({"file": entry["file"], "split": entry.get("split"), "rule": rule, "onset": onset,
+                       "z": direction * kendall_z(pre),
+                       "rows_before": before, "lead": lead, "share": lead / span if lead and span else None})
+    return None, trends
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                   help="processes that replay the logs (default: one per core)")
     args = p.parse_args(argv)
     trends, healthy = [], []
-    for entry in load_readings():
-        series = series_of(entry)
-        if series is None:
-            continue
-        shown = replay(series)
-        first = min((int(series.finite(t.metric)[0][0]) for t in TARGETS if series.has(t.metric)), default=None)
-        if entry.get("healthy"):
-            wrong = [f for f in shown if not came_true(series, f)]
+    entries = load_readings()
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs), mp_context=spawn) as pool:
+        for entry, (wrong, found) in zip(entries, pool.map(judge, entries, chunksize=4)):
+            trends += found
+            if wrong is None:
+                continue
             healthy.append((entry, wrong))
             if args.verbose and wrong:
                 print(f"healthy {entry['file']}: {len(wrong)} forecasts never came true, first {wrong[0]}")
-            continue
-        for path in entry.get("pathologies") or []:
-            rule = next((r for r in [path["rule"], *(path.get("alternatives") or [])] if r in FORETOLD), None)
-            if rule is None or path.get("onset") is None:
-                continue
-            metric, direction = FORETOLD[rule]
-            if not series.has(metric):
-                continue
-            onset = int(path["onset"])
-            steps, values = series.finite(metric)
-            measured = np.flatnonzero(values)  # rows of exactly 0 before the first other value: not measured yet
-            before = int((steps[measured[0]:] < onset).sum()) if len(measured) else 0
-            target = next(t for t in TARGETS if (t.metric, t.direction) == (metric, direction))
-            pre = values[measured[0]:][steps[measured[0]:] < onset][-WINDOW:] if len(measured) else values[:0]
-            pre = np.log(pre[pre > 0]) if target.log else pre
-            hits = [f.step for f in shown if f.metric == metric and f.direction == direction and f.step < onset]
-            lead = onset - min(hits) if hits else None
-            span = onset - (first if first is not None else onset)
-            trends.append({"file": entry["file"], "split": entry.get("split"), "rule": rule, "onset": onset,
-                           "z": direction * kendall_z(pre),
-                           "rows_before": before, "lead": lead, "share": lead / span if lead and span else None})
     for t in trends:
         print(f"{t['rule']:<17} onset {t['onset']:>5}  rows before {t['rows_before']:>4}  z {t['z']:4.1f}  "
               + (f"forecast {t['lead']} steps ahead ({t['share']:.0%} of the way)" if t["lead"] else "no forecast before")
