@@ -728,12 +728,12 @@ def grade_peer(entry: dict, imported: bool, error: str, alarms: list[str]) -> Pe
                       len(pathologies), named)
 
 
-def evaluate_peer(entries: list[dict], command: str) -> list[PeerResult]:
-    """The peer on every log, once per file (a file with two runs gets one report, graded against both readings)."""
-    reports: dict[str, tuple[bool, str, list[str]]] = {}
-    for entry in entries:
-        if entry["file"] not in reports:
-            reports[entry["file"]] = run_peer(command, CORPUS / entry["file"])
+def evaluate_peer(entries: list[dict], command: str, jobs: int = 1) -> list[PeerResult]:
+    """The peer on every log, once per file (a file with two runs gets one report, graded against both readings),
+    ``jobs`` of its processes at a time."""
+    files = list(dict.fromkeys(entry["file"] for entry in entries))
+    with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
+        reports = dict(zip(files, pool.map(lambda file: run_peer(command, CORPUS / file), files)))
     return [grade_peer(entry, *reports[entry["file"]]) for entry in entries]
 
 
@@ -837,7 +837,7 @@ def main(argv=None) -> int:
                                                    for b in corpus["batches"]],
            "logs": [r.__dict__ for r in results]}
     if command:
-        peer = evaluate_peer(entries, command)
+        peer = evaluate_peer(entries, command, args.jobs)
         peer_summaries = {split: peer_summary(in_split(peer, split)) for split in summaries}
         print_peer_logs(peer)
         print_leads(results, peer)
