@@ -40,8 +40,10 @@ def final_error(path: str | Path) -> str | None:
 def error_in(tail: str) -> str | None:
     """``final_error`` of a console's last lines (what a W&B run file captured of it)."""
     lines = [strip_ansi(line).strip() for line in tail.splitlines()]
-    last_row = max((i for i, line in enumerate(lines) if _TRACEBACK not in line and is_row(line, metric_pairs(line))),
-                   default=-1)
+    if not any(line.endswith(_TRACEBACK) or _OOM_KILLED.match(line) for line in lines):
+        return None  # neither a traceback nor a kill anywhere: no need to find the last row
+    last_row = next((i for i in reversed(range(len(lines)))
+                     if _TRACEBACK not in lines[i] and is_row(lines[i], metric_pairs(lines[i]))), -1)
     killed = [line for line in lines[last_row + 1:] if _OOM_KILLED.match(line)]
     if killed:  # the scheduler's word is the cause: the tracebacks before it are the workers it took down
         return killed[-1][:300]
