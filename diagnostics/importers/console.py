@@ -51,12 +51,14 @@ from grpo_doctor.diagnostics.importers.console_cells import (
     KEY,
     MIN_PAIRS,
     NUMBER,
+    STEP_WORD,
     VALUE,
     as_key,
     fresh,
     grid_pairs,
     header_names,
     known,
+    step_word,
     table_row,
 )
 from grpo_doctor.diagnostics.importers.hf import is_summary_row, run_name_for
@@ -68,9 +70,6 @@ _PAIR = re.compile(rf"(?<![\w./@'\"-])(['\"]?)({KEY})\1(?:\s*[=:]\s*|\s+is\s+)({
 # A whole segment between separators that is "some words [:=] number" or "word number" (| loss 0.1 |).
 _SEGMENT = re.compile(rf"^\s*({KEY}(?: {KEY}){{0,3}})\s*(?:[=:]\s*|\s)({VALUE})\s*%?\s*$", re.IGNORECASE)
 _SEPARATORS = re.compile(r"\s*(?:\||,|;|(?<![:=\s])\t| - )\s*")  # a tab after a key's colon is no separator
-# "ep" only as a label ("Ep 000 | ..."): "ep=0" is a key of its own
-_STEP_WORD = re.compile(r"(?<![\w/.-])(global[ _]step|step|iteration|iter|it|update|episode|ep(?=\s+\d))"
-                        r"\s*[#:=]?\s*(\d+)(?:\s*/\s*(\d+))?(?![\w.])", re.IGNORECASE)
 # A loop's batch number heading its metric lines (on a line of its own; on a metric line it counts within an epoch).
 _BATCH_WORD = re.compile(r"(?<![\w/.-])(batch)\s*[#:=]?\s*(\d+)(?![\w./])", re.IGNORECASE)
 _COUNTER = re.compile(r"[\[(]\s*(\d+)\s*/\s*(\d+)\s*[\])]|(?<![\w/.])(\d+)/(\d+) \[")
@@ -95,11 +94,11 @@ def pairs(line: str) -> dict[str, str]:
     if found:
         return found
     for segment in _SEPARATORS.split(line):
-        step = _STEP_WORD.match(segment.strip())
+        step = STEP_WORD.match(segment.strip())
         if step and step.end() < len(segment.strip()):  # "Step 5: reward 0.2": the pair after the step
             segment = segment.strip()[step.end():].lstrip(" :-")
         m = _SEGMENT.match(segment)
-        if m and not _STEP_WORD.fullmatch(segment.strip()):
+        if m and not STEP_WORD.fullmatch(segment.strip()):
             found.setdefault(as_key(m[1]), m[2])
             continue
         for m in _PAIR.finditer(segment):
@@ -194,6 +193,7 @@ _BULLET = re.compile(r"^(?:\[(?:rank|default)\d+\]:|\d+:|\d{4}-\d\d-\d\d[ T][\d:
 _COMMENT = re.compile(r"\s+(?:<-{2,}|#)\s.*$")  # a note after the value: ``rewards/mean: 0.25\t<---- average reward``
 
 
+@functools.lru_cache(maxsize=1 << 13)  # a log's lines are cleaned on each pass over them
 def _clean(line: str) -> str:
     return _COMMENT.sub("", _BULLET.sub("", _RAY_PREFIX.sub("", strip_ansi(line).strip())))
 
@@ -208,7 +208,7 @@ def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:
     """``(kind, step, total)`` from a step word or key, else an (i/N) counter, else an epoch number (a loop that
     prints one line per epoch); None if the line has none (or not the ``kind`` the file uses)."""
     if kind in (None, "word"):
-        m = _step_word(line)
+        m = step_word(line)
         if m:
             return "word", int(m[2]), int(m[3]) if m[3] else None
         if kind == "word":
@@ -224,16 +224,6 @@ def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:
     return ("epoch", int(m[1]), None) if m else None
 
 
-def _step_word(line: str) -> re.Match | None:
-    """The step word of a line; of several (nested loops: ``Iteration 1/1, Step 7/500, GRPO iter 1/1``), not one of a
-    single pass (``1/1``), and the one with the largest total where each has one."""
-    found = list(_STEP_WORD.finditer(line))
-    counting = [m for m in found if m[3] is None or int(m[3]) > 1] or found
-    if counting and all(m[3] for m in counting):
-        return max(counting, key=lambda m: int(m[3]))
-    return counting[0] if counting else None
-
-
 # A line that numbers one sampled completion (``########## Example 1 (Reward: 0.0, Response Length: 708)``,
 # ``Sample 3: reward=1.0 len=212``): that completion's scores, not the batch's.
 _SAMPLE = re.compile(r"^\W*(?:example|sample|completion|response|generation)\s*#?\s*\d+\b", re.IGNORECASE)
@@ -245,7 +235,7 @@ def is_row(line: str, values: dict[str, float]) -> bool:
     completion's line."""
     if _SAMPLE.match(line):
         return False
-    return enough(values) or (bool(values) and all(map(known, values)) and _STEP_WORD.search(line) is not None)
+    return enough(values) or (bool(values) and all(map(known, values)) and STEP_WORD.search(line) is not None)
 
 
 _BAR = re.compile(r"\d%\|")  # a progress bar's "42%|"
@@ -344,7 +334,7 @@ def _heading(line: str, kind: str | None, heading: int | None) -> int | None:
     generated``) when the file steps by step words, else the heading before it."""
     if kind != "word" or not any(map(str.isdigit, line)):
         return heading
-    found = _step_word(line) or _BATCH_WORD.search(line)
+    found = step_word(line) or _BATCH_WORD.search(line)
     return int(found[2]) if found else heading
 
 
@@ -473,7 +463,7 @@ def _epoch_offset(line: str, found: tuple, here: int, offset: int, last_counter:
 
 def _named_step(line: str) -> tuple[int, int] | None:
     """(step, total) of a step word with a total on a line of no metrics (``Iteration 0/1000``), else None."""
-    m = _step_word(line) if any(map(str.isdigit, line)) else None
+    m = step_word(line) if any(map(str.isdigit, line)) else None
     return (int(m[2]), int(m[3])) if m and m[3] else None
 
 

@@ -1,9 +1,10 @@
-"""The cells of a console line: a key and a value as the console reader reads them (``KEY``, ``VALUE``), which of a
-line's metrics its step lacks (``fresh``), a table's header and its rows of numbers, and a key/value grid's row
-(AReaL's StatsLogger tables)."""
+"""The cells of a console line: a key and a value as the console reader reads them (``KEY``, ``VALUE``), its step word
+(``step_word``), which of a line's metrics its step lacks (``fresh``), a table's header and its rows of numbers, and a
+key/value grid's row (AReaL's StatsLogger tables)."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 from grpo_doctor.diagnostics.importers._base import to_float
@@ -34,6 +35,22 @@ def fresh(values: dict[str, float], at_step: set[str], evaluation: bool) -> dict
     answer's)."""
     taken = set() if evaluation else {canonical_name(k) for k in at_step}
     return {k: v for k, v in values.items() if k not in at_step and (evaluation or canonical_name(k) not in taken)}
+
+
+# "ep" only as a label ("Ep 000 | ..."): "ep=0" is a key of its own
+STEP_WORD = re.compile(r"(?<![\w/.-])(global[ _]step|step|iteration|iter|it|update|episode|ep(?=\s+\d))"
+                       r"\s*[#:=]?\s*(\d+)(?:\s*/\s*(\d+))?(?![\w.])", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=1 << 13)  # a log's lines are read on each pass over them
+def step_word(line: str) -> re.Match | None:
+    """The step word of a line; of several (nested loops: ``Iteration 1/1, Step 7/500, GRPO iter 1/1``), not one of a
+    single pass (``1/1``), and the one with the largest total where each has one."""
+    found = list(STEP_WORD.finditer(line))
+    counting = [m for m in found if m[3] is None or int(m[3]) > 1] or found
+    if counting and all(m[3] for m in counting):
+        return max(counting, key=lambda m: int(m[3]))
+    return counting[0] if counting else None
 
 
 _CELL_SPLIT = re.compile(r"\t|\s*\|\s*|\s{2,}")
