@@ -155,7 +155,7 @@ def judge(entry: dict) -> tuple[list[Shown] | None, list[dict]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--verbose", action="store_true")
-    p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="processes that replay the logs (default: one per core)")
     args = p.parse_args(argv)
     trends, healthy = [], []

@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--split", choices=("train", "test"), default="train")
     p.add_argument("--verbose", action="store_true", help="name each log that failed")
-    p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="processes that try the logs (default: one per core)")
     args = p.parse_args(argv)
     logs = sorted({e["file"] for e in load_readings() if e.get("split") == args.split})

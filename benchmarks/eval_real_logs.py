@@ -797,7 +797,7 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--peer-command", metavar="PATH", help="the peer's executable (default: rldoctor on PATH)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--verbose", action="store_true", help="list every finding of every log")
-    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="processes that import and diagnose the logs (default: one per core)")
     args = parser.parse_args(argv)
     if args.first_contact is not None and (args.only or args.batch is not None or args.peer):
