@@ -42,11 +42,11 @@ def free_port() -> int:
     return _free_port()
 
 
-# The files that take longest, longest first (seconds of one worker of `make test` on 2 cores, 2026-12-06): run
+# The files that take longest, about longest first (seconds of one worker of `make test` on 2 cores, 2026-12-06): run
 # before all others, so that the two workers end together. `--dist loadfile` hands whole files out in collection
 # order: a long file handed out last keeps one worker busy while the other idles (a 75 s tail before this order).
 LONG_FILES = (
-    "unit/trainer/test_trainer.py",          # ~70: trainers on CPU, kills and resumes
+    "unit/trainer/test_trainer.py",          # ~70-98: trainers on CPU, kills and resumes
     "e2e/test_browser.py",                   # ~73: a dashboard in Chromium, a run started from its form
     "e2e/test_crawler.py",                   # ~73: every page of every kind of run in Chromium
     "unit/diagnostics/test_real_logs.py",    # ~62: imports and diagnoses the corpus's train split
