@@ -179,16 +179,21 @@ def canonical_row(row: Mapping[str, float]) -> dict[str, float]:
     When several keys of the row claim one canonical name (verl's ``actor/kl_loss`` next to a
     ``kl``), the key already spelt canonically wins, then the earlier alias in the catalogue; the
     others keep their own names, so no value overwrites another."""
+    return derive({name: row[key] for name, key in _renaming(tuple(row))})
+
+
+@functools.lru_cache(maxsize=1 << 10)  # a log's rows repeat one set of keys, or a few
+def _renaming(keys: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(name in the canonical row, logged key) for a row with these keys, in the order ``canonical_row`` gives."""
     claims: dict[str, list[str]] = {}
-    for key in row:
+    for key in keys:
         claims.setdefault(canonical_name(key), []).append(key)
-    out: dict[str, float] = {}
-    for name, keys in claims.items():
-        keys.sort(key=lambda k: claim_rank(k, name))
-        out[name] = row[keys[0]]
-        for other in keys[1:]:
-            out[other] = row[other]
-    return derive(out)
+    out: list[tuple[str, str]] = []
+    for name, claimants in claims.items():
+        claimants.sort(key=lambda k: claim_rank(k, name))
+        out.append((name, claimants[0]))
+        out += [(other, other) for other in claimants[1:]]
+    return tuple(out)
 
 
 def claim_rank(key: str, name: str) -> tuple[int, int]:
