@@ -278,6 +278,7 @@ LENGTH_EXPLODE = Rule(
 # ---------------------------------------------------------------------------------------- truncation
 AT_CAP = 0.95  # of the cap: a mean length this close to it is most completions cut
 MOST_CUT = 0.8  # clipped_ratio's 10-step median at which truncation is a warning (0.6 is normal for distilled reasoning)
+ALL_CUT = 0.99  # ... and at which it is critical: no answer arrives, the reward scores nothing but cut text
 SOME_CUT = 0.2  # ... and at which it is worth a note: a fifth of the answers never arrive, and the reward sees cut text
 
 
@@ -329,8 +330,10 @@ def _truncation_gate(series: RunSeries) -> Skip | None:
 def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     cap, cap_text = length_cap(series)
+    severe = series.has(CLIPPED) and _most_cut(series, ep, ALL_CUT)
     if series.has(CLIPPED):
-        evidence = [smoothed_evidence(series, CLIPPED, ep.last, "share of completions cut at the cap")]
+        evidence = [smoothed_evidence(series, CLIPPED, ep.last, "share of completions cut at the cap" +
+                                      ("; all of them on most of 10 steps running: no answer arrives" if severe else ""))]
     elif series.has(NUM_EOS):
         evidence = [smoothed_evidence(series, NUM_EOS, ep.last, "completions that ended with EOS: none, so every "
                                       "one ran to response_length")]
@@ -342,7 +345,6 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
                        (LENGTH, "mean length")):
         if series.has(name):
             evidence.append(at(series, name, ep.last, note))
-    severe = False
     spread = uniform_metric(series)
     if series.has(spread) and (smoothed(series, spread, ep.last) >= 0.9 if spread == "frac_reward_zero_std" else
                              spread in SPREAD and smoothed(series, spread, ep.last) <= 1e-9):
@@ -365,9 +367,9 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
                        fixes)
 
 
-def _most_cut(series: RunSeries, ep: Episode) -> bool:
+def _most_cut(series: RunSeries, ep: Episode, share: float = MOST_CUT) -> bool:
     """Whether most completions are cut as the episode stands: in the last 10 steps up to its last, the 10-step median
-    of clipped_ratio at MOST_CUT or more, or (with only a mean length) 80% of a window's rows at the cap (always, where
+    of clipped_ratio at ``share`` (MOST_CUT) or more, or (with only a mean length) 80% of a window's rows at the cap (always, where
     only a count of EOS says so). Below it, and 10 steps after it fell back under it, the share cut is worth a note,
     not a warning."""
     if not series.has(CLIPPED):
@@ -377,7 +379,7 @@ def _most_cut(series: RunSeries, ep: Episode) -> bool:
     steps, _ = series.finite(CLIPPED)
     end = int(np.searchsorted(steps, ep.last, side="right"))
     recent = series.roll(CLIPPED, W, "median", 0, 1)[max(0, end - series.rows(W, CLIPPED)):end]
-    return bool(np.any(recent >= MOST_CUT))
+    return bool(np.any(recent >= share))
 
 
 def _truncation_read_off(series: RunSeries) -> tuple:
@@ -398,7 +400,8 @@ TRUNCATION = Rule(
          "clipped_ratio, half of the last 10 steps (or of the first 3 or more; a warning at 80%) "
          "have a mean length within 5% of the cap (recorded, or the ceiling the mean hits exactly again and again), "
          "or (TRL PPO/RLOO) no completion ending with EOS (val/num_eos_tokens 0). "
-         "Critical when frac_reward_zero_std is also ≥ 0.9: truncation has zeroed the reward signal.",
+         "Critical when the median reaches 0.99 (every completion cut: no answer arrives), or when "
+         "frac_reward_zero_std is also ≥ 0.9: truncation has zeroed the reward signal.",
 )
 
 

@@ -192,6 +192,12 @@ FIXTURES = [
                      "completions/mean_terminated_length": np.zeros(N), "reward": np.zeros(N),
                      "reward_std": np.zeros(N), "rewards/correctness/mean": np.zeros(N)},
             fix={"max_completion_length": 1024}, never=("num_generations", "temperature")),
+    # every completion cut while the groups still differ: no answer arrives, critical without the reward's verdict
+    Fixture("every completion is cut", {"truncation": "critical", "reward_flat": "info"},
+            metrics={"completions/clipped_ratio": np.full(N, 1.0), "completions/mean_length": np.full(N, 128.0),
+                     "frac_reward_zero_std": np.full(N, 0.1), "reward": 0.4 + noise(N, 0.03, 3),
+                     "reward_std": np.full(N, 0.2)},
+            fix={"max_completion_length": 1024}),
     # 0.6 truncated: a note that the share is worth knowing, and that distilled reasoning models cut that many
     Fixture("moderate truncation is expected", {"truncation": "info"}, metrics={"completions/clipped_ratio": np.full(N, 0.6)},
             notes=("truncation_moderate",)),
