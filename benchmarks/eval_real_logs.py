@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grpo_doctor.diagnostics.engine import Diagnosis, diagnose  # noqa: E402
+from grpo_doctor.diagnostics.findings import SEVERITIES  # noqa: E402
 from grpo_doctor.diagnostics.importers import MAX_RUNS, LogFormatError, import_runs  # noqa: E402
 from grpo_doctor.diagnostics.store import RunStore  # noqa: E402
 
@@ -124,7 +125,7 @@ class LogResult:
     runs: int = 0
     batch: int | None = None
     split: str | None = None
-    named: list[dict] = field(default_factory=list)       # {symptom, rule, onset_error, severity}
+    named: list[dict] = field(default_factory=list)  # {symptom, rule, onset_error, severity, expected_severity}
     missed: list[dict] = field(default_factory=list)      # {symptom, rule, why}
     false_alarms: list[dict] = field(default_factory=list)  # {rule, severity, onset}
     contradictions: list[str] = field(default_factory=list)
@@ -352,6 +353,8 @@ def summary(results: list[LogResult]) -> dict:
     named = sum(len(r.named) for r in results)
     total = named + sum(len(r.missed) for r in results)
     errors = [abs(n["onset_error"]) for r in results for n in r.named]
+    graded = [(SEVERITIES.index(n["severity"]), SEVERITIES.index(n["expected_severity"])) for r in results
+              for n in r.named if n["expected_severity"] in SEVERITIES]
     return {
         "logs": len(results),
         "imported": sum(r.imported for r in results),
@@ -362,6 +365,10 @@ def summary(results: list[LogResult]) -> dict:
         "named": named,
         "recall": named / total if total else 1.0,
         "median_abs_onset_error": sorted(errors)[len(errors) // 2] if errors else None,
+        # of the named pathologies whose reading gives a severity: named at it, below it, above it
+        "severity_as_read": sum(got == read for got, read in graded),
+        "severity_below": sum(got < read for got, read in graded),
+        "severity_graded": len(graded),
         "false_alarms_on_healthy": sum(len(r.false_alarms) for r in results if r.healthy),
         "false_alarms_on_unhealthy": sum(len(r.false_alarms) for r in results if not r.healthy),
         "contradictory_fixes": sum(len(r.contradictions) for r in results),
@@ -596,6 +603,8 @@ def summary_rows(s: dict) -> list[tuple[str, str]]:
         ("healthy logs warned", str(s["healthy_logs_warned"])),
         ("pathologies named", ratio(s["named"], s["pathologies"])),
         ("median |onset error|", "-" if onset is None else f"{onset} steps"),
+        ("named at the reading's severity", ratio(s["severity_as_read"], s["severity_graded"])),
+        ("named below the reading's severity", str(s["severity_below"])),
         ("false alarms on healthy logs", str(s["false_alarms_on_healthy"])),
         ("false alarms on unhealthy logs", str(s["false_alarms_on_unhealthy"])),
         ("contradictory fixes", str(s["contradictory_fixes"])),

@@ -195,6 +195,18 @@ def test_a_recorded_first_contact_is_never_recomputed(capsys):
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
+def test_the_summary_counts_pathologies_named_at_below_and_above_their_readings_severity():
+    def named(severity, read):
+        return {"symptom": "s", "rule": "r", "onset_error": 0, "severity": severity, "expected_severity": read}
+
+    result = eval_real_logs.LogResult("x.jsonl", False, imported=True, named=[
+        named("warning", "warning"), named("info", "critical"), named("info", "warning"), named("critical", "warning"),
+        named("warning", None)])
+    s = eval_real_logs.summary([result])
+    assert (s["severity_as_read"], s["severity_below"], s["severity_graded"]) == (1, 2, 4)
+    assert dict(eval_real_logs.summary_rows(s))["named at the reading's severity"] == "1/4 (25%)"
+
+
 def test_a_first_contact_block_pastes_as_yaml():
     s = eval_real_logs.summary([eval_real_logs.LogResult("x.jsonl", True, imported=True, batch=2, split="test")])
     block = eval_real_logs.first_contact_block(s, "0123456", True, 2, "2026-12-24")
