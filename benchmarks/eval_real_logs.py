@@ -365,7 +365,7 @@ def summary(results: list[LogResult]) -> dict:
         "named": named,
         "recall": named / total if total else 1.0,
         "median_abs_onset_error": sorted(errors)[len(errors) // 2] if errors else None,
-        # of the named pathologies whose reading gives a severity: named at it, below it, above it
+        # of the named pathologies whose reading gives a severity: named at it, below it (above it: the rest)
         "severity_as_read": sum(got == read for got, read in graded),
         "severity_below": sum(got < read for got, read in graded),
         "severity_graded": len(graded),

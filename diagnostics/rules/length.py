@@ -332,8 +332,8 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
     cap, cap_text = length_cap(series)
     severe = series.has(CLIPPED) and _most_cut(series, ep, ALL_CUT)
     if series.has(CLIPPED):
-        evidence = [smoothed_evidence(series, CLIPPED, ep.last, "share of completions cut at the cap" +
-                                      ("; all of them on most of 10 steps running: no answer arrives" if severe else ""))]
+        every = "; all of them on most of 10 steps running: no answer arrives" if severe else ""
+        evidence = [smoothed_evidence(series, CLIPPED, ep.last, "share of completions cut at the cap" + every)]
     elif series.has(NUM_EOS):
         evidence = [smoothed_evidence(series, NUM_EOS, ep.last, "completions that ended with EOS: none, so every "
                                       "one ran to response_length")]
@@ -369,9 +369,9 @@ def _truncation_explain(series: RunSeries, ep: Episode) -> Explanation:
 
 def _most_cut(series: RunSeries, ep: Episode, share: float = MOST_CUT) -> bool:
     """Whether most completions are cut as the episode stands: in the last 10 steps up to its last, the 10-step median
-    of clipped_ratio at ``share`` (MOST_CUT) or more, or (with only a mean length) 80% of a window's rows at the cap (always, where
-    only a count of EOS says so). Below it, and 10 steps after it fell back under it, the share cut is worth a note,
-    not a warning."""
+    of clipped_ratio at ``share`` (MOST_CUT) or more, or (with only a mean length) 80% of a window's rows at the cap
+    (always, where only a count of EOS says so). Below it, and 10 steps after it fell back under it, the share cut is
+    worth a note, not a warning."""
     if not series.has(CLIPPED):
         if series.has(NUM_EOS):
             return True
