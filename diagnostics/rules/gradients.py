@@ -270,20 +270,26 @@ def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
                     "entropy): a vanished gradient is not a spike, and clipping it harder cannot help"),
              advice(f"restart from the last checkpoint before step {ep.start} once the cause is fixed")]
     deep = smoothed(series, "grad_norm", ep.last) < COLLAPSE_SHARE / 5 * start  # two orders of magnitude
-    if deep and _still_updating(series, ep.last, window, start):
+    if deep and _still_updating(series, ep, window, start):
         deep = False
-        causes.insert(0, "the gradient is exactly 0 on most steps of the window and of normal size on the others: "
+        causes.insert(0, "the gradient is (nearly) 0 on most steps of the window and of normal size on the others: "
                          "those steps had no signal (every group alike, see uniform_groups), the rest still update")
     return Explanation("warning" if deep else "info", evidence, causes, fixes)
 
 
-def _still_updating(series: RunSeries, step: int, window: int, start: float) -> bool:
-    """Whether the steps of the window up to ``step`` whose grad_norm is not exactly 0 still hold a median of
-    COLLAPSE_SHARE of the start or more: a window of exact zeros between normal steps is steps with no signal."""
+def _still_updating(series: RunSeries, ep: Episode, window: int, start: float) -> bool:
+    """Whether the updates go on between steps with no signal: the steps of the window up to the episode's last whose
+    grad_norm is not exactly 0 hold a median of COLLAPSE_SHARE of the start or more; or, over the whole episode, a
+    quarter of the steps or more are not two orders of magnitude under the start and hold such a median (the others'
+    near-zero norm is a β·KL term's gradient alone, every group alike: interleaved, not a collapse that lasts)."""
     steps, values = series.finite("grad_norm")
-    recent = values[:int(np.searchsorted(steps, step, side="right"))][-series.rows(window, "grad_norm"):]
+    recent = values[:int(np.searchsorted(steps, ep.last, side="right"))][-series.rows(window, "grad_norm"):]
     moving = recent[recent != 0]
-    return len(moving) > 0 and float(np.median(moving)) >= COLLAPSE_SHARE * start
+    if len(moving) and float(np.median(moving)) >= COLLAPSE_SHARE * start:
+        return True
+    episode = values[(steps >= ep.start) & (steps <= ep.last)]
+    normal = episode[episode >= COLLAPSE_SHARE / 5 * start]
+    return len(normal) >= len(episode) / 4 and len(normal) > 0 and float(np.median(normal)) >= COLLAPSE_SHARE * start
 
 
 GRAD_COLLAPSE = Rule(
@@ -294,7 +300,9 @@ GRAD_COLLAPSE = Rule(
     read=f"The {W}-step median of grad_norm is below {COLLAPSE_SHARE:.0%} of its median over the first window: the "
          f"updates have all but stopped (a warning below {COLLAPSE_SHARE / 5:.0%}, two orders of magnitude; info "
          "above, where a sharpening policy may simply take smaller steps, and where the window's steps whose norm is "
-         "not exactly 0 still hold a median above the bar: the zeros are steps with no signal, uniform groups). "
+         "not exactly 0, or a quarter or more of the episode's steps whose norm is not two orders of magnitude under "
+         "the start, still hold a median above the bar: the (near) zeros are steps with no signal, uniform groups, "
+         "whose gradient is 0 or a β·KL term's alone). "
          "Where uniform groups, an entropy collapse or a KL blow-up come first, it is listed as their consequence. "
          "While it lasts, grad_spikes stays quiet: a normal norm after a vanished one is no spike.",
 )

@@ -2013,3 +2013,16 @@ def test_a_nemo_rl_consoles_bullet_lines_are_read_behind_a_launchers_or_loggers_
     assert list(got.index) == list(range(4, 11))
     for name in ("reward", "loss", "completions/mean_length", "rollout_kl"):
         assert got[name].tolist() == want[name].tolist(), name
+
+
+def test_a_gradient_near_zero_on_the_steps_without_signal_is_no_collapse(store):
+    """A verl GRPO run's W&B export (train split, healthy to its reader): 4 prompts x 3 rollouts a step, so a quarter to
+    two fifths of the steps score all alike and their grad_norm is only the 0.001·KL term's, about 0.01 against 1-2 on
+    the others. A 10-step median of those near-zeros is no collapse: information, the other steps still update."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = CORPUS / "wandb-csv__gaurisankarj__reason-over-search__qwen3-06b-grpo-search-paper-prompt-healthy-957step" \
+        / "p0_paper_w_ex_fj9ew2ik.csv"
+    [run] = import_runs(store, log)
+    [collapse] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "grad_collapse"]
+    assert collapse.severity == "info" and "those steps had no signal" in collapse.causes[0]
