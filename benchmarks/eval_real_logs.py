@@ -298,7 +298,10 @@ def _evaluate_one(entry: dict, verbose: bool, imports: Imports) -> LogResult:
     if read and (int(read[0]) not in firsts or int(read[-1]) not in lasts):
         return not_graded(entry, f"imported steps {firsts[0]}–{lasts[0]}, the log's are {read[0]}–{read[-1]}",
                           "steps misread")
-    diagnosis = diagnose(store, made[index].run_id, save=False)
+    try:
+        diagnosis = diagnose(store, made[index].run_id, save=False)
+    except Exception as e:  # a bug the log exposes: the user gets no diagnosis; the others are still graded
+        return not_graded(entry, f"the diagnosis failed: {type(e).__name__}: {e}", "diagnosis failed")
     result = grade(entry, diagnosis)
     result.runs, result.import_s = len(made), imported_s
     if verbose:

@@ -335,3 +335,20 @@ def test_the_log_variants_know_an_event_file_by_its_records_whatever_its_name(tm
     text = tmp_path / "train.log"
     text.write_text("step 1 reward=0.1 kl=0.0 loss=0.2\n")
     assert eval_log_variants.kind_of(text) == "console"
+
+
+def test_a_diagnosis_that_fails_on_a_log_is_graded_as_a_failure_and_the_others_go_on(monkeypatch):
+    """A bug a new log exposes (a traceback in a rule) counts against that log, every pathology missed; it does not
+    stop the benchmark, so a first contact is still recorded for the rest of its batch."""
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("float division by zero")
+
+    entries = [e for e in eval_real_logs.load_readings() if e["split"] == "train" and e.get("pathologies")
+               and int(e.get("runs_in_file", 1)) == 1]
+    entry = min(entries, key=lambda e: (CORPUS / e["file"]).stat().st_size)
+    monkeypatch.setattr(eval_real_logs, "diagnose", broken)
+    with eval_real_logs.Imports() as imports:
+        result = eval_real_logs.evaluate_one(entry, False, imports)
+    assert not result.imported and result.error == "the diagnosis failed: ZeroDivisionError: float division by zero"
+    assert {m["why"] for m in result.missed} == {"diagnosis failed"}
+    assert len(result.missed) == len(entry["pathologies"])
