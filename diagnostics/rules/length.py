@@ -111,8 +111,9 @@ def _shrink_detect(series: RunSeries, since):
     if first < len(values):
         window = max(series.rows(W, name), MIN_WINDOW_ROWS)
         med[first - lo:] = rolling.rolling(values[b:], window, "median", first - b, 1)
+    start = series.head(name, W)  # a length of 0 at the start (nothing measured yet) has nothing to shrink from
     with np.errstate(invalid="ignore"):
-        return steps, (row_index(lo, len(steps)) >= series.rows(2 * W, name) - 1) & (med <= 0.6 * series.head(name, W))
+        return steps, (row_index(lo, len(steps)) >= series.rows(2 * W, name) - 1) & (med <= 0.6 * start) & (start > 0)
 
 
 def _shrink_explain(series: RunSeries, ep: Episode) -> Explanation:

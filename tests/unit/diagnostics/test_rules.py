@@ -890,6 +890,15 @@ def test_a_kl_that_breaks_before_there_are_windows_to_compare_is_a_blowup(folder
     assert found["kl_blowup"].severity in ("warning", "critical") and found["kl_blowup"].onset_step <= by_step
 
 
+def test_a_length_logged_as_0_from_the_start_has_nothing_to_shrink_from():
+    """A log whose completion length is 0 on every row (a placeholder: nothing measured) has a start of 0, so no later
+    length is a share of it: length_shrink stays silent instead of dividing by 0."""
+    zeros = np.zeros(150)
+    found = build(Fixture("zero length", {}, metrics={"completions/mean_length": zeros,
+                                                      "completions/max_length": zeros})).findings()
+    assert "length_shrink" not in {f.rule for f in found}
+
+
 def test_answers_that_learn_to_end_inside_the_cap_under_a_noisy_reward_are_no_shrink_warning():
     """A healthy train-split Gemma-3-1B notebook (one prompt a step, G = 4, 50 steps): mean length 536 -> 292 tokens as
     the truncated share falls from 0.5 to 0, and the reward's 20-step median goes 0.19 -> 0.94, no significant rise
