@@ -130,6 +130,7 @@ class LogResult:
     false_alarms: list[dict] = field(default_factory=list)  # {rule, severity, onset}
     contradictions: list[str] = field(default_factory=list)
     wrong_way: list[str] = field(default_factory=list)
+    raised: list[str] = field(default_factory=list)  # "rule: error" of each rule that raised on it (a bug)
     import_s: float = 0.0   # seconds to import the file (all its runs)
     total_s: float = 0.0    # seconds to import and diagnose it
 
@@ -304,6 +305,7 @@ def _evaluate_one(entry: dict, verbose: bool, imports: Imports) -> LogResult:
         return not_graded(entry, f"the diagnosis failed: {type(e).__name__}: {e}", "diagnosis failed")
     result = grade(entry, diagnosis)
     result.runs, result.import_s = len(made), imported_s
+    result.raised = [f"{rule}: {error}" for rule, error in diagnosis.failed.items()]
     if verbose:
         result.error = "; ".join(f"{f.rule}/{f.severity}@{f.onset_step}" for f in diagnosis.problems())
     return result
@@ -376,6 +378,7 @@ def summary(results: list[LogResult]) -> dict:
         "false_alarms_on_unhealthy": sum(len(r.false_alarms) for r in results if not r.healthy),
         "contradictory_fixes": sum(len(r.contradictions) for r in results),
         "wrong_way_fixes": sum(len(r.wrong_way) for r in results),
+        "rules_raised": sum(len(r.raised) for r in results),
         "slowest_import_s": round(max((r.import_s for r in results), default=0.0), 2),
         "import_and_diagnose_s": round(sum(r.total_s for r in results), 1),
     }
@@ -604,6 +607,8 @@ def print_log(r: LogResult, verbose: bool) -> None:
         print(f"    CONTRADICTORY FIXES  {c}")
     for w in r.wrong_way:
         print(f"    WRONG-WAY FIX  {w}")
+    for e in r.raised:
+        print(f"    RULE RAISED  {e}")
     if verbose and r.imported and r.error:
         print(f"    findings: {r.error}")
 
@@ -623,6 +628,7 @@ def summary_rows(s: dict) -> list[tuple[str, str]]:
         ("false alarms on unhealthy logs", str(s["false_alarms_on_unhealthy"])),
         ("contradictory fixes", str(s["contradictory_fixes"])),
         ("wrong-way fixes", str(s["wrong_way_fixes"])),
+        ("rules that raised (bugs)", str(s["rules_raised"])),
         ("slowest import", f"{s['slowest_import_s']:.2f} s"),
         ("import + diagnose, summed over logs", f"{s['import_and_diagnose_s']:.1f} s"),
     ]

@@ -96,6 +96,7 @@ class Diagnosis:
     logged: dict = field(default_factory=dict)                  # config values read off the metrics, described
     version: str | None = None
     forecasts: list = field(default_factory=list)               # metrics trending toward a limit (forecast.py)
+    failed: dict[str, str] = field(default_factory=dict)        # rule -> the error it raised on this run (a bug)
 
     def problems(self) -> list[Finding]:
         return [f for f in self.findings if f.severity != "expected"]
@@ -117,6 +118,7 @@ class Diagnoser:
         self.tracks = {rule.id: Track() for rule in rules}
         self.skipped: dict[str, str] = {}
         self.not_applicable: dict[str, str] = {}
+        self.failed: dict[str, str] = {}  # rule -> the error it raised: a bug in that rule, the others still judge
         self.examined_to: int | None = None   # the last step every runnable rule has examined
         self.rule_since: dict[str, int | None] = {}  # per rule: the last step it examined
         self.resumes = 0                  # resume events seen: a new one means steps were rewritten
@@ -165,7 +167,11 @@ class Diagnoser:
                 continue
             self.skipped.pop(rule.id, None)
             self.not_applicable.pop(rule.id, None)
-            steps, active = rule.detect(series, self.rule_since.get(rule.id))
+            try:
+                steps, active = rule.detect(series, self.rule_since.get(rule.id))
+            except Exception as e:  # noqa: BLE001 - one rule's bug must not cost the run its whole diagnosis
+                self.failed[rule.id] = _error(e)
+                continue
             self.rule_since[rule.id] = series.last_step
             if len(steps) and self.tracks[rule.id].advance(rule, steps, np.asarray(active, dtype=bool),
                                                            series.rows(rule.clear_after),
@@ -186,7 +192,11 @@ class Diagnoser:
                 rule.id == "reward_flat" and flat_ended_in_a_gain(self.series, track.resolved_step)))
             key = (track.status, track.onset, track.start, track.last, track.resolved_step, got_past)
             if track.finding is None or track.key != key:
-                track.finding, track.key = self._finding(rule, track, got_past), key
+                try:
+                    track.finding, track.key = self._finding(rule, track, got_past), key
+                except Exception as e:  # noqa: BLE001 - as in examine: the other findings still stand
+                    self.failed[rule.id] = _error(e)
+                    continue
             found.append(track.finding)
         found = link_consequences(found, {rule.id: rule for rule in self.rules}, self.series.interval)
         found = sorted(found, key=most_severe_first)
@@ -233,13 +243,24 @@ class Diagnoser:
             references=list(rule.references), status=track.status, resolved_step=track.resolved_step,
         )
 
+    def not_checked(self) -> dict[str, str]:
+        """Rule id -> why it has not judged the run: an input missing, not applicable, or an error it raised (read
+        after ``findings()``: a rule may fail while it explains its finding)."""
+        return {**self.skipped, **self.not_applicable, **{r: f"raised {e}" for r, e in self.failed.items()}}
+
     def diagnosis(self) -> Diagnosis:
         cfg = self.series.config
-        return Diagnosis(run=self.series.run, findings=self.findings(), skipped=dict(self.skipped),
+        findings = self.findings()  # before failed is read: a rule may fail while it explains its finding
+        return Diagnosis(run=self.series.run, findings=findings, skipped=dict(self.skipped), failed=dict(self.failed),
                          not_applicable=dict(self.not_applicable), health=health_summary(self.series),
                          assumed=dict(cfg.assumed), inferred=dict(cfg.inferred), version=cfg.version,
                          logged={k: cfg.describe(k) for k in cfg.logged if not cfg.recorded(k)},
                          forecasts=forecasts(self.series))
+
+
+def _error(e: Exception) -> str:
+    """A rule's error as the report shows it: a bug in GRPO Doctor, not in the run."""
+    return f"{type(e).__name__}: {e}"
 
 
 def link_consequences(found: list[Finding], rules: dict[str, Rule], interval: int = 1) -> list[Finding]:

@@ -129,7 +129,7 @@ def run_show(args: argparse.Namespace) -> int:
         print("no metrics logged yet")
         return 0
     print()  # one line per metric group, as the Run page opens (they agree with `grpo-doctor diagnose`)
-    for line in status_lines(diagnoser.series, diagnoser.findings(), {**diagnoser.skipped, **diagnoser.not_applicable}):
+    for line in status_lines(diagnoser.series, diagnoser.findings(), diagnoser.not_checked()):
         print(line)
     for found in forecasts(diagnoser.series):  # a significant trend toward a limit, not crossed yet
         print(f"watch: {found.text()}")

@@ -159,7 +159,7 @@ def load(store: RunStore, run_id: int, *, with_findings: bool = True) -> RunTick
         found = diagnoser.findings()
         tick.family = family(store, tick, found)
         tick.marks = onset_marks(tick.family.findings)
-        tick.statuses = group_statuses(diagnoser.series, found, {**diagnoser.skipped, **diagnoser.not_applicable})
+        tick.statuses = group_statuses(diagnoser.series, found, diagnoser.not_checked())
         if control_requests.controllable(run):
             tick.requests = control_requests.status(store, run["id"])
     return tick

@@ -143,6 +143,9 @@ def to_text(diagnosis: Diagnosis, samples=None) -> str:
             by_reason.setdefault(reason, []).append(rule)
         out += ["", "not checked (inputs missing):"]
         out += [f"  {', '.join(rules)}: {reason}" for reason, rules in by_reason.items()]
+    if diagnosis.failed:
+        out += ["", "not judged (the rule raised an error: a bug in GRPO Doctor, please report it with this log):"]
+        out += [f"  {rule}: {error}" for rule, error in diagnosis.failed.items()]
     if diagnosis.health:
         tally = counts(diagnosis.health)
         bad = [h.metric for h in diagnosis.health if h.status == OUT]
@@ -183,6 +186,7 @@ def to_json(diagnosis: Diagnosis, samples=None) -> dict:
         "expected": [f.to_dict() for f in diagnosis.notes()],
         "forecasts": [{"forecast": f.to_dict()} for f in diagnosis.forecasts],
         "skipped": diagnosis.skipped,
+        "failed": diagnosis.failed,
         "not_applicable": diagnosis.not_applicable,
         "health": [{**{k: v for k, v in asdict(h).items() if k != "band"},
                     "range": None if h.band is None else {"low": h.band.low, "high": h.band.high,

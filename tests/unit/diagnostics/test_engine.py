@@ -178,6 +178,34 @@ def test_a_skipped_rule_is_not_checked_or_not_applicable_by_its_type_not_its_wor
     assert diagnoser.not_applicable == {"worded_like_a_need": "needs nothing here: beta = 0"}
 
 
+def test_a_rule_that_raises_costs_the_run_that_rule_only_and_the_report_says_so():
+    """A bug in one rule (its detector, or its explanation of a finding) leaves the other rules' findings standing:
+    the diagnosis lists the rule under ``failed`` with its error, the text report prints it under "not judged", and
+    the status lines give it as why the rule did not judge (a Run page and ``diagnose`` stay up)."""
+    from grpo_doctor.diagnostics.report.render import to_json, to_text
+
+    def detect_fails(series, since):
+        raise ZeroDivisionError("float division by zero")
+
+    def explain_fails(series, ep):
+        raise ValueError("no evidence")
+
+    kl_blowup = next(r for r in RULES if r.id == "kl_blowup")
+    rules = (kl_blowup, replace(kl_blowup, id="detects_badly", detect=detect_fails),
+             replace(kl_blowup, id="explains_badly", explain=explain_fails))
+    whole = build(next(f for f in FIXTURES if f.name == "kl rising fast")).series
+    diagnoser = Diagnoser(RunSeries(whole.run, events=whole.events), rules)
+    diagnoser.series.add({name: whole.raw(name) for name in whole.names()})
+    diagnoser.examine()
+    diagnosis = diagnoser.diagnosis()
+    assert [f.rule for f in diagnosis.findings] == ["kl_blowup"]
+    assert diagnosis.failed == {"detects_badly": "ZeroDivisionError: float division by zero",
+                                "explains_badly": "ValueError: no evidence"}
+    assert diagnoser.not_checked()["detects_badly"] == "raised ZeroDivisionError: float division by zero"
+    assert "not judged" in to_text(diagnosis) and "explains_badly: ValueError: no evidence" in to_text(diagnosis)
+    assert to_json(diagnosis)["failed"] == diagnosis.failed
+
+
 def test_expected_notes_never_resolve():
     rule, track = _rule(expected=True), Track()
     feed(track, rule, "xxx" + "." * 50)

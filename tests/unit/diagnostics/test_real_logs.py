@@ -181,6 +181,7 @@ def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_f
     summary = eval_real_logs.summary(results)
     assert summary["named"] >= TRAIN_NAMED, summary
     assert summary["contradictory_fixes"] == 0 and summary["wrong_way_fixes"] == 0, summary
+    assert summary["rules_raised"] == 0, [e for r in results for e in r.raised]
 
 
 def test_the_benchmark_script_prints_its_summary_and_exits_0():
