@@ -2026,3 +2026,17 @@ def test_a_gradient_near_zero_on_the_steps_without_signal_is_no_collapse(store):
     [run] = import_runs(store, log)
     [collapse] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "grad_collapse"]
     assert collapse.severity == "info" and "those steps had no signal" in collapse.causes[0]
+
+
+def test_a_csvs_bare_idx_column_counting_its_rows_is_its_step(store, tmp_path):
+    """A manual REINFORCE loop's CSV (m1chae11u's ad-integration log, batch 118) numbers its rows in a first column
+    ``idx`` (0, 1, 2, ...: the loop's enumerate count) beside query, response, reward and loss: that is the step, not
+    the row order from 1. A name that only ends in idx (``query_idx``, a sample's index) is no step column by itself."""
+    path = CORPUS / "handwritten-csv__m1chae11u__llm-ad-integration__ppo-manual-ads-may7" / "ppo_manual_log.csv"
+    [run] = import_runs(store, path)
+    steps = store.metrics(run.run_id).index
+    assert (steps[0], steps[-1], len(steps)) == (0, 38, 39)
+    log = tmp_path / "samples.csv"
+    log.write_text("query_idx,reward,loss,kl\n5,0.1,0.2,0.01\n3,0.2,0.1,0.02\n9,0.3,0.1,0.03\n")
+    [other] = import_runs(store, log)
+    assert list(store.metrics(other.run_id).index) == [1, 2, 3]
