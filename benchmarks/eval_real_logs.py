@@ -570,6 +570,12 @@ KNOWN_FAILURES = {
         "batch 116: a healthy letter-counting GRPO notebook (lr 1e-6, 150 steps) whose reward of five functions swings "
         "-3.9 to 2.2 from step to step (reward_std ~2): its slow rise stays inside that noise, so it is warned "
         "reward_flat; its reader calls the run healthy but slow",
+    # Batch 119 (2026-12-06): its train-split first-contact failure.
+    "handwritten-jsonl__harleycoops__qwen3-railroadengineer1959-rl__tinker-qwen3-30b-dakota-199step/metrics.jsonl":
+        "batch 119: a healthy Tinker RL run whose reward includes a length penalty: answers shrink from ~150 tokens to "
+        "~10 (8% of the start) as the reward rises 0.10 -> 0.35 and held-out exact match 0.05 -> 0.20; warned "
+        "length_shrink (below a quarter of the start, whatever the reward: 'the reward pays for shortness'); its reader "
+        "calls the shortening what the reward asks for",
 }
 
 
