@@ -172,6 +172,7 @@ class Diagnoser:
             except Exception as e:  # noqa: BLE001 - one rule's bug must not cost the run its whole diagnosis
                 self.failed[rule.id] = _error(e)
                 continue
+            self.failed.pop(rule.id, None)  # judged this pass (its explanation may still fail: findings() says so)
             self.rule_since[rule.id] = series.last_step
             if len(steps) and self.tracks[rule.id].advance(rule, steps, np.asarray(active, dtype=bool),
                                                            series.rows(rule.clear_after),

@@ -206,6 +206,29 @@ def test_a_rule_that_raises_costs_the_run_that_rule_only_and_the_report_says_so(
     assert to_json(diagnosis)["failed"] == diagnosis.failed
 
 
+def test_a_rule_that_raised_on_one_pass_of_a_live_run_is_judged_again_on_the_next():
+    """A live run's rule that raised while its rows were few (a division by a start not yet measured) is no longer
+    listed as failed once a later pass judges the run."""
+    kl_blowup = next(r for r in RULES if r.id == "kl_blowup")
+    calls = []
+
+    def fails_once(series, since):
+        calls.append(since)
+        if len(calls) == 1:
+            raise ZeroDivisionError("float division by zero")
+        return kl_blowup.detect(series, since)
+
+    whole = build(next(f for f in FIXTURES if f.name == "kl rising fast")).series
+    live = Diagnoser(RunSeries(whole.run, events=whole.events), (replace(kl_blowup, detect=fails_once),))
+    first = {name: (s[s <= 20], v[s <= 20]) for name in whole.names() for s, v in [whole.raw(name)]}
+    live.series.add(first)
+    live.examine()
+    assert live.failed == {"kl_blowup": "ZeroDivisionError: float division by zero"}
+    live.series.add({name: (s[s > 20], v[s > 20]) for name in whole.names() for s, v in [whole.raw(name)]})
+    live.examine()
+    assert live.failed == {} and [f.rule for f in live.findings()] == ["kl_blowup"]
+
+
 def test_expected_notes_never_resolve():
     rule, track = _rule(expected=True), Track()
     feed(track, rule, "xxx" + "." * 50)
