@@ -123,11 +123,14 @@ STATUS_ICONS = {"critical": ":red[:material/error:]", "warning": ":orange[:mater
 
 
 def status(tick: RunTick) -> None:
-    """One line per metric group, agreeing with the findings (``diagnostics.report.status_lines``)."""
-    if not tick.statuses:
-        return
-    st.markdown("\n".join(f"- {STATUS_ICONS[s.state]} **{GROUP_TITLES.get(s.group, s.group)}**: {_md(s.text)}"
-                          for s in tick.statuses))
+    """One line per metric group, agreeing with the findings (``diagnostics.report.status_lines``); then the rules
+    that raised on this run, if any (the run was not judged for them)."""
+    if tick.statuses:
+        st.markdown("\n".join(f"- {STATUS_ICONS[s.state]} **{GROUP_TITLES.get(s.group, s.group)}**: {_md(s.text)}"
+                              for s in tick.statuses))
+    if tick.failed:
+        st.warning("Not judged (the rule raised an error: a bug in GRPO Doctor, please report it with this log): "
+                   + "; ".join(_md(f"{rule}: {error}") for rule, error in tick.failed.items()))
 
 
 def _md(text: str) -> str:

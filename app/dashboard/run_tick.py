@@ -113,6 +113,7 @@ class RunTick:
     marks: dict[str, list[tuple]] = field(default_factory=dict)  # finding onsets, by metric
     statuses: list[GroupStatus] = field(default_factory=list)  # one line per metric group, as the findings say
     requests: list[str] = field(default_factory=list)  # the remote controls' requests and what became of them
+    failed: dict[str, str] = field(default_factory=dict)  # rule -> the error it raised on this run (a bug of ours)
 
     def config(self) -> dict:
         """The config the health bands are read for (as the status lines and the diagnoser read them)."""
@@ -160,6 +161,7 @@ def load(store: RunStore, run_id: int, *, with_findings: bool = True) -> RunTick
         tick.family = family(store, tick, found)
         tick.marks = onset_marks(tick.family.findings)
         tick.statuses = group_statuses(diagnoser.series, found, diagnoser.not_checked())
+        tick.failed = dict(diagnoser.failed)
         if control_requests.controllable(run):
             tick.requests = control_requests.status(store, run["id"])
     return tick

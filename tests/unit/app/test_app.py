@@ -281,6 +281,33 @@ def test_run_page_opens_with_a_status_line_per_group_that_agrees_with_the_findin
     assert "grad_norm" in charts_of(at)  # the others are drawn as usual
 
 
+def test_run_page_names_a_rule_that_raised_and_shows_the_rest(tmp_path, monkeypatch):
+    """A bug in one rule (here entropy_collapse's detector raising) does not take the Run page down: the page opens,
+    its status lines are there, and a warning names the rule and its error, to be reported."""
+    from dataclasses import replace
+
+    from grpo_doctor.diagnostics import engine
+    from grpo_doctor.diagnostics.rules import RULES
+
+    def broken(series, since):
+        raise ZeroDivisionError("float division by zero")
+
+    rules = tuple(replace(r, detect=broken) if r.id == "entropy_collapse" else r for r in RULES)
+    monkeypatch.setattr(engine.Diagnoser.__init__, "__defaults__", (rules,))
+    path = str(tmp_path / "bug.db")
+    with RunStore(path) as store:
+        run_id = store.create_run("bug", config={"num_generations": 8, "beta": 0.04}, source="jsonl",
+                                  status="finished")
+        store.write_steps(run_id, ((s, {"reward": 0.5 + 0.001 * s, "entropy": 0.8, "grad_norm": 0.5})
+                                   for s in range(1, 61)))
+    monkeypatch.setenv("GRPO_DOCTOR_DB", path)
+    at = open_page("run", run_id)
+    assert not at.exception
+    assert "**reward**" in at.markdown[0].value
+    (warning,) = [w.value for w in at.warning if "Not judged" in w.value]
+    assert "entropy\\_collapse: ZeroDivisionError: float division by zero" in warning
+
+
 # ------------------------------------------------------------------------------------- findings
 @pytest.fixture
 def family_path(tmp_path, monkeypatch) -> str:
