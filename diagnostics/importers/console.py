@@ -47,6 +47,7 @@ from grpo_doctor.diagnostics.importers._base import (
     strip_ansi,
     to_float,
 )
+from grpo_doctor.diagnostics.importers.console_bars import outer_bar_rows
 from grpo_doctor.diagnostics.importers.console_cells import (
     KEY,
     MIN_PAIRS,
@@ -200,8 +201,10 @@ def _clean(line: str) -> str:
 
 def parse_console(display: str, path: Path) -> ParsedLog:
     source = Source(display)
+    bars = outer_bar_rows(source, path)
     return ParsedLog(path=display, format="console", source="console", config={},
-                     rows=loop_rows(source, path), name=run_name_for(path), reader=source)
+                     rows=iter(bars) if bars is not None else loop_rows(source, path), name=run_name_for(path),
+                     reader=source)
 
 
 def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:

@@ -53,7 +53,8 @@ _ALL = (
                        "trainer's progress table (Step | Training Loss | reward | ...), else the printed log lines",
            lambda shown, path, _k: notebook.parse_notebook(shown, path)),
     Format("console", "a training loop's console output: lines of three or more key=value (key: value, "
-                      "| key value |) pairs; the step from a step key, an (i/N) counter, or the line order",
+                      "| key value |) pairs; the step from a step key, an (i/N) counter, or the line order; or "
+                      "the figures of an outer progress bar's postfix (OpenRLHF's PPO)",
            lambda shown, path, _k: console.parse_console(shown, path)),
 )
 FORMATS: dict[str, Format] = {f.name: f for f in _ALL}

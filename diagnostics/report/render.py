@@ -14,7 +14,6 @@ from grpo_doctor.diagnostics.metrics.health import NO_RANGE, OUT, counts
 from grpo_doctor.diagnostics.report.burned import Burned
 from grpo_doctor.diagnostics.report.exemplars import exemplars
 
-
 # How a rule that raised on a run is reported (text report, Run page): the run was not judged for it, and it is our bug
 NOT_JUDGED = "not judged (the rule raised an error: a bug in GRPO Doctor, please report it with this log)"
 

@@ -2054,3 +2054,22 @@ def test_a_verl_console_reads_the_wandb_config_beside_it(store, tmp_path):
     alone.write_bytes((folder / "output.log").read_bytes())
     [other] = import_runs(store, alone)
     assert "num_generations" not in store.get_run(other.run_id).config
+
+
+def test_an_outer_progress_bars_figures_are_the_steps_and_the_inner_bars_are_left_out(store):
+    """OpenRLHF's PPO console (SsmallSong/openrlhf, batch 126): the ``Episode`` bar's postfix holds each update's
+    means and is redrawn unchanged for 63 ticks between updates; a ``Train epoch`` bar inside it, its count starting
+    again every update, redraws running means per micro-batch. The run is the outer bar's 30 updates (read as 1 step
+    before), and two bars one after the other (a loop's ``Epoch 0``, then ``Epoch 1``) are no such nesting."""
+    log = CORPUS / "openrlhf-console__ssmallsong__openrlhf__llama2-7b-sft-ppo-hh-rlhf-30updates" \
+        / "openrlhf_llama2_ppo_logs.txt"
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert (frame.index[0], frame.index[-1], len(frame)) == (1, 30, 30)
+    assert frame.loc[1, "reward"] == pytest.approx(0.0143) and frame.loc[30, "kl"] == pytest.approx(0.0316)
+    assert frame.loc[30, "completions/mean_length"] == pytest.approx(166)
+    epochs = CORPUS / ("handwritten-console__pradyumnaraghavendra__parallel-single-multi-turn-reinforcement-learning-"
+                       "for-llm-training__qwen25-3b-apo-countdown-mult-1gpu-curriculum-200step") \
+        / "baseline_training_complete.log"
+    [loop] = import_runs(store, epochs)
+    assert len(store.metrics(loop.run_id)) > 150  # both epochs' steps, not the first epoch's bar alone
