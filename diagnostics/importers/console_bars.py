@@ -13,8 +13,10 @@ from pathlib import Path
 from grpo_doctor.diagnostics.importers._base import Source, iter_lines, strip_ansi, to_float
 from grpo_doctor.diagnostics.importers.console_cells import MIN_PAIRS, as_key, known
 
-# A bar's draw: its label, its count and total, and what its brackets hold (times, rate, then the postfix).
-_DRAW = re.compile(r"([^\W\d][\w .-]*?(?: \[\d+/\d+\])?):\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[([^\]]*)\]")
+# A bar's draw: its label (up to four words, a number, a [i/N]: ``Train epoch [1/1]``, ``Epoch 0``; not a logger's
+# prefix before it), its count and total, and what its brackets hold (times, rate, then the postfix).
+_DRAW = re.compile(r"((?:[^\W\d][\w.-]* ){0,3}[^\W\d][\w.-]*(?: \d+)?(?: \[\d+/\d+\])?):\s*\d+%\|[^|]*\|\s*"
+                   r"(\d+)/(\d+) \[([^\]]*)\]")
 
 
 def _postfix(inside: str) -> dict[str, float]:

@@ -2056,11 +2056,12 @@ def test_a_verl_console_reads_the_wandb_config_beside_it(store, tmp_path):
     assert "num_generations" not in store.get_run(other.run_id).config
 
 
-def test_an_outer_progress_bars_figures_are_the_steps_and_the_inner_bars_are_left_out(store):
+def test_an_outer_progress_bars_figures_are_the_steps_and_the_inner_bars_are_left_out(store, tmp_path):
     """OpenRLHF's PPO console (SsmallSong/openrlhf, batch 126): the ``Episode`` bar's postfix holds each update's
     means and is redrawn unchanged for 63 ticks between updates; a ``Train epoch`` bar inside it, its count starting
     again every update, redraws running means per micro-batch. The run is the outer bar's 30 updates (read as 1 step
-    before), and two bars one after the other (a loop's ``Epoch 0``, then ``Epoch 1``) are no such nesting."""
+    before). Two bars one after the other (a loop's ``Epoch 0``, then ``Epoch 1``) are no such nesting, nor are two
+    ranks' bars, also under a logger's prefix (which begins each line's first draw, not the redraws after it)."""
     log = CORPUS / "openrlhf-console__ssmallsong__openrlhf__llama2-7b-sft-ppo-hh-rlhf-30updates" \
         / "openrlhf_llama2_ppo_logs.txt"
     [run] = import_runs(store, log)
@@ -2073,3 +2074,10 @@ def test_an_outer_progress_bars_figures_are_the_steps_and_the_inner_bars_are_lef
         / "baseline_training_complete.log"
     [loop] = import_runs(store, epochs)
     assert len(store.metrics(loop.run_id)) > 150  # both epochs' steps, not the first epoch's bar alone
+    ranks = CORPUS / ("handwritten-console__pradyumnaraghavendra__parallel-single-multi-turn-reinforcement-learning-"
+                      "for-llm-training__qwen25-3b-apo-countdown-mult-ddp2gpu-fixed-200step") / "ddp_2gpu_FIXED_training.log"
+    prefixed = tmp_path / "prefixed.log"
+    prefixed.write_bytes(b"\n".join(b"2025-09-23 09:01:00,984 - train - INFO - " + line if line else line
+                                    for line in ranks.read_bytes().split(b"\n")))
+    [plain], [logged] = import_runs(store, ranks), import_runs(store, prefixed)
+    assert store.metrics(logged.run_id).index.equals(store.metrics(plain.run_id).index)
