@@ -2075,7 +2075,8 @@ def test_an_outer_progress_bars_figures_are_the_steps_and_the_inner_bars_are_lef
     [loop] = import_runs(store, epochs)
     assert len(store.metrics(loop.run_id)) > 150  # both epochs' steps, not the first epoch's bar alone
     ranks = CORPUS / ("handwritten-console__pradyumnaraghavendra__parallel-single-multi-turn-reinforcement-learning-"
-                      "for-llm-training__qwen25-3b-apo-countdown-mult-ddp2gpu-fixed-200step") / "ddp_2gpu_FIXED_training.log"
+                      "for-llm-training__qwen25-3b-apo-countdown-mult-ddp2gpu-fixed-200step") \
+        / "ddp_2gpu_FIXED_training.log"
     prefixed = tmp_path / "prefixed.log"
     prefixed.write_bytes(b"\n".join(b"2025-09-23 09:01:00,984 - train - INFO - " + line if line else line
                                     for line in ranks.read_bytes().split(b"\n")))
