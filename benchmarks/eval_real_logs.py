@@ -587,6 +587,11 @@ KNOWN_FAILURES = {
         "batch 121: the same repository's Tinker task as batch 119's (a reward with a length penalty) on a 4B model: "
         "answers shrink from ~140 tokens to ~12 as the reward (held-out too, the same composite) rises 0.14 -> 0.35; "
         "warned length_shrink, below a quarter of the start; its reader calls the shortening what the reward asks for",
+    # Batch 127 (2026-12-06): its train-split first-contact failure.
+    "other__eazyreal__areal__easy8-arith-lossagg-4runs-reward-only-40-80step/series.json":
+        "batch 127: a plot's data, four runs as {mode: {values: [...], wandb_url, moving_average_window}}: no key names "
+        "the metric (its readers took it from the W&B run's name and the repository's text to be the reward); refused "
+        "as no log, where reading unnamed values as the reward would be a guess",
 }
 
 

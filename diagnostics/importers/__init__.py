@@ -139,7 +139,7 @@ def _import(store, path, name, fmt, step_key, config, mode: str) -> list[Importe
             first = parsed.reader.first_problem() if parsed.reader is not None else ""
             raise LogFormatError(parsed.path, "no training steps found" + (f" (the first line that could not be "
                                                                             f"read: {first})" if first else ""))
-        said = None if parsed.canonical else names_note(segments.keys)
+        said = None if parsed.canonical else names_note(segments.keys, segments.counts)
         notes = parsed.notes() + notes + ([said] if said else []) + _crash(store, parsed, made[-1])
         if len(made) > 1:
             notes.append(f"the file holds {len(made)} runs one after another (a new config, banner or run name "
@@ -196,6 +196,7 @@ class _Segments:
         self.steps = 0
         self.restarts: list[tuple[int, int]] = []  # (step before, step after) where a segment began
         self.keys: dict[str, None] = {}  # every logged key, in the order first seen
+        self.counts: set[str] = set()  # keys named like a share whose values were above 1 (canonical_row)
 
     def next_run(self) -> bool:
         """Whether another run follows (its rows come from ``rows``)."""
@@ -208,7 +209,7 @@ class _Segments:
             if step is NEW_RUN:
                 return NEW_RUN, {}
             self.keys.update(dict.fromkeys(raw))
-            metrics = dict(raw) if self.parsed.canonical else canonical_row(raw)
+            metrics = dict(raw) if self.parsed.canonical else canonical_row(raw, self.counts)
             if metrics:
                 return step, metrics
         self.done = True
@@ -261,12 +262,13 @@ class _Segments:
                 "one at the same step (--split-runs imports each part as its own run)"]
 
 
-def names_note(keys) -> str | None:
+def names_note(keys, counts: frozenset[str] | set[str] = frozenset()) -> str | None:
     """One line: which logged keys were read as which catalogue metrics, and which were left unmapped (kept under
-    their own names, and judged by no rule), so a user sees at once why a symptom could not be judged. None when
-    every key is a catalogue name already."""
+    their own names, and judged by no rule; ``counts``: keys named like a share whose values were above 1), so a
+    user sees at once why a symptom could not be judged. None when every key is a catalogue name already."""
     renamed, same, unmapped = [], 0, []
-    winners = {name: min(group, key=lambda k: claim_rank(k, name)) for name, group in _claims(keys).items()}
+    winners = {name: min(group, key=lambda k: claim_rank(k, name))
+               for name, group in _claims(k for k in keys if k not in counts).items()}
     used = set()
     for target, sources, _, text in DERIVED:
         if target not in winners and all(k in winners for k in sources):
@@ -275,7 +277,7 @@ def names_note(keys) -> str | None:
             winners[target] = target
     for key in keys:
         name = canonical_name(key)
-        if key in used:
+        if key in used or key in counts:
             continue
         if not mapped(key) or winners[name] != key:
             unmapped.append(key)
@@ -294,6 +296,8 @@ def names_note(keys) -> str | None:
     if unmapped:
         text += "; not mapped (kept, judged by no rule): " + ", ".join(unmapped[:12]) + (
             f" and {len(unmapped) - 12} more" if len(unmapped) > 12 else "")
+    if counts:
+        text += "; counts, not shares (values above 1; kept under their own names): " + ", ".join(sorted(counts))
     return "metrics: " + text
 
 

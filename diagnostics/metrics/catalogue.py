@@ -248,7 +248,9 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("completions/clipped_ratio", "share of completions truncated at max_completion_length",
            group="length",
            aliases=("response_length/clip_ratio", "response_clip_ratio", "truncation_rate",
-                    "rollout/truncated_ratio", "truncated", "truncated_ratio", "clipped_ratio",
+                    "rollout/truncated_ratio", "truncated_ratio", "clipped_ratio",
+                    "train/truncated",  # OpenRLHF: the mean of a per-sample flag; a bare ``truncated`` is a loop's
+                    # count (MARSHAL's ROLL loop: ``"truncated": 69`` of 460 rows), no share
                     "is_truncated/mean",  # prime-rl's orchestrator
                     # AReaL: completions that filled the length with no EOS
                     "ppo_actor/no_eos_ratios/avg", "grpo_actor/no_eos_ratios/avg"),

@@ -173,13 +173,23 @@ def mapped(key: str) -> bool:
     return name in BY_NAME or bool(_REWARD_FN.match(name))
 
 
-def canonical_row(row: Mapping[str, float]) -> dict[str, float]:
+def canonical_row(row: Mapping[str, float], counts: set[str] | None = None) -> dict[str, float]:
     """A logged row under canonical names, plus the metrics its keys determine (``derive``).
 
     When several keys of the row claim one canonical name (verl's ``actor/kl_loss`` next to a
     ``kl``), the key already spelt canonically wins, then the earlier alias in the catalogue; the
-    others keep their own names, so no value overwrites another."""
-    return derive({name: row[key] for name, key in _renaming(tuple(row))})
+    others keep their own names, so no value overwrites another. A finite value above 1 under a share's alias is a count
+    (DisCO's ``batch/solve_all``: 31 prompts, not a share of them): it keeps its own name, and its key joins
+    ``counts``."""
+    out: dict[str, float] = {}
+    for name, key in _renaming(tuple(row)):
+        value = row[key]
+        if name != key and 1.0 + 1e-9 < value < math.inf and name in BY_NAME and BY_NAME[name].domain == SHARE:
+            name = key
+            if counts is not None:
+                counts.add(key)
+        out[name] = value
+    return derive(out)
 
 
 @functools.lru_cache(maxsize=1 << 10)  # a log's rows repeat one set of keys, or a few

@@ -2082,3 +2082,36 @@ def test_an_outer_progress_bars_figures_are_the_steps_and_the_inner_bars_are_lef
                                     for line in ranks.read_bytes().split(b"\n")))
     [plain], [logged] = import_runs(store, ranks), import_runs(store, prefixed)
     assert store.metrics(logged.run_id).index.equals(store.metrics(plain.run_id).index)
+
+
+def test_a_bare_truncated_key_counts_and_is_no_share_of_truncated_completions(store, tmp_path):
+    """MARSHAL's ROLL self-play loop (realidx/MARSHAL, batch 127) logs ``"truncated": 69`` beside ``"rows": 460``: a
+    count of truncated rows, which read as the truncated share warned ``truncation`` (a share of 35) on a run that has
+    no such problem. It is kept under its own name; ``truncated_ratio`` stays the share."""
+    log = CORPUS / "other__realidx__marshal__qwen3-4b-social-selfplay-kl-huge-at-start-40step" / "metrics.jsonl"
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert "completions/clipped_ratio" not in frame.columns and frame.loc[0, "truncated"] == 69
+    share = tmp_path / "share.jsonl"
+    share.write_text("".join(json.dumps({"step": i, "reward": 0.1 * i, "truncated_ratio": 0.25}) + "\n"
+                             for i in range(1, 4)))
+    [other] = import_runs(store, share)
+    assert store.metrics(other.run_id)["completions/clipped_ratio"].tolist() == [0.25] * 3
+
+
+def test_a_count_logged_under_a_shares_name_keeps_its_own_name(store, tmp_path):
+    """DisCO's verl fork (MYC000801/DisCO, batch 127, a W&B run file) logs ``batch/solve_all`` and
+    ``batch/solve_none`` as counts of prompts (31, 40), where prime-rl logs shares under those names: read as shares,
+    their sum made a uniform share of 70 and a critical ``truncation`` on a healthy run. Values above 1 are no share:
+    the keys keep their own names and the import note says so; shares of 0-1 under the same names are still read."""
+    log = CORPUS / "wandb__myc000801__disco__r1-distill-qwen15b-wgrpo-deepscaler-36step" / "run-mmjzfp9z.wandb"
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert "frac_reward_zero_std" not in frame.columns and "groups/all_correct" not in frame.columns
+    assert (frame["batch/solve_all"].dropna() > 1).any()
+    assert any("counts, not shares (values above 1" in note and "batch/solve_all" in note for note in run.notes)
+    shares = tmp_path / "shares.jsonl"
+    shares.write_text("".join(json.dumps({"step": i, "reward": 0.1 * i, "batch/solve_all": 0.25,
+                                          "batch/solve_none": 0.5}) + "\n" for i in range(1, 4)))
+    [other] = import_runs(store, shares)
+    assert store.metrics(other.run_id)["frac_reward_zero_std"].tolist() == [0.75] * 3
