@@ -390,7 +390,7 @@ def _collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
     window = W if now < start or (peak > start and peak - now >= 0.8 * (peak - start)) else FAST
     evidence = [
         Evidence(start_step(series, name), name, start, "starting level"),
-        Evidence(int(steps[upto][peak_i]), name, float(med[peak_i]), "peak (20-step median)"),
+        Evidence(int(steps[upto][peak_i]), name, peak, "peak (20-step median)"),
         smoothed_evidence(series, name, ep.start, fell if window == W else f"{fell} (median of the last {FAST} "
                                                                            "steps: it broke within a few)", window),
     ]
