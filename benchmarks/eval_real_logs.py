@@ -592,6 +592,17 @@ KNOWN_FAILURES = {
         "batch 127: a plot's data, four runs as {mode: {values: [...], wandb_url, moving_average_window}}: no key names "
         "the metric (its readers took it from the W&B run's name and the repository's text to be the reward); refused "
         "as no log, where reading unnamed values as the reward would be a guess",
+    # Batch 130 (2026-12-06): its train-split first-contact failures.
+    "other__realidx__marshal__qwen3-4b-social-decomposed-grpo-40step/metrics.jsonl":
+        "batch 130: the evaluation of the base model before training, at system/step -1, also carries the running "
+        "count of trained tokens (training_response_tokens: 0), so the run reads from step -1 where its reader counts "
+        "the 40 updates 0-39; telling a zero running total from a first training row was not tried",
+    "unsloth-console__gaoithee__rebus-grpo__llama31-8b-sft-lora-grpo-rebus-kl-at-start-uniform-groups-769step/"
+    "llama-grpo.out":
+        "batch 130: nohup's file holds the metric dicts (stdout, block-buffered) "
+        "and tqdm's bar (stderr, unbuffered): each dict lands 14-168 steps after it was logged, so the bar reads "
+        "logging_steps 64 and steps 64-768 where its reader, from the warm-up's learning rates, counts 50-600; no "
+        "line of the log says the interval",
 }
 
 

@@ -1,6 +1,6 @@
 """Rules on the optimisation itself: non-finite values, one completion per prompt, loss spikes, entropy collapse and
-blow-up, and out-of-memory crashes (the gradient norm's rules are in ``gradients``; all of them are listed here, in
-the order findings are shown)."""
+blow-up, and out-of-memory crashes (the non-finite rule is in ``nonfinite``, the gradient norm's rules in
+``gradients``; all of them are listed here, in the order findings are shown)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from grpo_doctor.diagnostics.fixes import (
 )
 from grpo_doctor.diagnostics.formatting import number
 from grpo_doctor.diagnostics.metrics import rolling
-from grpo_doctor.diagnostics.metrics.catalogue import FINITE_REQUIRED
 from grpo_doctor.diagnostics.rules.base import (
     FAST,
     Episode,
@@ -42,81 +41,12 @@ from grpo_doctor.diagnostics.rules.base import (
 )
 from grpo_doctor.diagnostics.rules.gradients import GRAD_COLLAPSE, GRAD_SPIKES, SPIKE_ROWS, SPIKE_SPAN, ZERO_GRAD
 from grpo_doctor.diagnostics.rules.groups import solved, solved_evidence
+from grpo_doctor.diagnostics.rules.nonfinite import NONFINITE
 from grpo_doctor.diagnostics.series import (
     ENTROPY_MEASURED,
     RunSeries,
     decode_detail,
 )
-
-WATCHED = FINITE_REQUIRED  # the catalogue's metrics that must stay finite (never the loss alone)
-
-
-# ---------------------------------------------------------------------------------------- nonfinite
-def _nonfinite_detect(series: RunSeries, since):
-    axes, bad = [], []
-    for name in WATCHED:
-        steps, values = series.raw(name)
-        first = 0 if since is None else int(np.searchsorted(steps, since, side="right"))
-        steps, values = steps[first:], values[first:]
-        if not any(len(a) == len(steps) and np.array_equal(a, steps) for a in axes):
-            axes.append(steps)  # metrics logged at the same steps share one axis
-        bad.append(steps[~np.isfinite(values)])
-    steps = axes[0] if len(axes) == 1 else np.unique(np.concatenate(axes))
-    active = np.zeros(len(steps), dtype=bool)
-    active[np.searchsorted(steps, np.unique(np.concatenate(bad)))] = True
-    return steps, active
-
-
-def _first_bad(series: RunSeries, name: str, lo: int, hi: int) -> tuple[int, float] | None:
-    steps, values = series.raw(name)
-    keep = (steps >= lo) & (steps <= hi) & ~np.isfinite(values)
-    return (int(steps[keep][0]), float(values[keep][0])) if keep.any() else None
-
-
-def _nonfinite_explain(series: RunSeries, ep: Episode) -> Explanation:
-    cfg = series.config
-    found = {n: hit for n in WATCHED if (hit := _first_bad(series, n, ep.start, ep.last))}
-    bad = dict(sorted(found.items(), key=lambda item: item[1][0]))  # the first to go first: it tells the cause
-    evidence = [Evidence(step, name, value, "first non-finite value") for name, (step, value) in bad.items()]
-    skipped = [e for e in series.events if e.get("kind") == "skipped_update"
-               and ep.start <= (e.get("step") or -1) <= ep.last]
-    if skipped:
-        reason = decode_detail(skipped[0].get("detail")).get("reason", "")
-        evidence.append(Evidence(int(skipped[0]["step"]), "events", float(len(skipped)),
-                                 f"updates skipped ({reason})"))
-    causes, fixes = [], []
-    first = min(step for step, _ in bad.values())
-    if "reward" in bad and bad["reward"][0] <= first:
-        causes.append("a reward function returned NaN, inf or None for some completions")
-        fixes.append(advice("make every reward function return a number (None only for 'does not apply')"))
-        if cfg.ours and cfg.get("nonfinite_rewards") == "skip":
-            fixes.append(make_fix(cfg, "leave NaN rewards out of the group statistics instead of skipping "
-                                       "the step (TRL's behaviour)", {"nonfinite_rewards": "mask"}))
-    if "grad_norm" in bad and "loss" in series.series and "loss" not in bad:
-        causes.append("a hidden NaN: grad_norm is NaN while the logged loss looks fine (the HF Trainer "
-                      "replaces NaN losses in its log; set logging_nan_inf_filter=False)")
-    if "kl" in bad or "kl_loss" in bad:
-        causes.append("the KL estimate overflowed (exp of a large log-ratio): clamp the log-ratio before exp")
-    if any(n.startswith("advantage/") for n in bad):
-        causes.append("a division by a zero group std in the advantage")
-    causes.append(f"an update too large for fp precision ({cfg.describe('learning_rate')})")
-    fixes.append(make_fix(cfg, "recover gently for a few hundred steps (docs/troubleshooting.md#loss-nan)",
-                          {"learning_rate": 1e-7, "beta": 0.1}))
-    fixes.append(advice(f"or roll back to the last checkpoint before step {ep.start}"))
-    return Explanation("critical", evidence, causes, fixes)
-
-
-NONFINITE = Rule(
-    id="nonfinite", title="NaN or inf in the loss, gradient, KL, entropy or reward",
-    requires=(WATCHED,), detect=_nonfinite_detect, explain=_nonfinite_explain,
-    references=("docs/troubleshooting.md#loss-nan",
-                "docs/field-reports.md#nan-loss-or-gradient",
-                "docs/field-reports.md#hidden-nan"),
-    read="Any of reward, loss, policy_loss, kl_loss, grad_norm, kl, entropy or the advantage statistics is "
-         "NaN or inf at a logged step. The first metric to go tells the cause: reward first is a reward "
-         "function; grad_norm with a clean loss is a NaN the loss curve hides.",
-)
-
 
 # ---------------------------------------------------------------------------------------- loss_spike
 LOSS_FLOOR = 1.0  # |loss| of a GRPO step sits near 0 (docs/field-reports.md#loss-near-0); 1 or more is far out

@@ -185,7 +185,7 @@ def test_group_mean_band_allows_float_noise_and_applies_only_to_prompt_groups():
 def test_the_nonfinite_rule_watches_the_catalogues_finite_required_metrics():
     """One list: the metrics whose NaN is an emergency are marked in the catalogue, and that is what the rule reads
     (never the loss alone: a NaN loss can be hidden in the log while grad_norm shows it)."""
-    from grpo_doctor.diagnostics.rules.optim import NONFINITE, WATCHED
+    from grpo_doctor.diagnostics.rules.nonfinite import NONFINITE, WATCHED
 
     assert WATCHED == FINITE_REQUIRED == tuple(m.name for m in CATALOGUE if m.finite_required)
     assert NONFINITE.requires == (FINITE_REQUIRED,)

@@ -2115,3 +2115,27 @@ def test_a_count_logged_under_a_shares_name_keeps_its_own_name(store, tmp_path):
                                           "batch/solve_none": 0.5}) + "\n" for i in range(1, 4)))
     [other] = import_runs(store, shares)
     assert store.metrics(other.run_id)["frac_reward_zero_std"].tolist() == [0.75] * 3
+
+
+GTPO_DEMO = (CORPUS / "notebook__winstonsmith1897__gtpo__qwen25-3b-gtpo-gsm8k-t4-fp16-nan-gradnorm-15step"
+             / "GTPO_Finetune_Colab.ipynb")
+
+
+def test_a_nan_gradient_norm_on_an_update_the_fp16_scaler_skipped_is_info(store, tmp_path):
+    """A healthy Unsloth GTPO demo on a T4 (fp16, batch 130, train split): grad_norm is NaN on rows 1, 2 and 14 with a
+    finite loss, and the learning rate does not advance on those rows (0.0, 0.0; 2.894e-7 twice): the loss scaler
+    skipped overflowing updates. Info, not a critical NaN; the same rows with the rate advancing past row 14 stay
+    critical."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, GTPO_DEMO)
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "nonfinite"]
+    assert found.severity == "info" and "loss scaling" in found.causes[0]
+    frame = store.metrics(run.run_id)[["loss", "grad_norm", "learning_rate"]]
+    frame.loc[14, "learning_rate"] = frame.loc[15, "learning_rate"]  # as if the update at row 14 had been taken
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"step": int(s), **{k: (None if v != v else v) for k, v in r.items()}}) + "\n"
+                            for s, r in frame.iterrows()).replace("null", "NaN"))
+    [taken] = import_runs(store, rows)
+    [found] = [f for f in diagnose(store, taken.run_id, save=False).findings if f.rule == "nonfinite"]
+    assert found.severity == "critical"
