@@ -177,8 +177,8 @@ def canonical_row(row: Mapping[str, float], counts: set[str] | None = None) -> d
     """A logged row under canonical names, plus the metrics its keys determine (``derive``).
 
     When several keys of the row claim one canonical name (verl's ``actor/kl_loss`` next to a
-    ``kl``), the key already spelt canonically wins, then the earlier alias in the catalogue; the
-    others keep their own names, so no value overwrites another. A finite value above 1 under a share's alias is a count
+    ``kl``), the key already spelt canonically wins, then the earlier alias in the catalogue, then a key
+    whose last segment spells the name; the others keep their own names, so no value overwrites another. A finite value above 1 under a share's alias is a count
     (DisCO's ``batch/solve_all``: 31 prompts, not a share of them): it keeps its own name, and its key joins
     ``counts``."""
     out: dict[str, float] = {}
@@ -214,7 +214,9 @@ def claim_rank(key: str, name: str) -> tuple[int, int]:
     for rank, alias in enumerate(aliases):
         if alias in (key, bare):
             return (1, rank)
-    return (1 if bare == name else 2, len(aliases))
+    # then a key whose last segment spells the name (``eval/bp/B/all/accuracy``) before one that reaches it through a
+    # synonym (``eval/bp/B/all/correct``: 11 of 25, a count)
+    return (1 if bare == name else 2, len(aliases) + (key.rpartition("/")[2] != name.rpartition("/")[2]))
 
 
 def derive(row: dict[str, float]) -> dict[str, float]:

@@ -2139,3 +2139,14 @@ def test_a_nan_gradient_norm_on_an_update_the_fp16_scaler_skipped_is_info(store,
     [taken] = import_runs(store, rows)
     [found] = [f for f in diagnose(store, taken.run_id, save=False).findings if f.rule == "nonfinite"]
     assert found.severity == "critical"
+
+
+def test_a_key_that_spells_a_metric_wins_over_one_that_reaches_it_through_a_synonym(store, tmp_path):
+    """MARSHAL's evaluations (batch 130, train split) log ``eval/bp/B/all/correct`` (11 of 25, a count) before
+    ``eval/bp/B/all/accuracy`` (0.44): both resolve to eval/accuracy, and the one that says accuracy is it."""
+    log = CORPUS / "other__realidx__marshal__qwen3-4b-social-decomposed-grpo-40step" / "metrics.jsonl"
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(lines_of(log, 1, 2, 3, 4)))
+    [run] = import_runs(store, path)
+    assert store.metrics(run.run_id)["eval/accuracy"].dropna().tolist() == [0.44]
+    assert "eval/accuracy ← eval/bp/B/all/accuracy" in run.notes[-1]
