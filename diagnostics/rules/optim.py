@@ -253,9 +253,15 @@ def _entropy_blowup_detect(series: RunSeries, since):
     if not len(steps):
         return steps, np.zeros(0, dtype=bool)
     idx, med = row_index(lo, len(steps)), series.roll(ENTROPY, W, "median", lo)
-    # a break inside the first windows has no settled start to double: rows at 5 × the first one and past 2 nats
-    early = (idx < series.rows(3 * W, ENTROPY) - 1) & (values[idx] >= max(EARLY_BREAK, 5 * values[0]))
+    # a break inside the first windows has no settled start to double: rows at 5 × the first one and past 2 nats; a
+    # log that begins after step 3W (a resumed run, a cut of a longer one) starts from a settled policy: there, the
+    # FAST-row median doubled from its first FAST rows' and past 1 nat
+    first_windows = idx < series.rows(3 * W, ENTROPY) - 1
+    early = first_windows & (values[idx] >= max(EARLY_BREAK, 5 * values[0]))
     with np.errstate(invalid="ignore"):
+        if steps[0] > 3 * W:
+            now = series.roll(ENTROPY, FAST, "median", lo)
+            early |= first_windows & (now >= 2 * series.head(ENTROPY, FAST)) & (now >= 1.0)
         # doubled and past 1 nat; or, from a start so low (0.07, a sharpened math model) that 1 nat is 14 times it,
         # five times the start and past 0.3
         head = series.head(ENTROPY, W)
@@ -297,8 +303,9 @@ ENTROPY_BLOWUP = Rule(
                 "docs/field-reports.md#entropy-rising-slightly"),
     read="Entropy's 10-step median doubled from its start and passed 1 nat per token, or reached five times a low "
          "start and passed 0.3 (critical when the reward falls); within the first 30 steps, before the start has "
-         "settled, entropy at 5 times its first row and past 2 nats. A slight rise below 1 is exploration and "
-         "expected.",
+         "settled, entropy at 5 times its first row and past 2 nats (in a log that begins after step 30, a resumed "
+         "run's: the 3-row median doubled from the first 3 rows' and past 1 nat). A slight rise below 1 is "
+         "exploration and expected.",
 )
 
 

@@ -2150,3 +2150,23 @@ def test_a_key_that_spells_a_metric_wins_over_one_that_reaches_it_through_a_syno
     [run] = import_runs(store, path)
     assert store.metrics(run.run_id)["eval/accuracy"].dropna().tolist() == [0.44]
     assert "eval/accuracy ← eval/bp/B/all/accuracy" in run.notes[-1]
+
+
+OPD = CORPUS / ("verl-console__lx-meteors__opd-test__r1-distill-1p5b-opd-plus-grpo-resumed-entropy-blowup-truncation-"
+                "crash-29step") / "opd-plus-grpo-deepseek-r1-distill-qwen-1.5b-justrl-deepseek-1.5b.log"
+
+
+def test_an_entropy_that_breaks_in_the_first_rows_of_a_resumed_run_is_a_blow_up(store):
+    """A verl run resumed from its step-200 checkpoint (batch 131, train split): entropy 0.68 at step 201, 1.3 at 205,
+    2.9 at 213, as the gradient norm goes from 0.24 to 11. Its first rows are a settled policy's, not a start that has
+    yet to settle: doubled from the first 3 rows and past 1 nat is a blow-up there. Its sister run, resumed from the
+    same checkpoint with entropy at 0.63-0.85, gets none."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, OPD)
+    found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
+    assert found["entropy_blowup"].severity in ("warning", "critical") and found["entropy_blowup"].onset_step <= 207
+    sister = next((CORPUS / ("verl-console__lx-meteors__opd-test__r1-distill-1p5b-grpo-plus-prefix-opd-resumed-healthy-"
+                             "crash-41step")).glob("*.log"))
+    [run] = import_runs(store, sister)
+    assert "entropy_blowup" not in {f.rule for f in diagnose(store, run.run_id, save=False).findings}
