@@ -259,7 +259,7 @@ def _entropy_blowup_detect(series: RunSeries, since):
     first_windows = idx < series.rows(3 * W, ENTROPY) - 1
     early = first_windows & (values[idx] >= max(EARLY_BREAK, 5 * values[0]))
     with np.errstate(invalid="ignore"):
-        if steps[0] > 3 * W:
+        if _begins_mid_run(series):
             now = series.roll(ENTROPY, FAST, "median", lo)
             early |= first_windows & (now >= 2 * series.head(ENTROPY, FAST)) & (now >= 1.0)
         # doubled and past 1 nat; or, from a start so low (0.07, a sharpened math model) that 1 nat is 14 times it,
@@ -270,12 +270,20 @@ def _entropy_blowup_detect(series: RunSeries, since):
         return steps, early | later
 
 
+def _begins_mid_run(series: RunSeries) -> bool:
+    """The log's first entropy row is past step 3W: a resumed run, or a cut of a longer one."""
+    steps = series.finite(ENTROPY)[0]
+    return bool(len(steps)) and steps[0] > 3 * W
+
+
 def _entropy_blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
-    start = series.head(ENTROPY, W)
+    mid_run = _begins_mid_run(series)
+    start = series.head(ENTROPY, FAST if mid_run else W)
     risen = ("doubled and above 1 nat" if smoothed(series, ENTROPY, ep.last) >= max(1.0, 2 * start)
              else f"five times a low start and above {LOW_START_RISE}")
-    evidence = [Evidence(start_step(series, ENTROPY), "entropy", start, "start"),
+    evidence = [Evidence(start_step(series, ENTROPY), "entropy", start,
+                         "the first 3 rows of a log that begins mid-run" if mid_run else "start"),
                 _as_entropy(smoothed_evidence(series, ENTROPY, ep.last, f"now: {risen}"))]
     fell = reward_fell(series, ep, "")
     evidence += [fell] if fell else []

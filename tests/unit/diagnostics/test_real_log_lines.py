@@ -2166,6 +2166,8 @@ def test_an_entropy_that_breaks_in_the_first_rows_of_a_resumed_run_is_a_blow_up(
     [run] = import_runs(store, OPD)
     found = {f.rule: f for f in diagnose(store, run.run_id, save=False).findings}
     assert found["entropy_blowup"].severity in ("warning", "critical") and found["entropy_blowup"].onset_step <= 207
+    start = found["entropy_blowup"].evidence[0]
+    assert start.note == "the first 3 rows of a log that begins mid-run" and start.value < 0.75
     sister = next((CORPUS / ("verl-console__lx-meteors__opd-test__r1-distill-1p5b-grpo-plus-prefix-opd-resumed-healthy-"
                              "crash-41step")).glob("*.log"))
     [run] = import_runs(store, sister)
