@@ -178,9 +178,9 @@ def canonical_row(row: Mapping[str, float], counts: set[str] | None = None) -> d
 
     When several keys of the row claim one canonical name (verl's ``actor/kl_loss`` next to a
     ``kl``), the key already spelt canonically wins, then the earlier alias in the catalogue, then a key
-    whose last segment spells the name; the others keep their own names, so no value overwrites another. A finite value above 1 under a share's alias is a count
-    (DisCO's ``batch/solve_all``: 31 prompts, not a share of them): it keeps its own name, and its key joins
-    ``counts``."""
+    whose last segment spells the name; the others keep their own names, so no value overwrites another. A finite
+    value above 1 under a share's alias is a count (DisCO's ``batch/solve_all``: 31 prompts, not a share of them): it
+    keeps its own name, and its key joins ``counts``."""
     out: dict[str, float] = {}
     for name, key in _renaming(tuple(row)):
         value = row[key]

@@ -34,7 +34,7 @@ def _first_bad(series: RunSeries, name: str, lo: int, hi: int) -> tuple[int, flo
     return (int(steps[keep][0]), float(values[keep][0])) if keep.any() else None
 
 
-def scaler_skips(series: RunSeries, lo: int, hi: int) -> list[int]:
+def _scaler_skips(series: RunSeries, lo: int, hi: int) -> list[int]:
     """The steps in [lo, hi] where only the gradient norm is non-finite and the update was skipped, as fp16 loss
     scaling skips an overflowing one: the loss is finite, the learning rate did not advance on that row (the
     scheduler steps only when the optimizer does; a first row still at a warmup's 0) and advances on the next row
@@ -59,7 +59,7 @@ def scaler_skips(series: RunSeries, lo: int, hi: int) -> list[int]:
     return [order[i] for i in np.flatnonzero(span)]
 
 
-def _skipped_by_the_scaler(series: RunSeries, ep: Episode, skips: list[int]) -> Explanation:
+def _skipped_by_the_scaler(series: RunSeries, skips: list[int]) -> Explanation:
     lr_steps, lr = series.raw("learning_rate")
     first = skips[0]
     evidence = [Evidence(first, "grad_norm", float("nan"), f"non-finite on {len(skips)} row(s); the loss is finite"),
@@ -74,8 +74,8 @@ def _skipped_by_the_scaler(series: RunSeries, ep: Episode, skips: list[int]) -> 
 
 def _nonfinite_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
-    if skips := scaler_skips(series, ep.onset, ep.last):
-        return _skipped_by_the_scaler(series, ep, skips)
+    if skips := _scaler_skips(series, ep.onset, ep.last):
+        return _skipped_by_the_scaler(series, skips)
     found = {n: hit for n in WATCHED if (hit := _first_bad(series, n, ep.start, ep.last))}
     bad = dict(sorted(found.items(), key=lambda item: item[1][0]))  # the first to go first: it tells the cause
     evidence = [Evidence(step, name, value, "first non-finite value") for name, (step, value) in bad.items()]

@@ -2134,8 +2134,7 @@ def test_a_nan_gradient_norm_on_an_update_the_fp16_scaler_skipped_is_info(store,
     frame = store.metrics(run.run_id)[["loss", "grad_norm", "learning_rate"]]
     frame.loc[14, "learning_rate"] = frame.loc[15, "learning_rate"]  # as if the update at row 14 had been taken
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"step": int(s), **{k: (None if v != v else v) for k, v in r.items()}}) + "\n"
-                            for s, r in frame.iterrows()).replace("null", "NaN"))
+    rows.write_text("".join(json.dumps({"step": int(s), **r.to_dict()}) + "\n" for s, r in frame.iterrows()))
     [taken] = import_runs(store, rows)
     [found] = [f for f in diagnose(store, taken.run_id, save=False).findings if f.rule == "nonfinite"]
     assert found.severity == "critical"
