@@ -79,7 +79,10 @@ _EVAL_LINE = re.compile(r"^\W*(?:\S+\s+){0,6}?(?:eval(?:uation)?|validation|val|
 # key: [n, n, ...], a list of numbers (a group's per-completion scores), each maybe quoted (['0.80', '0.01']).
 _LIST_PAIR = re.compile(rf"(?<![\w./@-])({KEY})\s*[=:]\s*\[((?:\s*['\"]?(?:{NUMBER})['\"]?\s*,)*"
                         rf"\s*['\"]?(?:{NUMBER})['\"]?\s*)\]", re.IGNORECASE)
-_RAY_PREFIX = re.compile(r"^\s*\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
+# a launcher's or logger's prefix (``[rank0]:``, ``0:``, a timestamp to the level), kept, and a Ray worker's
+# (``(TaskRunner pid=7)``), dropped: its ``pid=7`` is no metric, also behind a launcher's or logger's prefix
+_LAUNCHER = r"\[(?:rank|default)\d+\]:|\d+:|\d{4}-\d\d-\d\d[ T][\d:.,]+\s.*?\b(?:INFO|DEBUG|WARNING)\s*-"
+_RAY_PREFIX = re.compile(rf"^(\s*(?:{_LAUNCHER})?\s*)\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
 STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "episode", "global step"})
 
 
@@ -189,14 +192,13 @@ def looks_like_metrics(lines: list[str]) -> bool:
 
 
 # a list item's mark (``• Avg Reward: 0.32``), after a launcher's or logger's prefix if any (``[rank0]:``, ``0:``)
-_BULLET = re.compile(r"^(?:\[(?:rank|default)\d+\]:|\d+:|\d{4}-\d\d-\d\d[ T][\d:.,]+\s.*?\b(?:INFO|DEBUG|WARNING)\s*-)?"
-                     r"\s*[•·‣◦▪▶►*-]\s+")
+_BULLET = re.compile(rf"^(?:{_LAUNCHER})?\s*[•·‣◦▪▶►*-]\s+")
 _COMMENT = re.compile(r"\s+(?:<-{2,}|#)\s.*$")  # a note after the value: ``rewards/mean: 0.25\t<---- average reward``
 
 
 @functools.lru_cache(maxsize=1 << 13)  # a log's lines are cleaned on each pass over them
 def _clean(line: str) -> str:
-    return _COMMENT.sub("", _BULLET.sub("", _RAY_PREFIX.sub("", strip_ansi(line).strip())))
+    return _COMMENT.sub("", _BULLET.sub("", _RAY_PREFIX.sub(r"\1", strip_ansi(line).strip())))
 
 
 def parse_console(display: str, path: Path) -> ParsedLog:

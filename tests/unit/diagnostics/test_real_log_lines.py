@@ -2171,3 +2171,18 @@ def test_an_entropy_that_breaks_in_the_first_rows_of_a_resumed_run_is_a_blow_up(
                              "crash-41step")).glob("*.log"))
     [run] = import_runs(store, sister)
     assert "entropy_blowup" not in {f.rule for f in diagnose(store, run.run_id, save=False).findings}
+
+
+def test_a_ray_workers_prefix_behind_a_launchers_prefix_is_no_metric(store, tmp_path):
+    """The sister OPD+GRPO resume (batch 131, train split) under torchrun's ``[rank0]:`` (the variants benchmark):
+    its Ray prefix ``(TaskRunner pid=78217)``, no longer at the line's start, read as a metric ``pid`` on the start-up
+    lines, so the file read as a loop's console whose validation answers' "Step 2: ..." split it in two runs. A Ray
+    prefix behind a launcher's or logger's is dropped as at the start: one run of steps 200-241, as without one."""
+    log = next((CORPUS / ("verl-console__lx-meteors__opd-test__r1-distill-1p5b-grpo-plus-prefix-opd-resumed-healthy-"
+                          "crash-41step")).glob("*.log"))
+    for prefix in (b"[rank0]: ", b"2025-09-23 09:01:00,984 - train - INFO - "):
+        path = tmp_path / f"{len(prefix)}.log"
+        path.write_bytes(b"".join(prefix + line for line in log.read_bytes().splitlines(keepends=True)))
+        [run] = import_runs(store, path)
+        steps = store.metrics(run.run_id).index
+        assert (run.steps, steps.min(), steps.max()) == (42, 200, 241)
