@@ -83,6 +83,7 @@ _LIST_PAIR = re.compile(rf"(?<![\w./@-])({KEY})\s*[=:]\s*\[((?:\s*['\"]?(?:{NUMB
 # (``(TaskRunner pid=7)``), dropped: its ``pid=7`` is no metric, also behind a launcher's or logger's prefix
 _LAUNCHER = r"\[(?:rank|default)\d+\]:|\d+:|\d{4}-\d\d-\d\d[ T][\d:.,]+\s.*?\b(?:INFO|DEBUG|WARNING)\s*-"
 _RAY_PREFIX = re.compile(rf"^(\s*(?:{_LAUNCHER})?\s*)\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
+_LAUNCHED = re.compile(rf"^\s*(?:{_LAUNCHER})")
 STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "episode", "global step"})
 
 
@@ -255,8 +256,8 @@ def _noise(line: str, values: dict[str, float]) -> bool:
 def _lone(line: str, values: dict[str, float]) -> bool:
     """A line that is one metric the catalogue knows and nothing else (``Average Reward: 0.71``; not a sample's
     ``╭── Sample 1 | Reward: 1.0 ──╮``)."""
-    return len(values) == 1 and known(next(iter(values))) and _SEGMENT.match(line) is not None and \
-        not is_row(line, values)
+    return len(values) == 1 and known(next(iter(values))) and _SEGMENT.match(_LAUNCHED.sub("", line, 1)) is not None \
+        and not is_row(line, values)
 
 
 KIND_ROWS = 200  # the rows of metrics whose steps decide the file's kind of step

@@ -34,6 +34,20 @@ NAN, INF = math.nan, math.inf
 
 
 # ============================================================================ per-format imports
+@pytest.mark.parametrize("prefix", ["", "[rank0]: ", "0: ", "2025-09-23 09:01:00,984 - train - INFO - "])
+def test_metrics_on_lines_of_their_own_under_step_lines_read_behind_a_launchers_prefix(store, tmp_path, prefix):
+    """EasyR1 prints each step as ``Step 5`` over indented ``  grad_norm: 0.383`` lines, one metric a line; behind
+    torchrun's, srun's or a logger's prefix they are the same lines (they read as no log before)."""
+    lines = []
+    for step in range(1, 5):
+        lines += [f"Step {step}", "actor:", f"  grad_norm: {0.3 + step / 10}", f"  entropy_loss: {0.5 - step / 100}",
+                  "critic:", "  score:", f"    mean: {0.2 + step / 20}"]
+    path = tmp_path / "log.txt"
+    path.write_text("".join(prefix + line + "\n" for line in lines))
+    [run] = import_runs(store, path)
+    assert list(store.metrics(run.run_id)["grad_norm"].round(2)) == [0.4, 0.5, 0.6, 0.7]
+
+
 def test_trainer_state_output_dir_takes_highest_checkpoint(store, tmp_path):
     folder, _ = build("trainer_state", tmp_path)
     assert detect_format(folder) == "trainer_state"
