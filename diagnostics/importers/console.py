@@ -254,8 +254,8 @@ def _noise(line: str, values: dict[str, float]) -> bool:
 
 
 def _lone(line: str, values: dict[str, float]) -> bool:
-    """A line that is one metric the catalogue knows and nothing else (``Average Reward: 0.71``; not a sample's
-    ``╭── Sample 1 | Reward: 1.0 ──╮``)."""
+    """A line that is one metric the catalogue knows and nothing else (``Average Reward: 0.71``, also behind a
+    launcher's or logger's prefix; not a sample's ``╭── Sample 1 | Reward: 1.0 ──╮``)."""
     return len(values) == 1 and known(next(iter(values))) and _SEGMENT.match(_LAUNCHED.sub("", line, 1)) is not None \
         and not is_row(line, values)
 

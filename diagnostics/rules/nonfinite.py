@@ -47,13 +47,15 @@ def _scaler_skips(series: RunSeries, lo: int, hi: int) -> list[int]:
         return []
     rate = dict(zip(lr_steps.tolist(), lr.tolist()))
     finite_loss = dict(zip(loss_steps.tolist(), np.isfinite(loss).tolist()))
-    order = steps.tolist()
+    order, n = steps.tolist(), len(grad)
+    # the index of the first row with a finite norm at or after each row (n where none is): one pass, not one a row
+    following = np.minimum.accumulate(np.where(np.isfinite(grad), np.arange(n), n)[::-1])[::-1]
     for i in np.flatnonzero(span):
         step = order[i]
         if not finite_loss.get(step, False) or step not in rate:
             return []
         before = rate.get(order[i - 1]) if i else 0.0
-        after = next((rate.get(s) for j, s in enumerate(order[i + 1:], i + 1) if np.isfinite(grad[j])), None)
+        after = rate.get(order[following[i]]) if following[i] < n else None
         if rate[step] != before or after is None or after == rate[step]:
             return []
     return [order[i] for i in np.flatnonzero(span)]
