@@ -29,14 +29,12 @@ from grpo_doctor.diagnostics.importers.hf import (
     trainer_state_global_step,
     unwrapped,
 )
+from grpo_doctor.diagnostics.importers.json_tables import json_document, json_table, pretty_objects
 from grpo_doctor.diagnostics.importers.notebook import has_progress_table, is_notebook
 from grpo_doctor.diagnostics.importers.tabular import (
     csv_delimiter,
     header_is_ours,
     is_wandb_header,
-    json_document,
-    json_table,
-    pretty_objects,
     step_column,
 )
 from grpo_doctor.diagnostics.importers.tensorboard import event_files, looks_like_events

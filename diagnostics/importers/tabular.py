@@ -35,8 +35,8 @@ from grpo_doctor.diagnostics.importers._base import (
 )
 from grpo_doctor.diagnostics.importers.csv_chart import chart_columns, chart_rows, full_rows
 from grpo_doctor.diagnostics.importers.hf import is_eval_metrics, is_eval_row, is_summary_row, run_name_for
+from grpo_doctor.diagnostics.importers.json_tables import json_document, json_runs_at, pretty_objects
 from grpo_doctor.diagnostics.importers.jsonstream import array_records
-from grpo_doctor.diagnostics.metrics.names import canonical_name, mapped
 
 WANDB_STEP_KEYS = ("train/global_step", "_step")
 LOOKED_FOR = ", ".join(STEP_KEYS)
@@ -262,95 +262,12 @@ def _is_array(path: Path) -> bool:
     return text.startswith("[") and text[1:].lstrip(" \t\r\n")[:1] in ("{", "]", "")
 
 
-DOCUMENT_MAX_BYTES = 64 * 2**20  # a JSON document (not JSON lines) is read whole, up to this size
-_RECORD_KEYS = ("log_history", "history", "metrics", "records", "logs", "steps", "train", "training")
-
-
-def json_table(document) -> list[dict] | None:
-    """The rows of a loop's JSON dump: a list of records (``{"history": [{...}, ...]}``), or columns, one list of
-    numbers per metric, all of one length (``{"reward": [...], "kl": [...]}``), at the top or further down; None when
-    the document holds neither (``json_table_at`` says where it was found)."""
-    found = json_table_at(document)
-    return found[1] if found else None
-
-
-def json_table_at(document) -> tuple[str, list[dict], int] | None:
-    """(where, rows, how many tables the document holds) of ``json_table``. Of several tables (a web app's export:
-    test prompts, then SFT, DPO and GRPO logs), the one whose first record holds the most metrics the diagnoser judges
-    (reward functions counting as one: a DPO log's ``rewards/chosen`` and ``rewards/rejected`` are not a GRPO run's
-    metrics), the first found on a tie; ``where`` is its keys joined by ``/``."""
-    tables = list(_tables(document, ""))
-    if not tables:
-        return None
-    where, rows = max(tables, key=lambda t: _judged(t[1][0]))  # max keeps the first of equals
-    return where, rows, len(tables)
-
-
-def _judged(record: dict) -> int:
-    """How many metrics the diagnoser judges a record holds, its reward functions (``rewards/<fn>``) counted once."""
-    names = {canonical_name(k) for k in flatten(record) if mapped(k)}
-    return len({"rewards/" if n.startswith("rewards/") else n for n in names})
-
-
-def _tables(document, where: str) -> Iterator[tuple[str, list[dict]]]:
-    """The candidate tables of ``json_table_at``, with where each is, in the order it prefers on a tie: the document
-    itself, its lists of records (``_RECORD_KEYS`` first), its columns, then those of the dicts inside it, at any
-    depth."""
-    if isinstance(document, list):
-        if document and all(isinstance(r, dict) for r in document):
-            yield where, document
-        return
-    if not isinstance(document, dict):
-        return
-    for key in dict.fromkeys((*_RECORD_KEYS, *document)):
-        value = document.get(key)
-        if isinstance(value, list) and len(value) >= 2 and all(isinstance(r, dict) for r in value):
-            yield f"{where}/{key}".lstrip("/"), value
-    columns = {k: v for k, v in document.items()
-               if isinstance(v, list) and len(v) >= 2 and all(isinstance(x, (int, float)) or x is None for x in v)}
-    lengths = {len(v) for v in columns.values()}
-    if len(columns) >= 2 and len(lengths) == 1:
-        n = lengths.pop()
-        yield where, [{k: v[i] for k, v in columns.items()} for i in range(n)]
-    for key, value in document.items():
-        if isinstance(value, dict):
-            yield from _tables(value, f"{where}/{key}".lstrip("/"))
-
-
-def json_document(path: Path):
-    """The file as one JSON document, or None (JSON lines, too big, or not JSON)."""
-    try:
-        if path.stat().st_size > DOCUMENT_MAX_BYTES:
-            return None
-        return json.loads(path.read_text(encoding="utf-8-sig", errors="replace"))
-    except (OSError, ValueError, RecursionError):
-        return None
-
-
-def pretty_objects(path: Path) -> list[dict] | None:
-    """A loop's records written one after another as indented JSON (``json.dump(m, f, indent=2)`` at each step): the
-    objects, or None when the file is not two or more of them (or is too big to read whole)."""
-    try:
-        head = (decode_head(read_head(path, 4096)) or "").lstrip("\ufeff")
-        if path.stat().st_size > DOCUMENT_MAX_BYTES or \
-                next((line.strip() for line in head.splitlines() if line.strip()), "") != "{":
-            return None  # JSON lines, or too big
-        text = path.read_text(encoding="utf-8-sig", errors="replace")
-    except OSError:
-        return None
-    decoder, objects, pos = json.JSONDecoder(), [], 0
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n":
-            pos += 1
-        if pos == len(text):
-            return objects if len(objects) >= 2 else None
-        try:
-            value, pos = decoder.raw_decode(text, pos)
-        except (ValueError, RecursionError):
-            return None
-        if not isinstance(value, dict):
-            return None
-        objects.append(value)
+def _document_records(tables: list[tuple[str, list[dict]]]) -> Iterator[tuple[str, dict | None]]:
+    """A JSON document's records, run after run: (where, record), and ``(NEW_RUN, None)`` where the next run begins."""
+    for n, (_, table) in enumerate(tables):
+        if n:
+            yield NEW_RUN, None
+        yield from ((f"row {i}", r) for i, r in enumerate(table, start=1))
 
 
 def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tuple[int, dict[str, float]]]:
@@ -361,14 +278,13 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
     order = 0
     array = _is_array(path)
     document = None if array else json_document(path)
-    found = json_table_at(document) if isinstance(document, dict) else None
+    found = json_runs_at(document) if isinstance(document, dict) else None
     objects = pretty_objects(path) if document is None and not array else None
     if found is not None:
-        where, table, count = found
-        if count > 1:
-            source.note(f"read the table at {where or 'the top level'}, of the document's {count}: the one whose "
-                        "records hold the most metrics GRPO Doctor judges")
-        records = ((f"row {i}", r) for i, r in enumerate(table, start=1))
+        tables, note = found
+        if note:
+            source.note(note)
+        records = _document_records(tables)
     elif objects is not None:
         records = ((f"object {i}", r) for i, r in enumerate(objects, start=1))
     else:
@@ -376,6 +292,10 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
             (f"line {n}", r) for n, r in json_records(source, path))
     current_run, ended, rows = None, False, 0
     for where, record in records:
+        if where is NEW_RUN:  # the next of a document's runs
+            yield NEW_RUN, {}
+            current_run, ended, rows, order = None, False, 0, 0
+            continue
         record = flatten(unwrapped_record(record))
         named = run_columns(record)
         if named:

@@ -1457,6 +1457,41 @@ def test_of_a_documents_tables_the_one_with_the_most_judged_metrics_is_the_run(s
     assert any(n.startswith("read the table at training_data/grpo/logs, of the document's 17") for n in run.notes)
 
 
+PAPO = CORPUS / "handwritten-json__tanzelin430__papo__qwen25-3b-orm-pagrpo-prm-reward-length-1123step" \
+    / "qwen3b_training_metrics.json"
+
+
+def test_a_documents_tables_of_the_same_metrics_under_run_names_are_runs(store, tmp_path):
+    """PAPO's export of three W&B runs (train split): ``{"3B-ORM": {"steps": [...], "response_length": [...],
+    "reward": [...]}, "3B-PA-GRPO": {...}, "3B-PRM": {...}}``. Only the first table was read, as the one run. Tables
+    of the same metrics side by side under names are runs, in document order; the same tables under split names
+    (``train``, ``eval``) stay one run's table."""
+    runs = import_runs(store, PAPO)
+    assert [(store.metrics(r.run_id).index[0], store.metrics(r.run_id).index[-1]) for r in runs] == \
+        [(1, 1092), (1, 1123), (1, 24)]
+    assert store.metrics(runs[2].run_id)["reward"].iloc[0] == pytest.approx(0.08984375)
+    assert any(n.startswith("read 3 runs, the tables at 3B-ORM, 3B-PA-GRPO, 3B-PRM") for n in runs[0].notes)
+
+    document = json.loads(PAPO.read_text())
+    splits = tmp_path / "metrics.json"
+    splits.write_text(json.dumps({"train": document["3B-ORM"], "eval": document["3B-PRM"]}))
+    with RunStore(":memory:") as other:
+        [run] = import_runs(other, splits)
+        assert len(other.metrics(run.run_id)) == 1092
+
+
+def test_a_documents_step_value_tables_under_metric_names_are_one_runs_metrics(store):
+    """A GRPO distillation loop's export (train split): ``{"loss": [{"step": 1, "value": 0.022}, ...], "kl": [...]}``,
+    162 steps. Only the loss table was read, its ``value`` an unknown metric. Tables of a step and one value under
+    metric names are one run's metrics, named by their keys."""
+    log = CORPUS / "handwritten-json__gzh2002__qwen-distil__qwen25-05b-distil-grpo-loss-kl-162step" / "loss_and_kl.json"
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert (len(frame), frame.index[0], frame.index[-1]) == (162, 1, 162)
+    assert frame.loc[1, "loss"] == pytest.approx(0.022) and frame["kl"].notna().sum() == 162
+    assert "read the 2 tables at loss, kl as one run's metrics" in run.notes
+
+
 def test_old_verls_critic_kl_is_the_kl_in_the_reward(store):
     """A Search-R1 PPO dashboard (train split) logged by verl before 0.3, whose apply_kl_penalty reports the KL it
     subtracts from the reward as ``critic/kl`` and its coefficient as ``critic/kl_coeff`` (later

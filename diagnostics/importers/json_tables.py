@@ -1,0 +1,134 @@
+"""JSON documents (not JSON lines): the table of metrics a loop's dump holds, at any depth, and the runs of an
+export that holds one table per run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from grpo_doctor.diagnostics.importers._base import decode_head, flatten, read_head, step_column
+from grpo_doctor.diagnostics.metrics.names import canonical_name, mapped
+
+DOCUMENT_MAX_BYTES = 64 * 2**20  # a JSON document (not JSON lines) is read whole, up to this size
+# the words of a document's keys that name a split of one run, not a run
+SPLIT_WORDS = frozenset({"train", "training", "val", "valid", "validation", "eval", "evaluation", "test", "dev"})
+_RECORD_KEYS = ("log_history", "history", "metrics", "records", "logs", "steps", "train", "training")
+
+
+def json_table(document) -> list[dict] | None:
+    """The rows of a loop's JSON dump: a list of records (``{"history": [{...}, ...]}``), or columns, one list of
+    numbers per metric, all of one length (``{"reward": [...], "kl": [...]}``), at the top or further down; None when
+    the document holds neither (``json_table_at`` says where it was found)."""
+    found = json_table_at(document)
+    return found[1] if found else None
+
+
+def json_table_at(document) -> tuple[str, list[dict], int] | None:
+    """(where, rows, how many tables the document holds) of ``json_table``. Of several tables (a web app's export:
+    test prompts, then SFT, DPO and GRPO logs), the one whose first record holds the most metrics the diagnoser judges
+    (reward functions counting as one: a DPO log's ``rewards/chosen`` and ``rewards/rejected`` are not a GRPO run's
+    metrics), the first found on a tie; ``where`` is its keys joined by ``/``."""
+    tables = list(_tables(document, ""))
+    if not tables:
+        return None
+    where, rows = max(tables, key=lambda t: _judged(t[1][0]))  # max keeps the first of equals
+    return where, rows, len(tables)
+
+
+def json_runs_at(document) -> tuple[list[tuple[str, list[dict]]], str | None] | None:
+    """The runs of a document, each (where, rows), and a note on how they were read: ``json_table_at``'s table, or,
+    where tables beside it (under the same parent) have records with the same keys and none of their names is a
+    split's or a log's (``{"train": {...}, "eval": {...}}`` is one run's splits):
+    - one run per table, in document order, when each holds several metrics (``{"3B-ORM": {"steps": [...],
+      "reward": [...]}, "3B-PRM": {...}}``: an export of runs by name);
+    - one run whose metrics are the tables' names, when each holds a step and one value (``{"loss": [{"step": 1,
+      "value": 0.02}, ...], "kl": [...]}``: an export of one run's metrics by name)."""
+    found = json_table_at(document)
+    if found is None:
+        return None
+    where, rows, count = found
+    note = (f"read the table at {where or 'the top level'}, of the document's {count}: the one whose records hold "
+            "the most metrics GRPO Doctor judges") if count > 1 else None
+    parent, keys = where.rpartition("/")[0], set(rows[0])
+    tables = [(w, r) for w, r in _tables(document, "") if w.rpartition("/")[0] == parent and set(r[0]) == keys]
+    names = [w.rpartition("/")[2] for w, _ in tables]
+    if len(tables) < 2 or {n.strip().lower() for n in names} & (SPLIT_WORDS | set(_RECORD_KEYS) | {""}):
+        return [(where, rows)], note
+    shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+    step = step_column(keys)
+    if len(keys) == 2 and step is not None:
+        (value,) = keys - {step}
+        merged: dict[object, dict] = {}
+        for name, (_, table) in zip(names, tables):
+            for record in table:
+                merged.setdefault(record[step], {step: record[step]})[name] = record[value]
+        return [(parent, list(merged.values()))], f"read the {len(names)} tables at {shown} as one run's metrics"
+    return tables, f"read {len(tables)} runs, the tables at {shown}: the same metrics under keys of one object"
+
+
+def _judged(record: dict) -> int:
+    """How many metrics the diagnoser judges a record holds, its reward functions (``rewards/<fn>``) counted once."""
+    names = {canonical_name(k) for k in flatten(record) if mapped(k)}
+    return len({"rewards/" if n.startswith("rewards/") else n for n in names})
+
+
+def _tables(document, where: str) -> Iterator[tuple[str, list[dict]]]:
+    """The candidate tables of ``json_table_at``, with where each is, in the order it prefers on a tie: the document
+    itself, its lists of records (``_RECORD_KEYS`` first), its columns, then those of the dicts inside it, at any
+    depth."""
+    if isinstance(document, list):
+        if document and all(isinstance(r, dict) for r in document):
+            yield where, document
+        return
+    if not isinstance(document, dict):
+        return
+    for key in dict.fromkeys((*_RECORD_KEYS, *document)):
+        value = document.get(key)
+        if isinstance(value, list) and len(value) >= 2 and all(isinstance(r, dict) for r in value):
+            yield f"{where}/{key}".lstrip("/"), value
+    columns = {k: v for k, v in document.items()
+               if isinstance(v, list) and len(v) >= 2 and all(isinstance(x, (int, float)) or x is None for x in v)}
+    lengths = {len(v) for v in columns.values()}
+    if len(columns) >= 2 and len(lengths) == 1:
+        n = lengths.pop()
+        yield where, [{k: v[i] for k, v in columns.items()} for i in range(n)]
+    for key, value in document.items():
+        if isinstance(value, dict):
+            yield from _tables(value, f"{where}/{key}".lstrip("/"))
+
+
+def json_document(path: Path):
+    """The file as one JSON document, or None (JSON lines, too big, or not JSON)."""
+    try:
+        if path.stat().st_size > DOCUMENT_MAX_BYTES:
+            return None
+        return json.loads(path.read_text(encoding="utf-8-sig", errors="replace"))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def pretty_objects(path: Path) -> list[dict] | None:
+    """A loop's records written one after another as indented JSON (``json.dump(m, f, indent=2)`` at each step): the
+    objects, or None when the file is not two or more of them (or is too big to read whole)."""
+    try:
+        head = (decode_head(read_head(path, 4096)) or "").lstrip("\ufeff")
+        if path.stat().st_size > DOCUMENT_MAX_BYTES or \
+                next((line.strip() for line in head.splitlines() if line.strip()), "") != "{":
+            return None  # JSON lines, or too big
+        text = path.read_text(encoding="utf-8-sig", errors="replace")
+    except OSError:
+        return None
+    decoder, objects, pos = json.JSONDecoder(), [], 0
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        if pos == len(text):
+            return objects if len(objects) >= 2 else None
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(value, dict):
+            return None
+        objects.append(value)
