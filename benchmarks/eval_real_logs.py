@@ -603,6 +603,16 @@ KNOWN_FAILURES = {
         "and tqdm's bar (stderr, unbuffered): each dict lands 14-168 steps after it was logged, so the bar reads "
         "logging_steps 64 and steps 64-768 where its reader, from the warm-up's learning rates, counts 50-600; no "
         "line of the log says the interval",
+    # Batch 133 (2026-12-07): its train-split first-contact failures.
+    "trl-console__zezeze97__geo-show-o__geo-grpo-accuracy-reward-sparse-groups-27step/test.log":
+        "batch 133: 26 metric dicts and a bar that ends at 26/120 read as steps 1-26; its reader numbers them by the "
+        "learning rate's linear decay (1e-6 over 120 steps), which puts the last at step 27, skips steps 6 and 10 and "
+        "prints step 22's rate twice; numbering rows by a schedule was not tried",
+    "verl-console__earthrecovery__agent-budget-control__qwen25-3b-ppo-webshop-origin-success-rise-100step/"
+    "webshop-origin-17414284.out":
+        "batch 133: a multi-turn WebShop PPO run whose ppo_kl reaches 0.03-0.09 over steps 66-95 (its 10-step median "
+        "0.0498 at the end, its 3-step one above 0.05 from step 72) is warned approx_kl_high; its reader calls the "
+        "run healthy (validation success 0.016 -> 0.51)",
 }
 
 
