@@ -43,6 +43,7 @@ from grpo_doctor.diagnostics.importers.wandb_file import looks_like_wandb, run_f
 from grpo_doctor.diagnostics.importers.xtuner import looks_like_xtuner
 
 DEEP_SCAN_BYTES = 32 * 2**20  # a log whose head shows no known lines is read this far before it is refused
+PEEK_BYTES = 2**20  # a log whose head shows only a loop's metric lines is read this far for a trainer's
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 _TRL_MARKERS = ("GRPOConfig(", "RLOOConfig(", "TrainingArguments(", "GRPOTrainer", "[INFO:swift]")
 _VERL_MARKERS = ("verl.trainer.main_ppo", "verl.trainer.main_dapo")
@@ -240,7 +241,9 @@ def detect_file(path: Path) -> str:
         if tabbed:
             return tabbed
     if looks_like_metrics(lines):
-        return "console"
+        # a loop's own metric lines (the fallback), unless TRL's dicts or verl's step lines follow past the head: a
+        # trainer's printed completions ("x=26, y=15") can fill 64 KiB before its first logged dict
+        return (None if complete else _scan_further(path, PEEK_BYTES, specific=True)) or "console"
     csv_format = _csv_format(lines)
     if csv_format:
         return csv_format
@@ -296,30 +299,32 @@ def _has_log_dict(lines: list[str]) -> bool:
     return False
 
 
-def _scan_further(path: Path) -> str | None:
+def _scan_further(path: Path, limit: int = DEEP_SCAN_BYTES, specific: bool = False) -> str | None:
     """The console format of a log whose first metric lines come after a long preamble (pip output, a config dump,
-    dataset progress bars): read on, up to 32 MiB, 2,000 lines at a time."""
+    dataset progress bars): read on, up to ``limit`` bytes, 2,000 lines at a time (``specific``: a trainer's format
+    only, not a loop's own metric lines)."""
     block: list[str] = []
     read = 0
     for _lineno, line in iter_lines(Source(str(path)), path):
         read += len(line)
         block.append(line.rstrip("\r\n"))
-        if len(block) < 2000 and read < DEEP_SCAN_BYTES:
+        if len(block) < 2000 and read < limit:
             continue
-        found = _console_kind(block)
-        if found or read >= DEEP_SCAN_BYTES:
+        found = _console_kind(block, specific)
+        if found or read >= limit:
             return found
         block = block[-1:]
-    return _console_kind(block) if block else None
+    return _console_kind(block, specific) if block else None
 
 
-def _console_kind(lines: list[str]) -> str | None:
-    """Which console format these lines are: verl's step lines, TRL's printed dicts, or a loop's own metric lines."""
+def _console_kind(lines: list[str], specific: bool = False) -> str | None:
+    """Which console format these lines are: verl's step lines, TRL's printed dicts, or (not ``specific``) a loop's own
+    metric lines."""
     if any(STEP_LINE.search(x) for x in lines):
         return "verl_console"
     if _has_log_dict(lines):
         return "trl_console"
-    return "console" if looks_like_metrics(lines) else None
+    return "console" if not specific and looks_like_metrics(lines) else None
 
 
 def _json_or_none(line: str):

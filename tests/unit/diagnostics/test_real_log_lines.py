@@ -585,6 +585,19 @@ def test_a_loop_that_prints_on_every_rank_is_read_from_rank_0(store, tmp_path, p
     assert any("rank 0's lines are read" in note for note in read.notes)
 
 
+def test_a_trainers_dicts_past_the_head_win_over_pairs_in_its_printed_completions(store, tmp_path):
+    """A TRL console of a geometry model (train split) prints its sampled completions ("∠DCE=26（11）；y=15") before
+    each logged dict; printed by two ranks, 230 lines of them fill the first 64 KiB, which then read as a loop's own
+    metric lines: 1 step of "ab", "dae", "circ" ... Past the head its dicts are TRL's: 26 steps, as unprefixed."""
+    path = CORPUS / "trl-console__zezeze97__geo-show-o__geo-grpo-accuracy-reward-sparse-groups-27step" / "test.log"
+    both = tmp_path / path.name
+    both.write_bytes(b"\n".join(b"[rank0]: " + x + b"\n[rank1]: " + x for x in path.read_bytes().split(b"\n")))
+    assert both.read_bytes().index(b"{'loss'") > 64 * 1024
+    [clean], [read] = import_runs(store, path), import_runs(store, both)
+    assert store.get_run(read.run_id)["source"] == "trl"
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
 def test_a_loops_sample_kl_is_the_kl_to_the_reference(store):
     """A hand-written REINFORCE loop's ``sample_kl`` (1.6 at its first update): read as kl, and named as a reference
     that is not the starting policy."""
