@@ -42,8 +42,8 @@ def json_runs_at(document) -> tuple[list[tuple[str, list[dict]]], str | None] | 
     split's or a log's (``{"train": {...}, "eval": {...}}`` is one run's splits):
     - one run per table, in document order, when each holds several metrics (``{"3B-ORM": {"steps": [...],
       "reward": [...]}, "3B-PRM": {...}}``: an export of runs by name);
-    - one run whose metrics are the tables' names, when each holds a step and one value (``{"loss": [{"step": 1,
-      "value": 0.02}, ...], "kl": [...]}``: an export of one run's metrics by name)."""
+    - one run whose metrics are the tables' names, when each holds a step and one value that names no metric
+      (``{"loss": [{"step": 1, "value": 0.02}, ...], "kl": [...]}``: an export of one run's metrics by name)."""
     found = json_table_at(document)
     if found is None:
         return None
@@ -57,12 +57,14 @@ def json_runs_at(document) -> tuple[list[tuple[str, list[dict]]], str | None] | 
         return [(where, rows)], note
     shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
     step = step_column(keys)
-    if len(keys) == 2 and step is not None:
-        (value,) = keys - {step}
+    value = next(iter(keys - {step})) if len(keys) == 2 and step is not None else None
+    if value is not None and not mapped(value):  # each table a metric's steps and values, not a run's "reward"
         merged: dict[object, dict] = {}
         for name, (_, table) in zip(names, tables):
             for record in table:
-                merged.setdefault(record[step], {step: record[step]})[name] = record[value]
+                at = record.get(step)
+                if isinstance(at, (int, float, str)) and value in record:  # else no row of this run (none to read)
+                    merged.setdefault(at, {step: at})[name] = record[value]
         return [(parent, list(merged.values()))], f"read the {len(names)} tables at {shown} as one run's metrics"
     return tables, f"read {len(tables)} runs, the tables at {shown}: the same metrics under keys of one object"
 

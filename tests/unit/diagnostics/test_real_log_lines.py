@@ -1491,6 +1491,10 @@ def test_a_documents_tables_of_the_same_metrics_under_run_names_are_runs(store, 
     with RunStore(":memory:") as other:
         [run] = import_runs(other, splits)
         assert len(other.metrics(run.run_id)) == 1092
+    rewards = tmp_path / "rewards.json"  # each run's steps and one metric, named: still runs, not one run's metrics
+    rewards.write_text(json.dumps({k: {"steps": v["steps"], "reward": v["reward"]} for k, v in document.items()}))
+    with RunStore(":memory:") as other:
+        assert [r.steps for r in import_runs(other, rewards)] == [1092, 1123, 24]
 
 
 def test_a_documents_step_value_tables_under_metric_names_are_one_runs_metrics(store):
