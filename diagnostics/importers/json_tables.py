@@ -4,6 +4,7 @@ export that holds one table per run."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,8 +39,9 @@ def json_table_at(document) -> tuple[str, list[dict], int] | None:
 
 def json_runs_at(document) -> tuple[list[tuple[str, list[dict]]], str | None] | None:
     """The runs of a document, each (where, rows), and a note on how they were read: ``json_table_at``'s table, or,
-    where tables beside it (under the same parent) have records with the same keys and none of their names is a
-    split's or a log's (``{"train": {...}, "eval": {...}}`` is one run's splits):
+    where tables beside it (under the same parent) have records with the same keys and no word of their names is a
+    split's or a log's (``{"train": {...}, "eval": {...}}``, ``train_history`` beside ``eval_history``: one run's
+    splits):
     - one run per table, in document order, when each holds several metrics (``{"3B-ORM": {"steps": [...],
       "reward": [...]}, "3B-PRM": {...}}``: an export of runs by name);
     - one run whose metrics are the tables' names, when each holds a step and one value that names no metric
@@ -53,7 +55,8 @@ def json_runs_at(document) -> tuple[list[tuple[str, list[dict]]], str | None] | 
     parent, keys = where.rpartition("/")[0], set(rows[0])
     tables = [(w, r) for w, r in _tables(document, "") if w.rpartition("/")[0] == parent and set(r[0]) == keys]
     names = [w.rpartition("/")[2] for w, _ in tables]
-    if len(tables) < 2 or {n.strip().lower() for n in names} & (SPLIT_WORDS | set(_RECORD_KEYS) | {""}):
+    words = {w for n in names for w in re.split(r"[\W_]+", n.lower())} | {n.strip() for n in names}
+    if len(tables) < 2 or words & (SPLIT_WORDS | set(_RECORD_KEYS) | {"history", ""}):  # eval_history: a split's
         return [(where, rows)], note
     shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
     step = step_column(keys)

@@ -1487,10 +1487,11 @@ def test_a_documents_tables_of_the_same_metrics_under_run_names_are_runs(store, 
 
     document = json.loads(PAPO.read_text())
     splits = tmp_path / "metrics.json"
-    splits.write_text(json.dumps({"train": document["3B-ORM"], "eval": document["3B-PRM"]}))
-    with RunStore(":memory:") as other:
-        [run] = import_runs(other, splits)
-        assert len(other.metrics(run.run_id)) == 1092
+    for train, held_out in (("train", "eval"), ("train_history", "eval_history")):
+        splits.write_text(json.dumps({train: document["3B-ORM"], held_out: document["3B-PRM"]}))
+        with RunStore(":memory:") as other:
+            [run] = import_runs(other, splits)
+            assert len(other.metrics(run.run_id)) == 1092
     rewards = tmp_path / "rewards.json"  # each run's steps and one metric, named: still runs, not one run's metrics
     rewards.write_text(json.dumps({k: {"steps": v["steps"], "reward": v["reward"]} for k, v in document.items()}))
     with RunStore(":memory:") as other:
