@@ -53,22 +53,27 @@ _DECIMAL_COMMA = re.compile(r"^\s*[-+]?\d+,\d+(?:[eE][-+]?\d+)?\s*$")
 
 
 def csv_delimiter(lines: list[str]) -> str | None:
-    """A table's delimiter: a comma in the header; else a tab or a semicolon that splits the header and 4 in 5 of the
-    next rows alike into 2+ columns; else None (a notebook's ``| Step | ... |`` table is the console reader's)."""
+    """A table's delimiter: a comma that splits the header and 4 in 5 of the next rows alike into 2+ columns; else a
+    tab or a semicolon that does (a W&B export saved as TSV whose keys hold ``Config(a=1,b=2)`` has commas in its
+    header alone); else a comma in the header; else None (a notebook's ``| Step | ... |`` table is the console
+    reader's)."""
     rows = [line for line in lines[:21] if line.strip()]
-    if not rows or "," in rows[0]:
-        return "," if rows else None
-    for delimiter in _OTHER_DELIMITERS:
-        if delimiter not in rows[0]:
-            continue
-        try:
-            parsed = list(csv.reader(io.StringIO("\n".join(rows)), delimiter=delimiter))
-        except csv.Error:
-            continue
-        width = len(parsed[0])
-        if width >= 2 and sum(len(r) == width for r in parsed[1:]) >= 0.8 * (len(parsed) - 1):
+    if not rows:
+        return None
+    for delimiter in (",", *_OTHER_DELIMITERS):
+        if delimiter in rows[0] and _splits_alike(rows, delimiter):
             return delimiter
-    return None
+    return "," if "," in rows[0] else None
+
+
+def _splits_alike(rows: list[str], delimiter: str) -> bool:
+    """The delimiter splits the header and 4 in 5 of the next rows into the same 2+ columns."""
+    try:
+        parsed = list(csv.reader(io.StringIO("\n".join(rows)), delimiter=delimiter))
+    except csv.Error:
+        return False
+    width = len(parsed[0])
+    return width >= 2 and sum(len(r) == width for r in parsed[1:]) >= 0.8 * (len(parsed) - 1)
 
 
 def _csv_records(source: Source, path: Path) -> Iterator[tuple[int, list[str]]]:

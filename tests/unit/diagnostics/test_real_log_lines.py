@@ -4,6 +4,8 @@ seen does."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from pathlib import Path
@@ -494,6 +496,22 @@ def test_a_table_saved_as_tsv_or_by_a_european_spreadsheet_is_read(store, tmp_pa
     [clean], [read] = import_runs(store, path), import_runs(store, saved)
     assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
+
+
+@pytest.mark.parametrize("delimiter", ["\t", ";"], ids=["tsv", "semicolons"])
+def test_a_w_and_b_export_whose_keys_hold_commas_saved_with_tabs_or_semicolons_is_read(store, tmp_path, delimiter):
+    """A VAGEN-style W&B export (train split) whose keys name the environment's config,
+    ``"train/success/ActiveSpatialEnvConfig(render_backend=local,step_translation=0.2,...)"``: saved with tabs or
+    semicolons, its header alone holds commas, which were taken for the delimiter (no log lines found). The
+    delimiter is the one that splits the header and the rows alike."""
+    path = CORPUS / "wandb-csv__yyyybq__active-spatial__qwen25vl-3b-masked-gae-ppo-score-up-success-zero-100step" / \
+        "training_history.csv"
+    out = io.StringIO()
+    csv.writer(out, delimiter=delimiter, lineterminator="\n").writerows(csv.reader(io.StringIO(path.read_text())))
+    saved = tmp_path / path.name
+    saved.write_text(out.getvalue())
+    [clean], [read] = import_runs(store, path), import_runs(store, saved)
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
 def test_records_dumped_one_after_another_as_indented_json_are_read(store, tmp_path):
     """A loop that writes each step's record with ``json.dump(record, f, indent=2)``: the same steps and values as
