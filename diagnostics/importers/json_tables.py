@@ -30,7 +30,11 @@ def json_table_at(document) -> tuple[str, list[dict], int] | None:
     test prompts, then SFT, DPO and GRPO logs), the one whose first record holds the most metrics the diagnoser judges
     (reward functions counting as one: a DPO log's ``rewards/chosen`` and ``rewards/rejected`` are not a GRPO run's
     metrics), the first found on a tie; ``where`` is its keys joined by ``/``."""
-    tables = list(_tables(document, ""))
+    return _chosen(list(_tables(document, "")))
+
+
+def _chosen(tables: list[tuple[str, list[dict]]]) -> tuple[str, list[dict], int] | None:
+    """``json_table_at`` of the tables ``_tables`` found (found once: a column table's rows are built as they are)."""
     if not tables:
         return None
     where, rows = max(tables, key=lambda t: _judged(t[1][0]))  # max keeps the first of equals
@@ -46,14 +50,15 @@ def json_runs_at(document) -> tuple[list[tuple[str, list[dict]]], str | None] | 
       "reward": [...]}, "3B-PRM": {...}}``: an export of runs by name);
     - one run whose metrics are the tables' names, when each holds a step and one value that names no metric
       (``{"loss": [{"step": 1, "value": 0.02}, ...], "kl": [...]}``: an export of one run's metrics by name)."""
-    found = json_table_at(document)
+    every = list(_tables(document, ""))
+    found = _chosen(every)
     if found is None:
         return None
     where, rows, count = found
     note = (f"read the table at {where or 'the top level'}, of the document's {count}: the one whose records hold "
             "the most metrics GRPO Doctor judges") if count > 1 else None
     parent, keys = where.rpartition("/")[0], set(rows[0])
-    tables = [(w, r) for w, r in _tables(document, "") if w.rpartition("/")[0] == parent and set(r[0]) == keys]
+    tables = [(w, r) for w, r in every if w.rpartition("/")[0] == parent and set(r[0]) == keys]
     names = [w.rpartition("/")[2] for w, _ in tables]
     words = {w for n in names for w in re.split(r"[\W_]+", n.lower())} | {n.strip() for n in names}
     if len(tables) < 2 or words & (SPLIT_WORDS | set(_RECORD_KEYS) | {"history", ""}):  # eval_history: a split's
