@@ -60,8 +60,8 @@ def json_runs_at(document) -> tuple[list[tuple[str, list[dict]]], str | None] | 
     parent, keys = where.rpartition("/")[0], set(rows[0])
     tables = [(w, r) for w, r in every if w.rpartition("/")[0] == parent and set(r[0]) == keys]
     names = [w.rpartition("/")[2] for w, _ in tables]
-    words = {w for n in names for w in re.split(r"[\W_]+", n.lower())} | {n.strip() for n in names}
-    if len(tables) < 2 or words & (SPLIT_WORDS | set(_RECORD_KEYS) | {"history", ""}):  # eval_history: a split's
+    words = {w for n in names for w in re.split(r"[\W_]+", n.lower())}  # "" for the top level
+    if len(tables) < 2 or words & (SPLIT_WORDS | set(_RECORD_KEYS) | {""}):  # eval_history: a split's
         return [(where, rows)], note
     shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
     step = step_column(keys)
