@@ -199,12 +199,19 @@ def _entropy_collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
         if series.has(name):
             evidence.append(smoothed_evidence(series, name, ep.last, note))
     top = solved(series, "reward_std", ep) if series.has("reward_std") else None
-    if top is not None:  # a policy sure of answers that all score the top has converged, not stopped exploring
-        causes = ["the task is solved: every completion of those batches got the top reward, so a sure policy is "
-                  "what training was for (the reward rose to get there)"]
+    right = _right_nine_in_ten(series, ep) if top is None else None
+    if top is not None or right is not None:  # a policy sure of right answers has converged, not stopped exploring
+        if top is not None:
+            evidence.append(solved_evidence(ep, top))
+            causes = ["the task is solved: every completion of those batches got the top reward, so a sure policy is "
+                      "what training was for (the reward rose to get there)"]
+        else:
+            evidence.append(right)
+            causes = ["the task is (nearly) solved: nine completions in ten are right, so a sure policy is what "
+                      "training was for (the success rate rose to get there)"]
         fixes = [advice("harder prompts (a curriculum), or stop at the best checkpoint; on harder prompts the policy "
                         "needs to explore again: watch its entropy there")]
-        return Explanation("info", [*evidence, solved_evidence(ep, top)], causes, fixes)
+        return Explanation("info", evidence, causes, fixes)
     can_clip = not cfg.one_update_per_rollout()  # with one update per rollout the ratio is 1: ε changes nothing
     causes = ["no entropy bonus, low temperature, or an over-trained starting checkpoint"]
     if can_clip:
@@ -216,6 +223,21 @@ def _entropy_collapse_explain(series: RunSeries, ep: Episode) -> Explanation:
     fixes += warmer(cfg) + drop_uniform_groups(cfg, "drop uniform groups (dynamic sampling)")
     fixes.append(advice("an entropy bonus (TRL entropy_coef, verl entropy_coeff)"))
     return Explanation("warning", evidence, causes, fixes)
+
+
+SURE = 0.9  # a success rate at which a sure policy has earned its sureness
+
+
+def _right_nine_in_ten(series: RunSeries, ep: Episode) -> Evidence | None:
+    """The training accuracy's 10-step median at the episode's last row, when the accuracy is a share (every row in
+    [0, 1]) that rose from below ``SURE`` to ``SURE`` or more: the policy is right nine times in ten. None otherwise."""
+    if not series.has("accuracy"):
+        return None
+    _, values = series.finite("accuracy")
+    now = smoothed(series, "accuracy", ep.last)
+    if values.max() > 1 or not now >= SURE or not series.head("accuracy", W) < SURE:
+        return None
+    return Evidence(ep.last, "accuracy", now, "the success rate: right nine times in ten or more")
 
 
 def _collapsed_from_the_outset(series: RunSeries, ep: Episode) -> Explanation:

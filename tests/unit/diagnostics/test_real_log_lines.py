@@ -2257,3 +2257,18 @@ def test_a_ray_workers_prefix_behind_a_launchers_prefix_is_no_metric(store, tmp_
         [run] = import_runs(store, path)
         steps = store.metrics(run.run_id).index
         assert (run.steps, steps.min(), steps.max()) == (42, 200, 241)
+
+
+def test_an_entropy_collapse_while_nine_answers_in_ten_are_right_is_information(store):
+    """A verl-agent GiGPO run on ALFWorld (batch 136, train split, healthy): its entropy falls from 0.92 to 0.18 by step
+    241 while the training success rate climbs from 0.27 to 0.93 (validation 0.20 to 0.91). No reward spread is logged
+    to tell solved batches by, but a policy right nine times in ten has earned its sureness: information, no fix to
+    explore more."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "verl-jsonl__gitrxh__adrs-arxiv__qwen25-3b-gigpo-alfworld-healthy-300step" / "gigpo_alfworld.jsonl"
+    [run] = import_runs(store, path)
+    [found] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "entropy_collapse"]
+    assert found.severity == "info" and found.causes[0].startswith("the task is (nearly) solved")
+    assert any(e.metric == "accuracy" and e.value >= 0.9 for e in found.evidence)
+    assert not any("epsilon_high" in (fix.changes or {}) for fix in found.fixes)
