@@ -64,6 +64,7 @@ from grpo_doctor.diagnostics.importers.console_cells import (
 )
 from grpo_doctor.diagnostics.importers.hf import is_summary_row, run_name_for
 from grpo_doctor.diagnostics.importers.tabular import as_eval
+from grpo_doctor.diagnostics.importers.trl_warnings import warned
 
 # key=value, key: value or key is value (reward=0.41, actor/kl: 0.01, loss is 0.2), or a dict's ('kl': np.float64(0.1)).
 _PAIR = re.compile(rf"(?<![\w./@'\"-])(['\"]?)({KEY})\1(?:\s*[=:]\s*|\s+is\s+)({VALUE})(?![\w.])",
@@ -131,6 +132,8 @@ def _cached_metric_pairs(line: str) -> tuple[tuple[str, float], ...]:
 
 
 def _metric_pairs(line: str) -> dict[str, float]:
+    if (said := warned(line)) is not None:  # TRL's warning of a negative KL or a skipped batch: its one value
+        return said
     out: dict[str, float] = {}
     if "[" in line:
         for m in _LIST_PAIR.finditer(line):
@@ -256,8 +259,8 @@ def _noise(line: str, values: dict[str, float]) -> bool:
 def _lone(line: str, values: dict[str, float]) -> bool:
     """A line that is one metric the catalogue knows and nothing else (``Average Reward: 0.71``, also behind a
     launcher's or logger's prefix; not a sample's ``╭── Sample 1 | Reward: 1.0 ──╮``)."""
-    return len(values) == 1 and known(next(iter(values))) and _SEGMENT.match(_LAUNCHED.sub("", line, 1)) is not None \
-        and not is_row(line, values)
+    return len(values) == 1 and known(next(iter(values))) and not is_row(line, values) \
+        and (_SEGMENT.match(_LAUNCHED.sub("", line, 1)) is not None or warned(line) is not None)
 
 
 KIND_ROWS = 200  # the rows of metrics whose steps decide the file's kind of step

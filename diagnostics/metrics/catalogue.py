@@ -225,6 +225,10 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("actor/kl_coef", "actor/reward_kl_penalty_coeff", "critic/kl_coeff", "objective/kl_coef"),
            note="7B recommendation 0.01–0.04; source doc B wrongly calls it an entropy coefficient "
                 "(docs/health-ranges.md#beta)", domain=NONNEG),
+    Metric("warnings/negative_kl", "objective/kl in TRL's PPOTrainer warning 'KL divergence is starting to become "
+           "negative' (printed when the batch's mean KL to the reference is below −1)", group="kl"),
+    Metric("warnings/skipped_ratio", "the mean policy ratio of a minibatch TRL's PPOTrainer skipped ('The average "
+           "ratio of batch (…) exceeds threshold'): an update that would move the policy too far", group="kl"),
     Metric("approx_kl", "drift between the rollout policy and the updated policy (ppo_kl)", group="kl",
            ranges=_fixed(None, APPROX_KL_HIGH, "docs/health-ranges.md#policy-ratio-kl",
                          note="usually 1e-3 – 1e-2 per update; far above it the update steps are too large"),

@@ -23,6 +23,7 @@ from grpo_doctor.diagnostics.rules.base import (
     smoothed_evidence,
     start_step,
 )
+from grpo_doctor.diagnostics.rules.warned import either, warned_evidence, warned_in, warned_rows
 from grpo_doctor.diagnostics.series import RunSeries
 
 # the adaptive controller's target band (docs/health-ranges.md#kl-to-the-reference)
@@ -258,31 +259,43 @@ KL_MISMATCH_AT_START = Rule(
 )
 
 
-def _kl_metric(series: RunSeries) -> str:
+def _kl_metric(series: RunSeries) -> str | None:
     """KL itself, else the loss's β·KL term (the same sign when β > 0)."""
-    return first_present(series, "kl", "kl_loss") or "kl"
+    return first_present(series, "kl", "kl_loss")
+
+
+TRL_NEGATIVE_KL = "warnings/negative_kl"  # TRL's PPOTrainer warning: the batch's mean KL below −1
 
 
 def _negative_detect(series: RunSeries, since):
     """A W-step median below −1, or a sustained negative estimate: 80% of the window's values below 0 and its median
-    below 0 by more than 3 × the window's own spread over √n (a true KL's estimate scatters around a value ≥ 0)."""
+    below 0 by more than 3 × the window's own spread over √n (a true KL's estimate scatters around a value ≥ 0); or
+    TRL's warning of a KL below −1 at ``WARNED`` rows of a window."""
+    said = warned_rows(series, TRL_NEGATIVE_KL, since) if series.has(TRL_NEGATIVE_KL) else None
     name = _kl_metric(series)
+    if name is None:
+        return said
     lo, steps, values = rows(series, name, since)
     med = series.roll(name, W, "median", lo, 3)
     share, spread = rolling.below_zero(values, series.rows(W, name), lo)
     with np.errstate(invalid="ignore"):
         sustained = (share >= 0.8) & (med < -3 * spread) & (med < -1e-3)
-        return steps, (med < -1.0) | sustained
+        own = steps, (med < -1.0) | sustained
+    return own if said is None else either(own, said)
 
 
 def _negative_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     name = _kl_metric(series)
-    note = "10-step median, below 0 in most rows"
-    if name != "kl":
-        note += " (the β·KL loss term: β > 0 keeps the sign)"
-    evidence = [Evidence(start_step(series, name), name, series.head(name, W), "start"),
-                smoothed_evidence(series, name, ep.last, note)]
+    warned = series.has(TRL_NEGATIVE_KL) and warned_in(series, TRL_NEGATIVE_KL, ep)
+    evidence = warned_evidence(series, TRL_NEGATIVE_KL, ep, "TRL warning: the batch's mean KL to the reference "
+                                                            "below −1") if warned else []
+    if name is not None and not (warned and smoothed(series, name, ep.last) >= 0):  # else another KL than TRL's
+        note = "10-step median, below 0 in most rows"
+        if name != "kl":
+            note += " (the β·KL loss term: β > 0 keeps the sign)"
+        evidence = [Evidence(start_step(series, name), name, series.head(name, W), "start"),
+                    smoothed_evidence(series, name, ep.last, note), *evidence]
     causes = ["the completions were not sampled from the policy: generation settings (suppressed EOS, "
               "min_length, top-k) change the sampling distribution",
               "a k1 estimator reports the KL (it is unbiased but can be negative; k3 never is): a k1 mean that stays "
@@ -291,17 +304,19 @@ def _negative_explain(series: RunSeries, ep: Episode) -> Explanation:
     fixes = [advice("sample with plain temperature/top-p from the policy itself")]
     if cfg.get("kl_estimator") != "k3":
         fixes.append(make_fix(cfg, "report and penalise KL with k3", {"kl_estimator": "k3"}))
-    now = smoothed(series, name, ep.last)
-    return Explanation("warning" if now <= -NEGATIVE_WARNING else "info", evidence, causes, fixes)
+    now = smoothed(series, name, ep.last) if name is not None else None
+    severe = warned or now <= -NEGATIVE_WARNING
+    return Explanation("warning" if severe else "info", evidence, causes, fixes)
 
 
 KL_NEGATIVE = Rule(
     id="kl_negative", title="KL estimate is strongly negative",
-    requires=(("kl", "kl_loss"),), detect=_negative_detect, explain=_negative_explain, open_after=3,
+    requires=(("kl", "kl_loss", TRL_NEGATIVE_KL),), detect=_negative_detect, explain=_negative_explain, open_after=3,
     references=("docs/field-reports.md#strongly-negative-kl",),
     read="The 10-step median KL (or the loss's β·KL term) is below −1, or stays negative beyond the estimator's "
          "noise: 80% of a window's values below 0 and its median below 0 by more than 3 × its spread over √n (info; a "
-         "warning from −0.1). A true KL is never negative; a small negative k1 value now and then is expected noise "
+         "warning from −0.1); or TRL's PPOTrainer warned that the batch's KL was below −1 three times within 10 "
+         "steps (a warning). A true KL is never negative; a small negative k1 value now and then is expected noise "
          "(see kl_small_negative).",
 )
 

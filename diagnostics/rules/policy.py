@@ -28,6 +28,7 @@ from grpo_doctor.diagnostics.rules.base import (
     smoothed,
     smoothed_evidence,
 )
+from grpo_doctor.diagnostics.rules.warned import either, warned_evidence, warned_in, warned_rows
 from grpo_doctor.diagnostics.series import APPROX_KL_SIZE, IS_RATIO_LOGGED, IS_RATIO_MEASURED, RunSeries
 
 CLIP = ("clip_ratio/region_mean", "clip_ratio/high_mean", "clip_ratio/low_mean")
@@ -86,22 +87,35 @@ CLIP_HIGH = Rule(
 
 
 # ---------------------------------------------------------------------------------------- approx_kl_high
+TRL_SKIPPED = "warnings/skipped_ratio"  # TRL's PPOTrainer skipped a minibatch whose mean policy ratio passed 10
+SKIPS_SPAN = 5 * W  # a skipped batch is an event, not a state: three within 50 steps are no one-off
+
+
 def _step_kl_detect(series: RunSeries, since):
     """The 10-step median of its size above the bound, or the 3-step one (two updates of three: a run breaking within
-    a few steps, faster than a 10-step median follows)."""
+    a few steps, faster than a 10-step median follows); or TRL's warning of a skipped batch three times within
+    ``SKIPS_SPAN`` steps."""
+    said = warned_rows(series, TRL_SKIPPED, since, SKIPS_SPAN) if series.has(TRL_SKIPPED) else None
+    if not series.has("approx_kl"):
+        return said
     steps, high = level(series, APPROX_KL_SIZE, since, lambda m: m > APPROX_KL_HIGH)
     lo, _, _ = rows(series, APPROX_KL_SIZE, since)
     with np.errstate(invalid="ignore"):
-        return steps, high | (series.roll(APPROX_KL_SIZE, FAST, "median", lo) > APPROX_KL_HIGH)
+        own = steps, high | (series.roll(APPROX_KL_SIZE, FAST, "median", lo) > APPROX_KL_HIGH)
+    return own if said is None else either(own, said)
 
 
 def _step_kl_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
-    observed = smoothed(series, APPROX_KL_SIZE, ep.last)
-    evidence = [smoothed_evidence(series, APPROX_KL_SIZE, ep.last, f"10-step median size of the policy-ratio KL "
-                                                                    f"(usually 1e-3 – 1e-2; above {APPROX_KL_HIGH:g} "
-                                                                    "the steps are too large)"),
-                at(series, "approx_kl", ep.onset, "onset")]
+    warned = series.has(TRL_SKIPPED) and warned_in(series, TRL_SKIPPED, ep, SKIPS_SPAN)
+    evidence = warned_evidence(series, TRL_SKIPPED, ep, "TRL warning: a minibatch's mean policy ratio above its "
+                                                        "threshold, the batch skipped") if warned else []
+    observed = smoothed(series, APPROX_KL_SIZE, ep.last) if series.has("approx_kl") else math.nan
+    if observed > APPROX_KL_HIGH or not warned:
+        evidence += [smoothed_evidence(series, APPROX_KL_SIZE, ep.last, f"10-step median size of the policy-ratio KL "
+                                                                        f"(usually 1e-3 – 1e-2; above "
+                                                                        f"{APPROX_KL_HIGH:g} the steps are too large)"),
+                     at(series, "approx_kl", ep.onset, "onset")]
     causes = [f"update steps too large for the rollout they are taken on ({cfg.describe('learning_rate')}, "
               f"{cfg.describe('num_iterations')})",
               "the rollout's log-probs are not the trainer's (a rollout engine out of step): see rollout_mismatch"]
@@ -114,14 +128,16 @@ def _step_kl_explain(series: RunSeries, ep: Episode) -> Explanation:
 
 APPROX_KL_HIGH_RULE = Rule(
     id="approx_kl_high", title="Each update moves the policy too far (policy-ratio KL high)",
-    requires=("approx_kl",), detect=_step_kl_detect, explain=_step_kl_explain, open_after=3,
+    requires=(("approx_kl", TRL_SKIPPED),), detect=_step_kl_detect, explain=_step_kl_explain, open_after=3,
     read_off=lambda series: (APPROX_KL_SIZE, +1, APPROX_KL_HIGH),
     references=("docs/health-ranges.md#policy-ratio-kl",),
     read=f"The 10-step median of approx_kl's size (verl's actor/ppo_kl, the KL between the rollout policy and the "
          f"updated one; a k1 estimate, far off the policy as large below 0 as above) is above {APPROX_KL_HIGH:g}, "
          f"five times the top of its usual 1e-3 – 1e-2, or its 3-step median is "
          f"(two updates of three: a run breaking within a few steps) (critical above "
-         f"{20 * APPROX_KL_HIGH:g}): each update moves the policy too far from the rollout it learns from.",
+         f"{20 * APPROX_KL_HIGH:g}); or TRL's PPOTrainer skipped a minibatch for a mean policy ratio above its "
+         f"threshold three times within 50 steps: each update moves the policy too far from the rollout it learns "
+         f"from.",
 )
 
 

@@ -2272,3 +2272,41 @@ def test_an_entropy_collapse_while_nine_answers_in_ten_are_right_is_information(
     assert found.severity == "info" and found.causes[0].startswith("the task is (nearly) solved")
     assert any(e.metric == "accuracy" and e.value >= 0.9 for e in found.evidence)
     assert not any("epsilon_high" in (fix.changes or {}) for fix in found.fixes)
+
+
+TSUSHANTH_PPO = CORPUS / "handwritten-console__tsushanth__rlhf-lab__qwen25-15b-hh-ppo-run1-0to104" / "ppo_run.log"
+
+
+def test_trls_warning_of_a_negative_kl_is_the_kl_it_warns_of(store, tmp_path):
+    """A hand-written loop over TRL's PPOTrainer (train split) prints its own ``kl=0.0113``, a small positive number,
+    while TRL warns after every step that the batch's mean KL to the reference is below −1 (``KL divergence is
+    starting to become negative: -4.23``, then -7.43, -11.92 ...). The warning's value is read at its step, and
+    three of them within 10 steps are a strongly negative KL, whatever the loop's own number says."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = tmp_path / "ppo_run.log"
+    log.write_text("".join(lines_of(TSUSHANTH_PPO, *range(1, 36))))
+    [run] = import_runs(store, log)
+    warned = store.metrics(run.run_id)["warnings/negative_kl"].dropna()
+    assert list(warned.iloc[:3]) == [-4.23, -7.43, -11.92] and list(warned.index[:3]) == [0, 1, 2]
+    assert store.metrics(run.run_id)["kl"].dropna().iloc[0] == pytest.approx(0.021)
+    [found] = [f for f in diagnose(store, run.run_id, save=False).problems() if f.rule == "kl_negative"]
+    assert found.severity == "warning" and found.onset_step <= 2
+    assert found.evidence[0].metric == "warnings/negative_kl" and "TRL warning" in found.evidence[0].note
+
+
+def test_trls_skipped_batches_are_updates_that_move_the_policy_too_far(store, tmp_path):
+    """The same loop's steps 70-104 (train split): TRL skips minibatches whose mean policy ratio is above its
+    threshold of 10 (``The average ratio of batch (88.53) exceeds threshold 10.00. Skipping batch.``) at steps 71,
+    77, 84, then at almost every step. Three skips within 50 steps are the policy-ratio KL's symptom; no approx_kl is
+    logged."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    log = tmp_path / "ppo_run.log"
+    log.write_text("".join(lines_of(TSUSHANTH_PPO, *range(217, 413))))
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert "approx_kl" not in frame and frame["warnings/skipped_ratio"].dropna().loc[71] == 88.53
+    [found] = [f for f in diagnose(store, run.run_id, save=False).problems() if f.rule == "approx_kl_high"]
+    assert found.severity == "warning" and 71 <= found.onset_step <= 84
+    assert found.evidence[0].metric == "warnings/skipped_ratio"
