@@ -560,11 +560,6 @@ KNOWN_FAILURES = {
         "holds near 6 (10-step means 5.7-6.5) as the tasks get harder: warned reward_flat, since nothing in the log "
         "says the tasks changed; its reader calls the run healthy from the curriculum the notebook shows",
     # Batch 116 (2026-12-06): its train-split first-contact failures.
-    "handwritten-console__aatamte__dataminingfinalproject__qwen25-3b-reinforce-search-agent-zero-reward-14step/"
-    "output.log":
-        "batch 116: a REINFORCE search agent's W&B console that prints each question as ``Q7: <text>``, its 4 "
-        "rollouts as ``Rollout 2: reward=0, answer='...'`` and then ``Loss: 0.42`` on a line of its own: no line "
-        "holds a step and a metric, or three metrics, so nothing reads as a row (not a log GRPO Doctor can read)",
     "notebook__noufalfakhri__teaching-an-llm-to-reason__qwen25-3b-letter-count-healthy-150step/"
     "gen_ai_fundamentals_project_starter (1).ipynb":
         "batch 116: a healthy letter-counting GRPO notebook (lr 1e-6, 150 steps) whose reward of five functions swings "
@@ -613,6 +608,12 @@ KNOWN_FAILURES = {
         "batch 133: a multi-turn WebShop PPO run whose ppo_kl reaches 0.03-0.09 over steps 66-95 (its 10-step median "
         "0.0498 at the end, its 3-step one above 0.05 from step 72) is warned approx_kl_high; its reader calls the "
         "run healthy (validation success 0.016 -> 0.51)",
+    # Batch 137 (2026-12-07): its train-split first-contact failure.
+    "handwritten-csv__playitcooool__qwen-self-involving-experiment__qwen35-0p8b-grpo-gsm8k-uniform-groups-5round/"
+    "metrics.csv":
+        "batch 137: a CSV of 5 training rounds under a row of the base model's validation (round 0, no reward) "
+        "numbers its rows 1-6 (its counter is a column named round, no step name the importer knows); its reader "
+        "numbers the rounds 1-5",
 }
 
 

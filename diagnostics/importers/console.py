@@ -62,6 +62,7 @@ from grpo_doctor.diagnostics.importers.console_cells import (
     step_word,
     table_row,
 )
+from grpo_doctor.diagnostics.importers.console_steps import EPOCH, LoopSteps
 from grpo_doctor.diagnostics.importers.hf import is_summary_row, run_name_for
 from grpo_doctor.diagnostics.importers.tabular import as_eval
 from grpo_doctor.diagnostics.importers.trl_warnings import warned
@@ -75,7 +76,6 @@ _SEPARATORS = re.compile(r"\s*(?:\||,|;|(?<![:=\s])\t| - )\s*")  # a tab after a
 # A loop's batch number heading its metric lines (on a line of its own; on a metric line it counts within an epoch).
 _BATCH_WORD = re.compile(r"(?<![\w/.-])(batch)\s*[#:=]?\s*(\d+)(?![\w./])", re.IGNORECASE)
 _COUNTER = re.compile(r"[\[(]\s*(\d+)\s*/\s*(\d+)\s*[\])]|(?<![\w/.])(\d+)/(\d+) \[")
-_EPOCH = re.compile(r"(?<![\w/.])epoch\s*[#:=]?\s*(\d+)", re.IGNORECASE)
 _EVAL_LINE = re.compile(r"^\W*(?:\S+\s+){0,6}?(?:eval(?:uation)?|validation|val|test)\b", re.IGNORECASE)
 # key: [n, n, ...], a list of numbers (a group's per-completion scores), each maybe quoted (['0.80', '0.01']).
 _LIST_PAIR = re.compile(rf"(?<![\w./@-])({KEY})\s*[=:]\s*\[((?:\s*['\"]?(?:{NUMBER})['\"]?\s*,)*"
@@ -85,6 +85,8 @@ _LIST_PAIR = re.compile(rf"(?<![\w./@-])({KEY})\s*[=:]\s*\[((?:\s*['\"]?(?:{NUMB
 _LAUNCHER = r"\[(?:rank|default)\d+\]:|\d+:|\d{4}-\d\d-\d\d[ T][\d:.,]+\s.*?\b(?:INFO|DEBUG|WARNING)\s*-"
 _RAY_PREFIX = re.compile(rf"^(\s*(?:{_LAUNCHER})?\s*)\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
 _LAUNCHED = re.compile(rf"^\s*(?:{_LAUNCHER})")
+# a tqdm bar a notebook's other stream wrote on before the line's own text: ``3it [00:11,  3.53s/it]objective/kl: 2.18``
+_BAR_BEFORE = re.compile(r"^[^\[]*\d(?:it|/\d+) \[\d+:\d\d[^\]]*\]")
 STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "episode", "global step"})
 
 
@@ -159,11 +161,14 @@ def looks_like_metrics(lines: list[str]) -> bool:
     """Whether some lines read as rows of metrics: two lines with the same pairs (three or more, or two with a
     metric the catalogue knows, or the same known metrics on lines with a step word), one of them a known metric; a
     header line of names with a known metric over two lines of numbers; or the same known metric on a line of its own
-    under two step lines (NeMo-RL's ``===== Step 2/50 =====`` over ``• Loss: 0.02``)."""
+    under two step lines (NeMo-RL's ``===== Step 2/50 =====`` over ``• Loss: 0.02``), or three times with no row between
+    (records of one metric a line: ``objective/kl: 1.87``, ``ppo/policy/advantages_mean: -0.03``, then again)."""
     seen: list[set[str]] = []
     header, rows = None, 0
     heading: int | None = None
     under: dict[int, set[str]] = {}  # the known metrics on lines of their own under each step line
+    record: set[str] = set()  # the known metrics on lines of their own since the last row or record
+    repeats = 0
     for line in lines:
         clean = _clean(line)
         names = header_names(clean)
@@ -180,11 +185,16 @@ def looks_like_metrics(lines: list[str]) -> bool:
             continue
         if not is_row(clean, values):
             heading = _heading(clean, "word", heading)
-            if heading is not None and _lone(clean, values):
-                if any(keys <= earlier for step, earlier in under.items() if step != heading):
+            if _lone(clean, values):
+                if heading is not None and any(keys <= earlier for step, earlier in under.items() if step != heading):
                     return True
-                under.setdefault(heading, set()).update(keys)
+                if heading is not None:
+                    under.setdefault(heading, set()).update(keys)
+                repeats, record = (repeats + 1, keys) if keys & record else (repeats, record | keys)
+                if repeats >= 2:
+                    return True
             continue
+        record, repeats = set(), 0
         for earlier in seen:
             common = keys & earlier
             if (enough(common) or common == keys == earlier) and any(known(k) for k in common):
@@ -229,7 +239,7 @@ def _step_of(line: str, kind: str | None) -> tuple[str, int, int | None] | None:
             return "counter", int(i), int(n)
         if kind == "counter":
             return None
-    m = _EPOCH.search(line)
+    m = EPOCH.search(line)
     return ("epoch", int(m[1]), None) if m else None
 
 
@@ -260,7 +270,7 @@ def _lone(line: str, values: dict[str, float]) -> bool:
     """A line that is one metric the catalogue knows and nothing else (``Average Reward: 0.71``, also behind a
     launcher's or logger's prefix; not a sample's ``╭── Sample 1 | Reward: 1.0 ──╮``)."""
     return len(values) == 1 and known(next(iter(values))) and not is_row(line, values) \
-        and (_SEGMENT.match(_LAUNCHED.sub("", line, 1)) is not None or warned(line) is not None)
+        and (_SEGMENT.match(_BAR_BEFORE.sub("", _LAUNCHED.sub("", line, 1), 1)) is not None or warned(line) is not None)
 
 
 KIND_ROWS = 200  # the rows of metrics whose steps decide the file's kind of step
@@ -372,15 +382,15 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
     kind: str | None = None  # "word", "counter" or "order"
     step: int | None = None
     order = 0
-    offset, last_counter, last_epoch = 0, None, None
     at_step: set[str] = set()  # the keys the current step has (a line without a step adds only new metrics)
     step_row: dict[str, float] = {}  # the current step's training metrics so far, over its lines
     heading: int | None = None  # the step of a step line with no metrics, until a metric line takes it
     header: list[str] | None = None
     leading: dict[str, float] = {}  # one-metric lines waiting for the row of their step
     leads = blocks = False
-    named: tuple[int, int] | None = None  # (step, total) of a line like "Iteration 0/1000" since the last row
+    numbers = LoopSteps()
     row_keys: set[str] | None = None  # the first row's keys
+    lone_keys: set[str] = set()  # the keys of the one-metric lines since the last row
     for lineno, raw in iter_lines(source, path):
         line = _clean(raw)
         if not line:
@@ -396,24 +406,31 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
             continue
         values = metric_pairs(line)
         if not values:
-            named = _named_step(line) or named
+            numbers.see(line)
         if _noise(line, values):
             continue
+        if kind is None and (is_row(line, values) or _lone(line, values)):
+            kind, headed, leads, blocks = _step_kind(Source(source.path), path)
         if not is_row(line, values):
             heading = _heading(line, kind if kind is not None else "word", heading)
             if _lone(line, values):
-                if kind is None:
-                    kind, headed, leads, blocks = _step_kind(Source(source.path), path)
+                keys = set(values)
                 if blocks and heading is not None:  # a step's metrics, one a line under its step line
                     yield heading, as_eval(values) if _EVAL_LINE.match(line) else values
+                elif kind == "order" and not leads and keys & lone_keys:  # a key again, no row between: a new record
+                    if step is None:  # one metric a line from the first: those lines were the first record
+                        source.note("one metric a line and no step: each record ends where its first key comes "
+                                    "again; the record order is the step (1, 2, ...)")
+                        yield (order := order + 1), leading
+                    step, at_step, lone_keys = (order := order + 1), set(keys), set()
+                    yield step, values
                 elif leads or step is None:
                     leading.update(values)
                 elif values := fresh(values, at_step, bool(_EVAL_LINE.match(line))):  # it follows its step's row
                     at_step |= set(values)
                     yield step, as_eval(values) if _EVAL_LINE.match(line) else values
+                lone_keys |= keys
             continue
-        if kind is None:
-            kind, headed, leads, blocks = _step_kind(Source(source.path), path)
         if row_keys is None:
             row_keys = set(values)
             if kind == "order":
@@ -423,7 +440,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
             # another trainer's run (a reward model's, before the loop's own step lines)
         if leads:
             values = {**{k: v for k, v in leading.items() if k not in values}, **values}
-        leading = {}
+        leading, lone_keys = {}, set()
         found = _step_of(line, kind)
         if found is None and heading is not None and headed and kind == "word":
             found = ("word", heading, None)  # the metric lines under a step line of their own
@@ -433,11 +450,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
                 order += 1
             step = order
         elif found is not None:
-            here, named = found[1] if found[0] != "counter" else _loop_step(found, named), None
-            at_step, step_row = set(values), dict(values)
-            if found[0] == "counter":
-                offset, last_counter, last_epoch = _epoch_offset(line, found, here, offset, last_counter, last_epoch)
-            step = offset + here
+            step, at_step, step_row = numbers.step(line, found), set(values), dict(values)
         elif step is None:
             source.skip_line(f"line {lineno}", "metrics before the first step")
             continue
@@ -456,33 +469,6 @@ def _joined(values: dict[str, float], at_step: set[str], step_row: dict[str, flo
         return new
     step_row.update(new)
     return dict(step_row)
-
-
-def _epoch_offset(line: str, found: tuple, here: int, offset: int, last_counter: int | None,
-                  last_epoch: int | None) -> tuple[int, int, int | None]:
-    """(offset, counter, epoch) after a row stepped by an (i/N) counter: a counter that starts again as the line's
-    epoch goes up continues from where the last epoch's left off."""
-    epoch = _EPOCH.search(line)
-    epoch_n = int(epoch[1]) if epoch else None
-    if last_counter is not None and here < last_counter and epoch_n is not None and \
-            last_epoch is not None and epoch_n > last_epoch:
-        offset += found[2] or last_counter  # a new epoch: the counter starts again
-    return offset, here, epoch_n
-
-
-def _named_step(line: str) -> tuple[int, int] | None:
-    """(step, total) of a step word with a total on a line of no metrics (``Iteration 0/1000``), else None."""
-    m = step_word(line) if any(map(str.isdigit, line)) else None
-    return (int(m[2]), int(m[3])) if m and m[3] else None
-
-
-def _loop_step(found: tuple[str, int, int | None], named: tuple[int, int] | None) -> int:
-    """The step of a row stepped by a progress bar's count: the loop's own number for it where a line of the same
-    loop (the same total) named it just before (``Iteration 0/1000`` over ``1/1000 [01:03<…] KEY METRICS: …``: the
-    bar counts the iterations done, the loop numbers them from 0), else the count."""
-    if named is not None and named[1] == found[2] and found[1] - named[0] in (0, 1):
-        return named[0]
-    return found[1]
 
 
 def _table_step(source: Source, row: dict[str, float], lineno: int, order: int) -> Iterator[tuple[int, dict]]:

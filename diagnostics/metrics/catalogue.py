@@ -270,7 +270,7 @@ CATALOGUE: tuple[Metric, ...] = (
            ranges=_fixed(-0.1, 0.1, "docs/health-ranges.md#advantage-mean",
                          note="≈0 by construction for group-centred advantages"),
            aliases=("critic/advantages/mean", "val/advantages_mean", "advantages/mean", "advantage_mean",
-                    "adv_mean"), finite_required=True),
+                    "adv_mean", "ppo/policy/advantages_mean"), finite_required=True),
     Metric("advantage/std", "std of the advantages", group="advantage",
            ranges=_fixed(0.3, 1.5, "docs/health-ranges.md#advantage-std", note="≈0 = groups identical, no signal"),
            aliases=("val/advantages_std", "advantages/std", "advantage_std", "adv_std"), finite_required=True, domain=NONNEG),

@@ -2310,3 +2310,38 @@ def test_trls_skipped_batches_are_updates_that_move_the_policy_too_far(store, tm
     [found] = [f for f in diagnose(store, run.run_id, save=False).problems() if f.rule == "approx_kl_high"]
     assert found.severity == "warning" and 71 <= found.onset_step <= 84
     assert found.evidence[0].metric == "warnings/skipped_ratio"
+
+
+SRIKSML_PPO = CORPUS / "notebook__sriksmachi__sriksml__flan-t5-small-lora-ppo-squad-sentiment-kl-high-62step" / \
+    "fine_tuning_llms_rlhf.ipynb"
+
+
+def _sriksml_printed(outputs: int) -> str:
+    """What the notebook's PPO cell printed on stdout in its first outputs: blocks of one metric a line."""
+    cell = json.loads(SRIKSML_PPO.read_text())["cells"][36]
+    return "".join("".join(o["text"]) for o in cell["outputs"][:outputs] if o.get("name") == "stdout")
+
+
+def test_records_of_one_metric_a_line_are_steps_in_their_order(store, tmp_path):
+    """A TRL PPO loop (train split) prints each step's stats one a line, ``objective/kl: 1.875``,
+    ``ppo/returns/mean: -0.119``, ``ppo/policy/advantages_mean: -0.030``, then a line of dashes, with no step number
+    anywhere. Such a file is a log, and each record ends where its first key comes again: steps 1, 2, ... in order."""
+    log = tmp_path / "ppo.log"
+    log.write_text(_sriksml_printed(24))
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == list(range(1, 13))
+    assert frame.loc[1, "kl/per_sequence"] == pytest.approx(1.8751225) and frame.loc[2, "kl/per_sequence"] == \
+        pytest.approx(1.8694148)
+    assert frame.loc[3, "advantage/mean"] == pytest.approx(-0.0005925677833147347)
+    assert any("record order is the step" in note for note in run.notes)
+
+
+def test_a_notebooks_records_after_an_earlier_trainers_summary_are_its_steps(store):
+    """The whole notebook (train split): an SFT trainer's summary row comes first, then 62 PPO records, each glued
+    after stderr's tqdm count (``3it [00:11,  3.53s/it]objective/kl: 2.18``). The records are steps 1-62, not
+    one step whose later values are dropped."""
+    [run] = import_runs(store, SRIKSML_PPO)
+    kl = store.metrics(run.run_id)["kl/per_sequence"].dropna()
+    assert kl.index.min() == 1 and kl.index.max() == 62 and len(kl) == 62
+    assert kl.loc[3] == pytest.approx(2.185473680496216)
