@@ -560,6 +560,12 @@ KNOWN_FAILURES = {
         "holds near 6 (10-step means 5.7-6.5) as the tasks get harder: warned reward_flat, since nothing in the log "
         "says the tasks changed; its reader calls the run healthy from the curriculum the notebook shows",
     # Batch 116 (2026-12-06): its train-split first-contact failures.
+    "handwritten-console__aatamte__dataminingfinalproject__qwen25-3b-reinforce-search-agent-zero-reward-14step/"
+    "output.log":
+        "batch 116: a REINFORCE search agent's W&B console that prints each question as ``Q7: <text>``, its 4 "
+        "rollouts as ``Rollout 2: reward=0, answer='...'`` and then ``Loss: 0.42`` on a line of its own: no line "
+        "holds a step and a metric, or three metrics, and one metric alone a line is no record (a loop's per-sample "
+        "``reward is 1.35`` lines are not steps), so nothing reads as a row (not a log GRPO Doctor can read)",
     "notebook__noufalfakhri__teaching-an-llm-to-reason__qwen25-3b-letter-count-healthy-150step/"
     "gen_ai_fundamentals_project_starter (1).ipynb":
         "batch 116: a healthy letter-counting GRPO notebook (lr 1e-6, 150 steps) whose reward of five functions swings "

@@ -162,7 +162,8 @@ def looks_like_metrics(lines: list[str]) -> bool:
     metric the catalogue knows, or the same known metrics on lines with a step word), one of them a known metric; a
     header line of names with a known metric over two lines of numbers; or the same known metric on a line of its own
     under two step lines (NeMo-RL's ``===== Step 2/50 =====`` over ``• Loss: 0.02``), or three times with no row between
-    (records of one metric a line: ``objective/kl: 1.87``, ``ppo/policy/advantages_mean: -0.03``, then again)."""
+    after another known metric (records of one metric a line: ``objective/kl: 1.87``, ``ppo/policy/advantages_mean:
+    -0.03``, then again)."""
     seen: list[set[str]] = []
     header, rows = None, 0
     heading: int | None = None
@@ -190,7 +191,8 @@ def looks_like_metrics(lines: list[str]) -> bool:
                     return True
                 if heading is not None:
                     under.setdefault(heading, set()).update(keys)
-                repeats, record = (repeats + 1, keys) if keys & record else (repeats, record | keys)
+                repeats, record = (repeats + 1, keys) if keys & record and len(record) > 1 else \
+                    (repeats, record | keys)
                 if repeats >= 2:
                     return True
             continue
@@ -417,7 +419,7 @@ def loop_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float
                 keys = set(values)
                 if blocks and heading is not None:  # a step's metrics, one a line under its step line
                     yield heading, as_eval(values) if _EVAL_LINE.match(line) else values
-                elif kind == "order" and not leads and keys & lone_keys:  # a key again, no row between: a new record
+                elif kind == "order" and not leads and keys & lone_keys and len(lone_keys) > 1:  # a record again
                     if step is None:  # one metric a line from the first: those lines were the first record
                         source.note("one metric a line and no step: each record ends where its first key comes "
                                     "again; the record order is the step (1, 2, ...)")
