@@ -350,7 +350,9 @@ def _csv_format(lines: list[str]) -> str | None:
         return "wandb_csv"
     if step_column(header) is not None:
         return "csv"
-    # no step column: still a table if the next rows have the header's width (parse then says why)
-    if len(parsed) > 1 and all(len(r) == len(header) for r in parsed[1:]):
+    # no step column: still a table if the next rows have the header's width (parse then says why), but for a last
+    # row a crash cut short
+    full = parsed[1:-1] if len(parsed) > 2 and len(parsed[-1]) < len(header) else parsed[1:]
+    if full and all(len(r) == len(header) for r in full):
         return "csv"
     return None

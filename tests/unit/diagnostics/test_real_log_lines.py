@@ -2345,3 +2345,15 @@ def test_a_notebooks_records_after_an_earlier_trainers_summary_are_its_steps(sto
     kl = store.metrics(run.run_id)["kl/per_sequence"].dropna()
     assert kl.index.min() == 1 and kl.index.max() == 62 and len(kl) == 62
     assert kl.loc[3] == pytest.approx(2.185473680496216)
+
+
+def test_a_table_without_a_step_column_cut_by_a_crash_is_still_a_table(store, tmp_path):
+    """A hand-written GRPO loop's CSV (train split) has no step column (``adapter,condition,mean_reference_kl,
+    mean_train_reward,round,...``): it is a table because its rows have the header's width. Cut mid-write by a crash,
+    its last row is short: the rows before it still make it a table, and the cut row is left out."""
+    log = CORPUS / "handwritten-csv__playitcooool__qwen-self-involving-experiment__qwen35-0p8b-grpo-gsm8k-k1-kl-" \
+        "negative-5round" / "metrics.csv"
+    cut = tmp_path / "metrics.csv"
+    cut.write_bytes(log.read_bytes()[:-30])
+    [run] = import_runs(store, cut)
+    assert len(store.metrics(run.run_id)) == 4
