@@ -275,21 +275,36 @@ def _entropy_blowup_detect(series: RunSeries, since):
     if not len(steps):
         return steps, np.zeros(0, dtype=bool)
     idx, med = row_index(lo, len(steps)), series.roll(ENTROPY, W, "median", lo)
-    # a break inside the first windows has no settled start to double: rows at 5 × the first one and past 2 nats; a
-    # log that begins after step 3W (a resumed run, a cut of a longer one) starts from a settled policy: there, the
-    # FAST-row median doubled from its first FAST rows' and past 1 nat
+    # a break inside the first windows has no settled start to double: rows at 5 × the first one and past 2 nats, or
+    # the FAST-row median at 5 × the first FAST rows' and past 0.3 (a sharpened model's 0.025 nats leaping to 0.9
+    # within 10 steps, a 0.8 start passing 4); a log that begins after step 3W (a resumed run, a cut of a longer one)
+    # starts from a settled policy: there, the FAST-row median doubled and past 1 nat
     first_windows = idx < series.rows(3 * W, ENTROPY) - 1
     early = first_windows & (values[idx] >= max(EARLY_BREAK, 5 * values[0]))
     with np.errstate(invalid="ignore"):
+        now, start = series.roll(ENTROPY, FAST, "median", lo), series.head(ENTROPY, FAST)
+        early |= first_windows & (now >= 5 * start) & (now >= LOW_START_RISE)
         if _begins_mid_run(series):
-            now = series.roll(ENTROPY, FAST, "median", lo)
-            early |= first_windows & (now >= 2 * series.head(ENTROPY, FAST)) & (now >= 1.0)
+            early |= first_windows & (now >= 2 * start) & (now >= 1.0)
         # doubled and past 1 nat; or, from a start so low (0.07, a sharpened math model) that 1 nat is 14 times it,
         # five times the start and past 0.3
         head = series.head(ENTROPY, W)
         risen = ((med >= 2 * head) & (med >= 1.0)) | ((med >= 5 * head) & (med >= LOW_START_RISE))
         later = (idx >= series.rows(3 * W, ENTROPY) - 1) & risen
         return steps, early | later
+
+
+def _blowup_bar(series: RunSeries) -> float | None:
+    """From a start so low that five times it is under 1 nat (a sharpened model's 0.03), the level past which its
+    entropy has blown up, five times the start and past 0.3: a finding is dated from the rows past it, not from a
+    low window's median (which a start's stray row already passes). None from an ordinary start."""
+    head = series.head(ENTROPY, W)
+    return max(5 * head, LOW_START_RISE) if 5 * head < 1.0 else None
+
+
+def _blowup_read_off(series: RunSeries) -> tuple:
+    bar = _blowup_bar(series)
+    return (ENTROPY, +1) if bar is None else (ENTROPY, +1, bar)
 
 
 def _begins_mid_run(series: RunSeries) -> bool:
@@ -328,14 +343,14 @@ def _entropy_blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
 ENTROPY_BLOWUP = Rule(
     id="entropy_blowup", title="Entropy keeps rising: drifting toward gibberish",
     requires=(ENTROPY,), detect=_entropy_blowup_detect, explain=_entropy_blowup_explain, open_after=3,
-    read_off=lambda series: (ENTROPY, +1),
+    read_off=_blowup_read_off,
     references=("docs/field-reports.md#entropy-blow-up",
                 "docs/field-reports.md#entropy-rising-slightly"),
     read="Entropy's 10-step median doubled from its start and passed 1 nat per token, or reached five times a low "
          "start and passed 0.3 (critical when the reward falls); within the first 30 steps, before the start has "
-         "settled, entropy at 5 times its first row and past 2 nats (in a log that begins after step 30, a resumed "
-         "run's: the 3-row median doubled from the first 3 rows' and past 1 nat). A slight rise below 1 is "
-         "exploration and expected.",
+         "settled, entropy at 5 times its first row and past 2 nats, or its 3-row median at 5 times the first 3 "
+         "rows' and past 0.3 (in a log that begins after step 30, a resumed run's: the 3-row median doubled from the "
+         "first 3 rows' and past 1 nat). A slight rise below 1 is exploration and expected.",
 )
 
 

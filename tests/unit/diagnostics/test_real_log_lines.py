@@ -2357,3 +2357,30 @@ def test_a_table_without_a_step_column_cut_by_a_crash_is_still_a_table(store, tm
     cut.write_bytes(log.read_bytes()[:-30])
     [run] = import_runs(store, cut)
     assert len(store.metrics(run.run_id)) == 4
+
+
+def test_a_low_entropy_that_leaps_in_the_first_steps_is_a_blow_up_dated_where_it_leapt(store):
+    """A Game-24 GRPO arm (train split) starts from a sharpened SFT model at 0.025 nats per token and leaps to
+    0.9-1.4 from step 9, inside the first windows, where only 2 nats and 5 times the first row counted. The 3-step
+    median at 5 times the first 3 rows' and past 0.3 is a blow-up there too, dated from the rows past that bar (step
+    9), not from a stray first row as high as the early window's median."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "handwritten-csv__memoryoffish__nlp-grpo__game24-sftv2-entropy-arms" / "curves_entropy.csv"
+    runs = import_runs(store, path, split_runs=True)
+    for run in runs[1:]:
+        [found] = [f for f in diagnose(store, run.run_id, save=False).problems() if f.rule == "entropy_blowup"]
+        assert found.onset_step == 9 and found.last_step <= 32
+
+
+def test_an_entropy_five_times_its_start_in_the_first_steps_is_a_blow_up(store):
+    """A CS336 off-policy GRPO console (train split) starts at 0.8 nats per token and passes 4 by step 5, on its way
+    to 7 (the outputs lose their format): inside the first windows only 2 nats and 5 times the first row had counted,
+    row by row; the 3-step median at 5 times the start is the blow-up as soon as it holds."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "handwritten-console__tianshi-xu__assignment5-alignment__qwen25math-1.5b-grpo-clip-offpolicy-" \
+        "reward-collapse-entropy-blowup" / "rl_grpo_clip_offpolicy.log"
+    first = import_runs(store, path)[0]
+    [found] = [f for f in diagnose(store, first.run_id, save=False).problems() if f.rule == "entropy_blowup"]
+    assert found.severity == "critical" and found.onset_step <= 5
