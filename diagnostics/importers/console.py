@@ -187,9 +187,9 @@ def looks_like_metrics(lines: list[str]) -> bool:
         if not is_row(clean, values):
             heading = _heading(clean, "word", heading)
             if _lone(clean, values):
-                if heading is not None and any(keys <= earlier for step, earlier in under.items() if step != heading):
-                    return True
                 if heading is not None:
+                    if any(keys <= earlier for step, earlier in under.items() if step != heading):
+                        return True
                     under.setdefault(heading, set()).update(keys)
                 repeats, record = (repeats + 1, keys) if keys & record and len(record) > 1 else \
                     (repeats, record | keys)

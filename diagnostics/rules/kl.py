@@ -305,7 +305,7 @@ def _negative_explain(series: RunSeries, ep: Episode) -> Explanation:
     if cfg.get("kl_estimator") != "k3":
         fixes.append(make_fix(cfg, "report and penalise KL with k3", {"kl_estimator": "k3"}))
     now = smoothed(series, name, ep.last) if name is not None else None
-    severe = warned or now <= -NEGATIVE_WARNING
+    severe = warned or (now is not None and now <= -NEGATIVE_WARNING)
     return Explanation("warning" if severe else "info", evidence, causes, fixes)
 
 
