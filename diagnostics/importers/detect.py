@@ -206,24 +206,9 @@ def detect_file(path: Path) -> str:
     if is_notebook(text) or has_progress_table(text):
         return "notebook"  # the log is in the saved outputs (checked before JSON: a notebook is one JSON document)
     if stripped.startswith("{"):
-        record = _json_or_none(first)
-        if isinstance(record, dict):
-            return _json_line_format(record)
-        if '"log_history"' in text:
-            return "trainer_state"
-        # one document whose log_history lies past the head, or a loop's records dumped as indented JSON one after
-        # another (each with a "global_step" line of its own): parsed once, here
-        if re.search(r'^\s*"global_step":\s*\d+,\s*$', text, re.M):
-            return "jsonl" if pretty_objects(path) is not None else "trainer_state"
-        if first.startswith("{'"):
-            pass  # a printed Python dict: console output, below
-        elif first.startswith("{") and not first.rstrip().endswith("}"):
-            if json_table(json_document(path)) is not None:
-                return "jsonl"  # a loop's json.dump of its history: columns, or a list of records under a key
-            if pretty_objects(path) is not None:
-                return "jsonl"  # a loop's json.dump of each step's record, indented, one after another
-            raise unknown(path, "a JSON document without 'log_history' or a table of metrics, so not a "
-                                "trainer_state.json")
+        found = _json_format(path, text, first)
+        if found:
+            return found
     if any(STEP_LINE.search(line) for line in lines[:2000]) or any(m in text for m in CONFIG_MARKERS[:2]) \
             or any(m in text for m in _VERL_MARKERS):
         return "verl_console"
@@ -259,6 +244,29 @@ def detect_file(path: Path) -> str:
             return found
     raise unknown(path, "no known log lines in it" if size <= DEEP_SCAN_BYTES else
                   f"no known log lines in the first {DEEP_SCAN_BYTES // 2**20} MiB")
+
+
+def _json_format(path: Path, text: str, first: str) -> str | None:
+    """The format of a file whose text begins with "{": JSON lines, records dumped as indented JSON, a
+    trainer_state.json, a loop's JSON document; None for a printed Python dict (console output)."""
+    record = _json_or_none(first)
+    if isinstance(record, dict):
+        return _json_line_format(record)
+    if re.search(r"^\}\s*\n\{", text, re.M) and (objects := pretty_objects(path)) is not None:
+        return _json_line_format(objects[0])  # records dumped as indented JSON, one after another
+    if '"log_history"' in text:
+        return "trainer_state"
+    # one document whose log_history lies past the head, or a loop's records dumped as indented JSON one after
+    # another (each with a "global_step" line of its own): parsed once, here
+    if re.search(r'^\s*"global_step":\s*\d+,\s*$', text, re.M):
+        return "jsonl" if pretty_objects(path) is not None else "trainer_state"
+    if first.startswith("{'") or not first.startswith("{") or first.rstrip().endswith("}"):
+        return None  # a printed Python dict: console output
+    if json_table(json_document(path)) is not None:
+        return "jsonl"  # a loop's json.dump of its history: columns, or a list of records under a key
+    if pretty_objects(path) is not None:
+        return "jsonl"  # a loop's json.dump of each step's record, indented, one after another
+    raise unknown(path, "a JSON document without 'log_history' or a table of metrics, so not a trainer_state.json")
 
 
 # A JSON array's opening: a value after "[" (not a logger's "[2023-04-21 15:29:04,405] [INFO]" prefix)
@@ -334,6 +342,10 @@ def _json_or_none(line: str):
         return None
 
 
+# The start of Python logging's default asctime ("2025-09-23 09:01:00,984"), as the first cell of a comma-split line
+_LOGGER_TIME = re.compile(r"^\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d$")
+
+
 def _csv_format(lines: list[str]) -> str | None:
     rows = [line for line in lines[:50] if line.strip()]
     delimiter = csv_delimiter(rows)
@@ -344,8 +356,8 @@ def _csv_format(lines: list[str]) -> str | None:
     except csv.Error:
         return None
     header = [c.strip() for c in parsed[0]]
-    if len(header) < 2:
-        return None
+    if len(header) < 2 or _LOGGER_TIME.match(header[0]):
+        return None  # one column; or a logger's "2025-09-23 09:01:00,984 - INFO - ..." lines: milliseconds' commas
     if is_wandb_header(header):
         return "wandb_csv"
     if step_column(header) is not None:

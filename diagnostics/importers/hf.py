@@ -21,13 +21,13 @@ from grpo_doctor.diagnostics.importers._base import (
     bracket_depths,
     held_until_training,
     iter_lines,
-    json_records,
     not_a_step,
     read_head,
     strip_ansi,
     to_float,
     to_step,
 )
+from grpo_doctor.diagnostics.importers.json_tables import records_of
 from grpo_doctor.diagnostics.importers.jsonstream import stream_items
 from grpo_doctor.diagnostics.importers.log_interval import interval_from_bars, paced, steps_from_summary
 from grpo_doctor.diagnostics.importers.safe_pickle import (
@@ -215,16 +215,16 @@ def parse_swift_jsonl(display: str, path: Path) -> ParsedLog:
 
 
 def _swift_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    for lineno, row in json_records(source, path):
+    for where, row in records_of(source, path):
         if is_eval_row(row) or is_summary_row(row):
             continue
         step = swift_step(row.get("global_step/max_steps"))
         if step is None:
             step = to_step(row.get("step", row.get("global_step")))
         if step is None:
-            source.skip_line(f"line {lineno}", "no step ('global_step/max_steps' is missing or not 'N/M')")
+            source.skip_line(where, "no step ('global_step/max_steps' is missing or not 'N/M')")
             continue
-        yield step, source.numbers(row, f"line {lineno}", allowed_strings=HF_STRING_FIELDS,
+        yield step, source.numbers(row, where, allowed_strings=HF_STRING_FIELDS,
                                    skip=("step", "global_step"))
 
 

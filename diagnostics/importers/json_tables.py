@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from grpo_doctor.diagnostics.importers._base import decode_head, flatten, read_head, step_column
+from grpo_doctor.diagnostics.importers._base import Source, decode_head, flatten, json_records, read_head, step_column
 from grpo_doctor.diagnostics.metrics.names import canonical_name, mapped
 
 DOCUMENT_MAX_BYTES = 64 * 2**20  # a JSON document (not JSON lines) is read whole, up to this size
@@ -116,6 +116,15 @@ def json_document(path: Path):
         return json.loads(path.read_text(encoding="utf-8-sig", errors="replace"))
     except (OSError, ValueError, RecursionError):
         return None
+
+
+def records_of(source: Source, path: Path) -> Iterator[tuple[str, dict]]:
+    """``(where, object)`` for each record of a JSON-lines file (``json_records``), or of one whose records were
+    dumped as indented JSON one after another (``pretty_objects``)."""
+    objects = pretty_objects(path)
+    if objects is not None:
+        return ((f"object {i}", r) for i, r in enumerate(objects, start=1))
+    return ((f"line {n}", r) for n, r in json_records(source, path))
 
 
 def pretty_objects(path: Path) -> list[dict] | None:

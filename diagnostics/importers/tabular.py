@@ -26,7 +26,6 @@ from grpo_doctor.diagnostics.importers._base import (
     held_until_training,
     iter_lines,
     json_line,
-    json_records,
     not_a_step,
     read_head,
     step_column,
@@ -35,7 +34,7 @@ from grpo_doctor.diagnostics.importers._base import (
 )
 from grpo_doctor.diagnostics.importers.csv_chart import chart_columns, chart_rows, full_rows
 from grpo_doctor.diagnostics.importers.hf import is_eval_metrics, is_eval_row, is_summary_row, run_name_for
-from grpo_doctor.diagnostics.importers.json_tables import json_document, json_runs_at, pretty_objects
+from grpo_doctor.diagnostics.importers.json_tables import json_document, json_runs_at, records_of
 from grpo_doctor.diagnostics.importers.jsonstream import array_records
 
 WANDB_STEP_KEYS = ("train/global_step", "_step")
@@ -284,17 +283,13 @@ def _jsonl_rows(source: Source, path: Path, step_key: str | None) -> Iterator[tu
     array = _is_array(path)
     document = None if array else json_document(path)
     found = json_runs_at(document) if isinstance(document, dict) else None
-    objects = pretty_objects(path) if document is None and not array else None
     if found is not None:
         tables, note = found
         if note:
             source.note(note)
         records = _document_records(tables)
-    elif objects is not None:
-        records = ((f"object {i}", r) for i, r in enumerate(objects, start=1))
     else:
-        records = array_records(source, path) if array else (
-            (f"line {n}", r) for n, r in json_records(source, path))
+        records = array_records(source, path) if array else records_of(source, path)
     current_run, ended, rows = None, False, 0
     for where, record in records:
         if where is NEW_RUN:  # the next of a document's runs

@@ -17,7 +17,6 @@ from grpo_doctor.diagnostics.importers._base import (
     flatten,
     held_until_training,
     iter_lines,
-    json_records,
     not_a_step,
     short,
     strip_ansi,
@@ -25,6 +24,7 @@ from grpo_doctor.diagnostics.importers._base import (
 )
 from grpo_doctor.diagnostics.importers.console import loop_rows
 from grpo_doctor.diagnostics.importers.hf import run_name_for
+from grpo_doctor.diagnostics.importers.json_tables import records_of
 from grpo_doctor.diagnostics.metrics.names import mapped
 
 STEP_LINE = re.compile(r"(?<![\w/])step:(\d+) - (\S+?:.*)$")
@@ -101,19 +101,19 @@ def parse_verl_jsonl(display: str, path: Path) -> ParsedLog:
 
 
 def _jsonl_rows(source: Source, path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    for lineno, record in json_records(source, path):
+    for where, record in records_of(source, path):
         if "step" not in record:
-            source.skip_line(f"line {lineno}", "no 'step'")
+            source.skip_line(where, "no 'step'")
             continue
         step = to_step(record["step"])
         if step is None:
-            source.skip_line(f"line {lineno}", f"'step' is {not_a_step(record['step'])}")
+            source.skip_line(where, f"'step' is {not_a_step(record['step'])}")
             continue
         data = record.get("data")
         if not isinstance(data, dict):
-            source.skip_line(f"line {lineno}", "'data' is missing or not an object")
+            source.skip_line(where, "'data' is missing or not an object")
             continue
-        yield step, source.numbers(flatten(data), f"line {lineno}")
+        yield step, source.numbers(flatten(data), where)
 
 
 # ---------------------------------------------------------------------------- console

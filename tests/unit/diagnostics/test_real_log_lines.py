@@ -534,6 +534,38 @@ def test_indented_records_with_a_global_step_key_are_no_trainer_state(store, tmp
     assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
 
 
+@pytest.mark.parametrize("name", [
+    "ms-swift__moshi1412__rl-basketball-video-highlight-detection__qwen25vl-3b-clevr-count-g2-100step/"
+    "logging_grpo100.jsonl",
+    "ms-swift__haxiaww__llama-oss__llama32-3b-sft-origin-lora-grpo-dapo-math-300step/logging.jsonl",
+    "verl-jsonl__terrense__qwen3-8b-grpo-dapo-lab__b-gspo/verl_file_logger.jsonl",
+])
+def test_a_frameworks_json_lines_dumped_as_indented_json_keep_their_format(store, tmp_path, name):
+    """ms-swift's logging.jsonl and verl's file-logger JSONL, each record re-dumped with ``indent=2``: read by their
+    own readers (ms-swift's step is in ``global_step/max_steps``), not as one record, nor as a trainer_state.json
+    because ms-swift's last record (the end-of-training state) holds a ``log_history``."""
+    path = CORPUS / name
+    dumped = tmp_path / path.name
+    dumped.write_text("\n".join(json.dumps(json.loads(line), indent=2) for line in path.read_text().splitlines()))
+    [clean], [read] = import_runs(store, path), import_runs(store, dumped)
+    assert len(store.metrics(clean.run_id)) >= 19
+    assert store.metrics(read.run_id).equals(store.metrics(clean.run_id))
+
+
+def test_a_console_under_a_loggers_timestamp_with_milliseconds_is_no_csv(store, tmp_path):
+    """Python logging's default ``2025-09-23 09:01:00,984 - train - INFO - `` before each line of a loop's console
+    (its own lines already carry a timestamp): the milliseconds' comma split every line in two, read as a CSV of
+    two columns that failed at the first line with a comma of its own. The same steps as without the prefix."""
+    path = CORPUS / "handwritten-console__yangminglei122__grpo-drgrpo-gspo-from-scratch-and-benchmark__qwen3-06b-" \
+        "gsm8k-gspo-grpo-drgrpo" / "20250905164958.log"
+    prefixed = tmp_path / path.name
+    prefixed.write_text("".join("2025-09-23 09:01:00,984 - train - INFO - " + line
+                                for line in path.read_text().splitlines(keepends=True)))
+    clean, read = import_runs(store, path), import_runs(store, prefixed)
+    assert [len(store.metrics(r.run_id)) for r in read] == [len(store.metrics(r.run_id)) for r in clean] == [200] * 3
+    assert all(store.metrics(a.run_id).equals(store.metrics(b.run_id)) for a, b in zip(read, clean))
+
+
 def test_a_progress_bar_redrawn_on_another_ranks_line_stays_that_ranks(store, tmp_path):
     """Two ranks print the same TRL console, each line once under torchrun's ``[rankN]:``; tqdm's redraws after ``\\r``
     carry no prefix of their own and go with the rank their line began with: rank 1's bars and dicts are not read."""
