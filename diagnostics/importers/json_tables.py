@@ -103,9 +103,33 @@ def _tables(document, where: str) -> Iterator[tuple[str, list[dict]]]:
     if len(columns) >= 2 and len(lengths) == 1:
         n = lengths.pop()
         yield where, [{k: v[i] for k, v in columns.items()} for i in range(n)]
+    by_step = _columns_by_step(document)
+    if by_step:
+        yield where, by_step
     for key, value in document.items():
         if isinstance(value, dict):
             yield from _tables(value, f"{where}/{key}".lstrip("/"))
+
+
+def _columns_by_step(document: dict) -> list[dict] | None:
+    """The rows of columns keyed by step, one ``{step: value}`` object per metric (pandas' ``DataFrame.to_json()``;
+    NeMo-RL's dump of a run's TensorBoard scalars): a row per step of the metrics the catalogue knows (system metrics
+    on an axis of their own, NeMo-RL's ``ray/*`` every 10 of Ray's steps, add no rows), in step order; None unless two
+    or more of the document's values are such columns."""
+    columns = {k: v for k, v in document.items() if isinstance(v, dict) and len(v) >= 2
+               and all(_STEP_KEY.match(str(at)) and (isinstance(x, (int, float)) or x is None) for at, x in v.items())}
+    if len(columns) < 2:
+        return None
+    known = [column for name, column in columns.items() if mapped(name)] or list(columns.values())
+    rows = {int(at): {"step": int(at)} for column in known for at in column}
+    for name, column in columns.items():
+        for at, x in column.items():
+            if int(at) in rows:
+                rows[int(at)][name] = x
+    return [rows[at] for at in sorted(rows)]
+
+
+_STEP_KEY = re.compile(r"^-?\d+$")
 
 
 def json_document(path: Path):

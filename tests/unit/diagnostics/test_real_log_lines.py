@@ -566,6 +566,24 @@ def test_a_console_under_a_loggers_timestamp_with_milliseconds_is_no_csv(store, 
     assert all(store.metrics(a.run_id).equals(store.metrics(b.run_id)) for a, b in zip(read, clean))
 
 
+def test_columns_keyed_by_step_are_a_table_and_system_metrics_add_no_rows(store, tmp_path):
+    """NeMo-RL's dump of a run's TensorBoard scalars, ``{"train/reward": {"1": 0.59, "2": 0.0, ...}, ...}`` (pandas'
+    ``DataFrame.to_json()`` shape): a row per training step. Its ``ray/*`` GPU metrics, every 10 of Ray's own steps
+    (0-1108), and the setup timings at step 0 add no rows; the real file's scalars are kept, the rest cut away."""
+    path = CORPUS / "other__nvidia-nemo__rl__qwen25-7b-grpo-megatron-sglang-noncolo-refit-broken-30step" / "metrics.json"
+    document = json.loads(path.read_text())
+    kept = {k: v for k, v in document.items() if k in ("train/reward", "train/approx_entropy", "train/kl_penalty",
+                                                        "ray/node.0.gpu.0.util", "timing/setup/total_setup_time_s")}
+    assert len(kept["ray/node.0.gpu.0.util"]) > 30 and set(kept["timing/setup/total_setup_time_s"]) == {"0"}
+    dumped = tmp_path / "metrics.json"
+    dumped.write_text(json.dumps(kept, indent=2))
+    [run] = import_runs(store, dumped)
+    frame = store.metrics(run.run_id)
+    assert frame.index.tolist() == list(range(1, 31))
+    assert frame["reward"].iloc[:2].round(4).tolist() == [0.5938, 0.0]
+    assert frame["entropy"].iloc[1] > 11 and frame["kl"].iloc[1] > 2.4
+
+
 def test_a_progress_bar_redrawn_on_another_ranks_line_stays_that_ranks(store, tmp_path):
     """Two ranks print the same TRL console, each line once under torchrun's ``[rankN]:``; tqdm's redraws after ``\\r``
     carry no prefix of their own and go with the rank their line began with: rank 1's bars and dicts are not read."""
