@@ -620,6 +620,12 @@ KNOWN_FAILURES = {
         "batch 137: a CSV of 5 training rounds under a row of the base model's validation (round 0, no reward) "
         "numbers its rows 1-6 (its counter is a column named round, no step name the importer knows); its reader "
         "numbers the rounds 1-5",
+    # Batch 139 (2026-12-07): its train-split first-contact failure.
+    "notebook__bradhilton__rl-experiments__hermes-theta-8b-grpo-zebra-grid-iter3-15-late-length-explode/"
+    "028-zebra-grid.ipynb":
+        "batch 139: an iterative loop's notebook whose steps are its iterations (\"Saved iteration #4\"), each logged "
+        "by three tqdm bars that count samples (val 128/128, train 3200/3200, both with the reward in their postfix) "
+        "and packed sequences (torchtune's 47/98, entropy and loss); read as bar counts 31-3200 in 13 segments",
 }
 
 
