@@ -270,7 +270,7 @@ CATALOGUE: tuple[Metric, ...] = (
            ranges=_fixed(-0.1, 0.1, "docs/health-ranges.md#advantage-mean",
                          note="≈0 by construction for group-centred advantages"),
            aliases=("critic/advantages/mean", "val/advantages_mean", "advantages/mean", "advantage_mean",
-                    "adv_mean", "ppo/policy/advantages_mean"), finite_required=True),
+                    "adv_mean", "ppo/policy/advantages_mean", "rl/advantage"), finite_required=True),  # TapeAgents
     Metric("advantage/std", "std of the advantages", group="advantage",
            ranges=_fixed(0.3, 1.5, "docs/health-ranges.md#advantage-std", note="≈0 = groups identical, no signal"),
            aliases=("val/advantages_std", "advantages/std", "advantage_std", "adv_std"), finite_required=True, domain=NONNEG),
@@ -280,10 +280,10 @@ CATALOGUE: tuple[Metric, ...] = (
            ranges=_group_mean_range, domain=NONNEG),
     Metric("advantage/max", "largest advantage", group="advantage",
            aliases=("critic/advantages/max", "val/advantages_max", "advantages/max", "ppo_actor/advantages/max",
-                    "grpo_actor/advantages/max")),  # AReaL
+                    "grpo_actor/advantages/max", "rl/max_advantage")),  # AReaL; TapeAgents
     Metric("advantage/min", "smallest advantage", group="advantage",
            aliases=("critic/advantages/min", "val/advantages_min", "advantages/min", "ppo_actor/advantages/min",
-                    "grpo_actor/advantages/min")),
+                    "grpo_actor/advantages/min", "rl/min_advantage")),
     # ---- clipping
     Metric("clip_ratio/region_mean", "share of tokens whose ratio was clipped (low or high)",
            group="clip", ranges=_clip_ratio_range,

@@ -584,6 +584,21 @@ def test_columns_keyed_by_step_are_a_table_and_system_metrics_add_no_rows(store,
     assert frame["entropy"].iloc[1] > 11 and frame["kl"].iloc[1] > 2.4
 
 
+def test_tapeagents_rl_advantage_is_the_advantage_mean(store):
+    """TapeAgents logs its policy-gradient weights' mean as ``rl/advantage`` (with ``rl/max_advantage`` and
+    ``rl/min_advantage``): a W&B run file of its GRPO objective on raw rewards, advantages 26-30 on average at every
+    row, is no centred advantage."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "wandb__servicenow__tapeagents__llama31-8b-grpo-raw-reward-104-epochs-93-rollouts-ratio-drift-" \
+        "grad-collapse-625step" / "run-84ycwp3n.wandb"
+    [run] = import_runs(store, path)
+    frame = store.metrics(run.run_id)
+    assert frame["advantage/mean"].dropna().between(25, 31).all()
+    assert {"advantage/max", "advantage/min"} <= set(frame.columns)
+    assert "advantage_not_centred" in {f.rule for f in diagnose(store, run.run_id, save=False).findings}
+
+
 def test_a_progress_bar_redrawn_on_another_ranks_line_stays_that_ranks(store, tmp_path):
     """Two ranks print the same TRL console, each line once under torchrun's ``[rankN]:``; tqdm's redraws after ``\\r``
     carry no prefix of their own and go with the rank their line began with: rank 1's bars and dicts are not read."""

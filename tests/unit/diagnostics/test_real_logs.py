@@ -191,9 +191,10 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # at 5 times its start inside the first windows a blow-up (two Game-24 arms from 0.025 nats, a CS336 run from 0.8);
 # 618 of 876 with batch 138's (verl TensorRT-LLM consoles and Tinker cookbook JSONL: 4 of 27); 624 with columns keyed
 # by step read as a table (two NeMo-RL dumps of their TensorBoard scalars, refused at first contact); 633 of 893 with
-# batch 139's (Oumi GRPO notebooks, a TapeAgents W&B run file, a Tinker MATH run: 9 of 17).
+# batch 139's (Oumi GRPO notebooks, a TapeAgents W&B run file, a Tinker MATH run: 9 of 17); 634 with TapeAgents'
+# rl/advantage read as the advantage mean (its raw-reward GRPO run's advantage_not_centred).
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 633
+TRAIN_NAMED = 634
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):
