@@ -160,11 +160,12 @@ def enough(values) -> bool:
 def looks_like_metrics(lines: list[str]) -> bool:
     """Whether some lines read as rows of metrics: two lines with the same pairs (three or more, or two with a
     metric the catalogue knows, or the same known metrics on lines with a step word), one of them a known metric; a
-    header line of names with a known metric over two lines of numbers; or the same known metric on a line of its own
-    under two step lines (NeMo-RL's ``===== Step 2/50 =====`` over ``• Loss: 0.02``), or three times with no row between
-    after another known metric (records of one metric a line: ``objective/kl: 1.87``, ``ppo/policy/advantages_mean:
-    -0.03``, then again)."""
-    seen: list[set[str]] = []
+    header line of names with a known metric over two lines of numbers; two lines with the same three or more pairs and
+    a ``step=`` that moves, whatever the metrics (``step= 3 | wins=25/64 | avg_rounds=4.6 | retry_exhausted=38``); or
+    the same known metric on a line of its own under two step lines (NeMo-RL's ``===== Step 2/50 =====`` over
+    ``• Loss: 0.02``), or three times with no row between after another known metric (records of one metric a line:
+    ``objective/kl: 1.87``, ``ppo/policy/advantages_mean: -0.03``, then again)."""
+    seen: list[tuple[set[str], str | None]] = []  # each row's pairs and its step
     header, rows = None, 0
     heading: int | None = None
     under: dict[int, set[str]] = {}  # the known metrics on lines of their own under each step line
@@ -197,11 +198,15 @@ def looks_like_metrics(lines: list[str]) -> bool:
                     return True
             continue
         record, repeats = set(), 0
-        for earlier in seen:
+        step = next((v for k, v in pairs(clean).items() if k in STEP_NAMES and v.isdigit()), None)
+        for earlier, earlier_step in seen:
             common = keys & earlier
             if (enough(common) or common == keys == earlier) and any(known(k) for k in common):
                 return True
-        seen.append(keys)
+            moved = step is not None and earlier_step not in (None, step)
+            if moved and len(common) >= MIN_PAIRS and common == keys == earlier:
+                return True  # a loop's own metrics, none the catalogue's, on lines with a step that moves
+        seen.append((keys, step))
         if len(seen) > 200:
             return False
     return False

@@ -103,9 +103,9 @@ def _tables(document, where: str) -> Iterator[tuple[str, list[dict]]]:
     if len(columns) >= 2 and len(lengths) == 1:
         n = lengths.pop()
         yield where, [{k: v[i] for k, v in columns.items()} for i in range(n)]
-    by_step = _columns_by_step(document)
-    if by_step:
-        yield where, by_step
+    for by_step in (_columns_by_step(document), _rows_by_step(document)):
+        if by_step:
+            yield where, by_step
     for key, value in document.items():
         if isinstance(value, dict):
             yield from _tables(value, f"{where}/{key}".lstrip("/"))
@@ -127,6 +127,17 @@ def _columns_by_step(document: dict) -> list[dict] | None:
             if int(at) in rows:
                 rows[int(at)][name] = x
     return [rows[at] for at in sorted(rows)]
+
+
+def _rows_by_step(document: dict) -> list[dict] | None:
+    """The rows of records keyed by step, ``{"0": {"reward": 0.24, "kl": 0.0, ...}, "1": {...}}`` (pandas'
+    ``to_json(orient="index")``; DeepSeekRL-Extended's ``train_logs.json``), in step order; None unless every key of
+    the document is a step and every value a record holding a number, two or more of them."""
+    if len(document) < 2 or not all(_STEP_KEY.match(str(at)) and isinstance(record, dict)
+                                    and any(isinstance(x, (int, float)) for x in record.values())
+                                    for at, record in document.items()):
+        return None
+    return [{"step": int(at), **record} for at, record in sorted(document.items(), key=lambda item: int(item[0]))]
 
 
 _STEP_KEY = re.compile(r"^-?\d+$")

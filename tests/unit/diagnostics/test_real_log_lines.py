@@ -584,6 +584,39 @@ def test_columns_keyed_by_step_are_a_table_and_system_metrics_add_no_rows(store,
     assert frame["entropy"].iloc[1] > 11 and frame["kl"].iloc[1] > 2.4
 
 
+def test_records_keyed_by_step_are_a_table(store, tmp_path):
+    """DeepSeekRL-Extended's ``train_logs.json`` (batch 141, train) dumps one record per round under its number,
+    ``{"0": {"reward": 0.24, "kl": 0.0, ...}, "1": {...}}`` (pandas' ``to_json(orient="index")`` shape): a row per
+    round, in step order (rounds 10 and 2 swapped in the copy), with its reward functions read as such."""
+    path = CORPUS / "handwritten-json__mayi140611__deepseekrl-extended__qwen25-15b-grpo-gsm8k-format-rewards-dead-" \
+        "1000step" / "train_logs.json"
+    document = json.loads(path.read_text())
+    kept = {at: document[at] for at in ("0", "1", "10", "2", "3")}
+    dumped = tmp_path / "train_logs.json"
+    dumped.write_text(json.dumps(kept, indent=4))
+    [run] = import_runs(store, dumped)
+    frame = store.metrics(run.run_id)
+    assert frame.index.tolist() == [0, 1, 2, 3, 10]
+    assert frame["reward"].round(4).tolist()[:2] == [0.2418, -0.0695]
+    assert frame.loc[10, "grad_norm"] == document["10"]["grad_norm"]
+    assert (frame["rewards/strict_format_reward_func/mean"] == 0).all()
+
+
+def test_a_loops_own_metrics_on_lines_with_a_moving_step_are_read(store, tmp_path):
+    """A two-agent GRPO game's console (batch 141, train) prints ``step=   0 | wins=30/64 | avg_rounds=3.7 |
+    retry_exhausted=31`` a step, no metric the catalogue knows among them: its rows are still a run (kept, judged by
+    no rule), where it was "not a log GRPO Doctor can read"."""
+    path = CORPUS / "handwritten-console__ruth-ann__tom__llama32-3b-vs-qwen25-3b-grpo-word-converge-healthy-500step" \
+        / "converge_3540741.log"
+    log = tmp_path / "converge.log"
+    log.write_text("".join(lines_of(path, *range(1, 41))))
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert frame.index.tolist() == [0, 1, 2, 3, 4, 5]
+    assert frame["avg_rounds"].tolist()[:3] == [3.7, 4.3, 4.2] and frame["retry_exhausted"].iloc[0] == 31
+    assert any("not mapped" in note and "wins" in note for note in run.notes)
+
+
 def test_tapeagents_rl_advantage_is_the_advantage_mean(store):
     """TapeAgents logs its policy-gradient weights' mean as ``rl/advantage`` (with ``rl/max_advantage`` and
     ``rl/min_advantage``): a W&B run file of its GRPO objective on raw rewards, advantages 26-30 on average at every

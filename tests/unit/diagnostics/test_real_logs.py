@@ -192,9 +192,11 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # 618 of 876 with batch 138's (verl TensorRT-LLM consoles and Tinker cookbook JSONL: 4 of 27); 624 with columns keyed
 # by step read as a table (two NeMo-RL dumps of their TensorBoard scalars, refused at first contact); 633 of 893 with
 # batch 139's (Oumi GRPO notebooks, a TapeAgents W&B run file, a Tinker MATH run: 9 of 17); 634 with TapeAgents'
-# rl/advantage read as the advantage mean (its raw-reward GRPO run's advantage_not_centred).
+# rl/advantage read as the advantage mean (its raw-reward GRPO run's advantage_not_centred); 637 of 902 with batch
+# 141's (a W&B output.log's KL blow-up and dead format rewards, a mini-R1 TensorBoard's grad spikes: 3 of 9); 642 with
+# records keyed by step read as a table (two DeepSeekRL-Extended train_logs.json dumps, refused at first contact).
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 634
+TRAIN_NAMED = 642
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):
