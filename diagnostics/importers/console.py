@@ -331,8 +331,10 @@ def _step_kind(source: Source, path: Path, known_only: bool = False) -> tuple[st
             break
     stepped = sum(kind != "order" for kind, _ in plain)  # rows that carry a step of their own
     use_headings, use_blocks = _rising(taken), _rising(blocks) and len(blocks) > stepped
-    found = ("word" if use_blocks else _vote(headed if use_headings else plain), use_headings,
-             bool(lone[1]) and lone[1] <= lone[0], use_blocks)
+    kind = "word" if use_blocks else _vote(headed if use_headings else plain)
+    if _standing(headed if use_headings else plain, kind):
+        kind = "order"
+    found = (kind, use_headings, bool(lone[1]) and lone[1] <= lone[0], use_blocks)
     if found[0] == "order" and not known_only and len(plain) >= 2:
         metrics = _step_kind(Source(source.path), path, known_only=True)
         return metrics if metrics[0] != "order" else found
@@ -342,6 +344,13 @@ def _step_kind(source: Source, path: Path, known_only: bool = False) -> tuple[st
 def _rising(steps: list[int]) -> bool:
     """Two or more steps, going up from one to the next (all but a tenth of the time)."""
     return len(steps) >= 2 and sum(b > a for a, b in zip(steps, steps[1:])) >= 0.9 * (len(steps) - 1)
+
+
+def _standing(kinds: list[tuple[str, int | None]], kind: str) -> bool:
+    """Whether every row of ``kind`` gives the same step, three rows or more (``Update 1/1, Policy Loss: ...`` on
+    each of a PPO loop's updates: the inner epoch, not the update): a number that never moves counts no steps."""
+    steps = {step for k, step in kinds if k == kind}
+    return kind != "order" and len(steps) == 1 and sum(k == kind for k, _ in kinds) >= 3
 
 
 def _vote(kinds: list[tuple[str, int | None]]) -> str:
