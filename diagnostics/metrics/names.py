@@ -159,11 +159,19 @@ def _completion_length(key: str) -> str | None:
     return _by_words("_".join(sorted(words | {"response"})))
 
 
+# The critic's own metrics: under ``critic/`` (a PPO loop's ``critic/explained_variance``) the tail is the critic's,
+# where verl's ``critic/`` also holds the rewards and advantages a suffix would misread.
+_CRITICS = frozenset({"explained_variance", "value_loss"})
+
+
 def _by_suffix(key: str) -> str | None:
     head, sep, tail = key.rpartition("/")
+    name = _SINGLE.get(tail) or _SINGLE.get(tail.lower())
+    if sep and head.lower() == "critic" and name in _CRITICS:
+        return name
     if not sep or tail in _GENERIC_TAILS or head.lower().startswith(_OTHER_PREFIXES):
         return None
-    return _SINGLE.get(tail) or _SINGLE.get(tail.lower())
+    return name
 
 
 def mapped(key: str) -> bool:

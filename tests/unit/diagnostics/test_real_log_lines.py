@@ -2482,3 +2482,32 @@ def test_an_entropy_five_times_its_start_in_the_first_steps_is_a_blow_up(store):
     first = import_runs(store, path)[0]
     [found] = [f for f in diagnose(store, first.run_id, save=False).problems() if f.rule == "entropy_blowup"]
     assert found.severity == "critical" and found.onset_step <= 5
+
+
+def test_a_step_word_that_never_moves_counts_no_steps(store, tmp_path):
+    """A PPO loop on a text game (batch 143, train) prints ``Update 1/1, Policy Loss: -0.1730, Value Loss: 0.0003,
+    ...`` on every update, the ``1/1`` its inner epoch: a number that never moves is no step, and the line order is
+    (it was one step, "the step counter starts again 388 times")."""
+    path = CORPUS / "handwritten-console__harshraj172__saferl-gym__llm-ppo-machiavelli-kungfu-critic-blowup-actor-" \
+        "grad-starved-196upd" / "ppo_llm.out"
+    log = tmp_path / "ppo_llm.out"
+    log.write_text("".join(lines_of(path, *range(1, 12))))
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert frame.index.tolist() == [1, 2, 3, 4, 5]
+    assert frame["policy_loss"].tolist() == [-0.173, -0.114, 0.1776, 0.0529, -0.2103]
+    assert frame["grad_norm"].tolist()[:4] == [0.0182, 0.0185, 0.0175, 0.0163]
+
+
+def test_a_critics_own_metric_under_critic_is_read(store):
+    """A hand-written PPO loop (batch 143, train) logs ``critic/explained_variance`` (-2.06 at its first update, -3.3
+    at its last) beside ``critic/loss``: the critic's own metric, which a ``critic/`` prefix (verl's, holding rewards
+    and advantages too) had kept unread, so the critic that never learned went unnamed."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "handwritten-json__prathmesh234__rl-ablations__qwen3-06b-ppo-critic-ev-negative-reward-flat-32step" \
+        / "metrics.json"
+    [run] = import_runs(store, path)
+    frame = store.metrics(run.run_id)
+    assert frame["explained_variance"].dropna().iloc[0] < -1.0
+    assert "critic_not_learning" in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
