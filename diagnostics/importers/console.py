@@ -332,9 +332,8 @@ def _step_kind(source: Source, path: Path, known_only: bool = False) -> tuple[st
     stepped = sum(kind != "order" for kind, _ in plain)  # rows that carry a step of their own
     use_headings, use_blocks = _rising(taken), _rising(blocks) and len(blocks) > stepped
     kind = "word" if use_blocks else _vote(headed if use_headings else plain)
-    if _standing(headed if use_headings else plain, kind):
-        kind = "order"
-    found = (kind, use_headings, bool(lone[1]) and lone[1] <= lone[0], use_blocks)
+    found = ("order" if _standing(headed if use_headings else plain, kind) else kind, use_headings,
+             bool(lone[1]) and lone[1] <= lone[0], use_blocks)
     if found[0] == "order" and not known_only and len(plain) >= 2:
         metrics = _step_kind(Source(source.path), path, known_only=True)
         return metrics if metrics[0] != "order" else found

@@ -2505,8 +2505,8 @@ def test_a_critics_own_metric_under_critic_is_read(store):
     and advantages too) had kept unread, so the critic that never learned went unnamed."""
     from grpo_doctor.diagnostics.engine import diagnose
 
-    path = CORPUS / "handwritten-json__prathmesh234__rl-ablations__qwen3-06b-ppo-critic-ev-negative-reward-flat-32step" \
-        / "metrics.json"
+    path = CORPUS / "handwritten-json__prathmesh234__rl-ablations__qwen3-06b-ppo-critic-ev-negative-reward-flat-" \
+        "32step" / "metrics.json"
     [run] = import_runs(store, path)
     frame = store.metrics(run.run_id)
     assert frame["explained_variance"].dropna().iloc[0] < -1.0
