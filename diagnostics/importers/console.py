@@ -87,7 +87,7 @@ _RAY_PREFIX = re.compile(rf"^(\s*(?:{_LAUNCHER})?\s*)\([\w.:-]+ pid=\d+(?:, ip=[
 _LAUNCHED = re.compile(rf"^\s*(?:{_LAUNCHER})")
 # a tqdm bar a notebook's other stream wrote on before the line's own text: ``3it [00:11,  3.53s/it]objective/kl: 2.18``
 _BAR_BEFORE = re.compile(r"^[^\[]*\d(?:it|/\d+) \[\d+:\d\d[^\]]*\]")
-STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "episode", "global step"})
+STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "upd", "episode", "global step"})
 
 
 # Words and numbers in turn, with no separator at all (``step 10 reward 0.5 kl 0.01 loss 0.2``).

@@ -54,7 +54,7 @@ def step_word(line: str) -> re.Match | None:
 
 
 _CELL_SPLIT = re.compile(r"\t|\s*\|\s*|\s{2,}")
-_NAME_CELL = re.compile(r"^[A-Za-z_][\w ./@()-]*$")
+_NAME_CELL = re.compile(r"^[A-Za-z_][\w ./@()%-]*$")  # ``clip%``: a share in percent
 
 
 def cells(line: str) -> list[str]:
@@ -76,10 +76,16 @@ def table_row(line: str, header: list[str]) -> dict[str, float] | None:
     found = cells(line)
     if len(found) != len(header):
         return None
-    values = [to_float(c) for c in found]
+    values = [_percent(c) if c.endswith("%") else to_float(c) for c in found]
     if not all(isinstance(v, float) for v in values):
         return None
     return dict(zip(header, values))
+
+
+def _percent(cell: str) -> float | object:
+    """A cell in percent as the share it is (``2.7%`` → 0.027)."""
+    value = to_float(cell[:-1])
+    return value / 100 if isinstance(value, float) else value
 
 
 _GRID = re.compile(r"\s*[│|]\s*")

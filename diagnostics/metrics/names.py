@@ -120,6 +120,7 @@ for _metric in CATALOGUE:
             _SHARES.setdefault(_tokens(_name) - _SHARE_WORDS - _COUNT_WORDS, _metric.name)
 
 
+_PER_TOKEN = frozenset({"kl", "entropy"})
 _HELD_OUT_WORDS = frozenset({"val", "eval", "validation", "test"})
 _SPLIT_WORDS = _HELD_OUT_WORDS | {"train", "training"}
 
@@ -129,6 +130,8 @@ def _by_words(key: str) -> str | None:
     with a ``sum`` (``loss:sum``: the loss rules judge finiteness and spikes, which a sum keeps); else a share by its
     words (``_SHARES``); never a share for a count of groups."""
     words = _singular(_tokens(key))
+    if len(words) > 1 and "token" in words and (name := _by_words("_".join(words - {"per", "token"}))) in _PER_TOKEN:
+        return name  # ``KL/token``, ``kl_per_token``: the catalogue's KL and entropy are means over tokens already
     if len(words) > 1 and words & _SPLIT_WORDS:  # ``avg_train_rewards``: the training split's; ``avg_val_rewards``
         name = _by_words("_".join(words - _SPLIT_WORDS))
         return None if name is None or name.startswith("eval/") else \

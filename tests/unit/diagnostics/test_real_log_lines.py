@@ -2511,3 +2511,18 @@ def test_a_critics_own_metric_under_critic_is_read(store):
     frame = store.metrics(run.run_id)
     assert frame["explained_variance"].dropna().iloc[0] < -1.0
     assert "critic_not_learning" in {f.rule for f in diagnose(store, run.run_id, save=False).problems()}
+
+
+def test_a_whitespace_table_with_a_share_in_percent_and_an_upd_column_is_read(store, tmp_path):
+    """A Thai course's PPO loop (batch 143, train) prints `` upd  reward  KL/token    len  clip%  ratio`` over rows
+    ``   1   0.200    0.0015    188   1.3%  0.997``: ``upd`` is the step, ``1.3%`` the share 0.013 and ``KL/token``
+    the KL (a mean over tokens, as the catalogue's); the header with its ``%`` had been no header at all."""
+    path = CORPUS / "handwritten-console__kobkrit__thai-llm-tutorials__qwen3-06b-lora-ppo-thai-gsm8k-kl-and-nokl-" \
+        "uniform-reward-16upd" / "chunk_03.log"
+    log = tmp_path / "ppo.log"
+    log.write_text("".join(lines_of(path, *range(375, 386))))
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert frame.index.tolist() == [0, 1, 2, 3, 4, 5]
+    assert frame["kl"].tolist() == [0.0, 0.0015, -0.0011, -0.0019, -0.0001, 0.0001]
+    assert frame["clip%"].tolist()[:2] == pytest.approx([0.027, 0.013]) and frame["reward"].iloc[4] == 0.45
