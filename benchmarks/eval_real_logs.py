@@ -312,6 +312,7 @@ def _evaluate_one(entry: dict, verbose: bool, imports: Imports) -> LogResult:
 
 
 VALIDATION = ("eval/", "val/", "val-core/", "val-aux/")
+TIMERS = ("time/", "timing/", "timing_s/")  # how long a row's work took: a validation's row has its timer too
 
 
 def run_steps(frame) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -325,8 +326,8 @@ def run_steps(frame) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def training_rows(frame):
-    """The steps of an imported run's rows that hold a metric other than a validation's."""
-    return frame[[c for c in frame.columns if not c.startswith(VALIDATION)]].dropna(how="all").index
+    """The steps of an imported run's rows that hold a metric other than a validation's or a timer's."""
+    return frame[[c for c in frame.columns if not c.startswith(VALIDATION + TIMERS)]].dropna(how="all").index
 
 
 def row_interval(frame, read) -> int | None:
