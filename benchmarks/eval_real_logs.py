@@ -627,6 +627,12 @@ KNOWN_FAILURES = {
         "batch 139: an iterative loop's notebook whose steps are its iterations (\"Saved iteration #4\"), each logged "
         "by three tqdm bars that count samples (val 128/128, train 3200/3200, both with the reward in their postfix) "
         "and packed sequences (torchtune's 47/98, entropy and loss); read as bar counts 31-3200 in 13 segments",
+    # Batch 143 (2026-12-07): its train-split first-contact failure left after 5e38408 read its PPO tables.
+    "handwritten-console__kobkrit__thai-llm-tutorials__qwen3-06b-lora-ppo-thai-gsm8k-kl-and-nokl-uniform-reward-16upd/"
+    "chunk_03.log":
+        "batch 143: a course notebook's console trains a reward model (epoch 1/3 ... 3/3, loss and train acc) before "
+        "its two PPO tables; the import makes the reward model's epochs a run of their own (3 runs), its reader "
+        "counts the two PPO runs",
 }
 
 

@@ -194,9 +194,12 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # batch 139's (Oumi GRPO notebooks, a TapeAgents W&B run file, a Tinker MATH run: 9 of 17); 634 with TapeAgents'
 # rl/advantage read as the advantage mean (its raw-reward GRPO run's advantage_not_centred); 637 of 902 with batch
 # 141's (a W&B output.log's KL blow-up and dead format rewards, a mini-R1 TensorBoard's grad spikes: 3 of 9); 642 with
-# records keyed by step read as a table (two DeepSeekRL-Extended train_logs.json dumps, refused at first contact).
+# records keyed by step read as a table (two DeepSeekRL-Extended train_logs.json dumps, refused at first contact);
+# 658 of 938 with batch 143's (Udacity letter-counting notebooks, trainer states with dead format rewards, hand-written
+# PPO loops: 16 of 36); 660 with a step word that never moves read by the line order (a PPO loop's ``Update 1/1``)
+# and a critic's own metric under ``critic/`` read (critic/explained_variance: a critic that never learned).
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 642
+TRAIN_NAMED = 660
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):
