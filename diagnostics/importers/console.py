@@ -50,6 +50,8 @@ from grpo_doctor.diagnostics.importers._base import (
 from grpo_doctor.diagnostics.importers.console_bars import outer_bar_rows
 from grpo_doctor.diagnostics.importers.console_cells import (
     KEY,
+    LAUNCHED,
+    LAUNCHER,
     MIN_PAIRS,
     NUMBER,
     STEP_WORD,
@@ -80,11 +82,9 @@ _EVAL_LINE = re.compile(r"^\W*(?:\S+\s+){0,6}?(?:eval(?:uation)?|validation|val|
 # key: [n, n, ...], a list of numbers (a group's per-completion scores), each maybe quoted (['0.80', '0.01']).
 _LIST_PAIR = re.compile(rf"(?<![\w./@-])({KEY})\s*[=:]\s*\[((?:\s*['\"]?(?:{NUMBER})['\"]?\s*,)*"
                         rf"\s*['\"]?(?:{NUMBER})['\"]?\s*)\]", re.IGNORECASE)
-# a launcher's or logger's prefix (``[rank0]:``, ``0:``, a timestamp to the level), kept, and a Ray worker's
+# a launcher's or logger's prefix (LAUNCHER: ``[rank0]:``, ``0:``, a timestamp to the level), kept, and a Ray worker's
 # (``(TaskRunner pid=7)``), dropped: its ``pid=7`` is no metric, also behind a launcher's or logger's prefix
-_LAUNCHER = r"\[(?:rank|default)\d+\]:|\d+:|\d{4}-\d\d-\d\d[ T][\d:.,]+\s.*?\b(?:INFO|DEBUG|WARNING)\s*-"
-_RAY_PREFIX = re.compile(rf"^(\s*(?:{_LAUNCHER})?\s*)\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
-_LAUNCHED = re.compile(rf"^\s*(?:{_LAUNCHER})")
+_RAY_PREFIX = re.compile(rf"^(\s*(?:{LAUNCHER})?\s*)\([\w.:-]+ pid=\d+(?:, ip=[\d.]+)?\) ?")
 # a tqdm bar a notebook's other stream wrote on before the line's own text: ``3it [00:11,  3.53s/it]objective/kl: 2.18``
 _BAR_BEFORE = re.compile(r"^[^\[]*\d(?:it|/\d+) \[\d+:\d\d[^\]]*\]")
 STEP_NAMES = frozenset({"step", "global_step", "iteration", "iter", "it", "update", "upd", "episode", "global step"})
@@ -213,7 +213,7 @@ def looks_like_metrics(lines: list[str]) -> bool:
 
 
 # a list item's mark (``• Avg Reward: 0.32``), after a launcher's or logger's prefix if any (``[rank0]:``, ``0:``)
-_BULLET = re.compile(rf"^(?:{_LAUNCHER})?\s*[•·‣◦▪▶►*-]\s+")
+_BULLET = re.compile(rf"^(?:{LAUNCHER})?\s*[•·‣◦▪▶►*-]\s+")
 _COMMENT = re.compile(r"\s+(?:<-{2,}|#)\s.*$")  # a note after the value: ``rewards/mean: 0.25\t<---- average reward``
 
 
@@ -277,7 +277,7 @@ def _lone(line: str, values: dict[str, float]) -> bool:
     """A line that is one metric the catalogue knows and nothing else (``Average Reward: 0.71``, also behind a
     launcher's or logger's prefix; not a sample's ``╭── Sample 1 | Reward: 1.0 ──╮``)."""
     return len(values) == 1 and known(next(iter(values))) and not is_row(line, values) \
-        and (_SEGMENT.match(_BAR_BEFORE.sub("", _LAUNCHED.sub("", line, 1), 1)) is not None or warned(line) is not None)
+        and (_SEGMENT.match(_BAR_BEFORE.sub("", LAUNCHED.sub("", line, 1), 1)) is not None or warned(line) is not None)
 
 
 KIND_ROWS = 200  # the rows of metrics whose steps decide the file's kind of step

@@ -62,9 +62,15 @@ def cells(line: str) -> list[str]:
     return [c.strip() for c in _CELL_SPLIT.split(line.strip().strip("|")) if c.strip()]
 
 
+# A launcher's or logger's prefix on a line: ``[rank0]:``, srun --label's ``0:``, a timestamp to the level.
+LAUNCHER = r"\[(?:rank|default)\d+\]:|\d+:|\d{4}-\d\d-\d\d[ T][\d:.,]+\s.*?\b(?:INFO|DEBUG|WARNING)\s*-"
+LAUNCHED = re.compile(rf"^\s*(?:{LAUNCHER})")
+
+
 def header_names(line: str) -> list[str] | None:
-    """The column names of a table's header line (three or more cells, every one a name, one a known metric)."""
-    found = cells(line)
+    """The column names of a table's header line (three or more cells, every one a name, one a known metric), behind
+    a launcher's or logger's prefix if any."""
+    found = cells(LAUNCHED.sub("", line, 1))
     if len(found) < MIN_PAIRS or not all(_NAME_CELL.match(c) for c in found):
         return None
     names = [as_key(re.sub(r"\s*/\s*", "/", c)) for c in found]
@@ -73,7 +79,7 @@ def header_names(line: str) -> list[str] | None:
 
 def table_row(line: str, header: list[str]) -> dict[str, float] | None:
     """A line of numbers under ``header`` (as many cells as names, all of them numbers), or None."""
-    found = cells(line)
+    found = cells(LAUNCHED.sub("", line, 1))
     if len(found) != len(header):
         return None
     values = [_percent(c) if c.endswith("%") else to_float(c) for c in found]

@@ -2526,3 +2526,7 @@ def test_a_whitespace_table_with_a_share_in_percent_and_an_upd_column_is_read(st
     assert frame.index.tolist() == [0, 1, 2, 3, 4, 5]
     assert frame["kl"].tolist() == [0.0, 0.0015, -0.0011, -0.0019, -0.0001, 0.0001]
     assert frame["clip%"].tolist()[:2] == pytest.approx([0.027, 0.013]) and frame["reward"].iloc[4] == 0.45
+    launched = tmp_path / "ppo-rank0.log"  # the same table behind torchrun's prefix
+    launched.write_text("".join(f"[rank0]: {line}" for line in lines_of(path, *range(375, 386))))
+    [again] = import_runs(store, launched)
+    assert store.metrics(again.run_id)["kl"].tolist() == frame["kl"].tolist()
