@@ -633,6 +633,11 @@ KNOWN_FAILURES = {
         "batch 143: a course notebook's console trains a reward model (epoch 1/3 ... 3/3, loss and train acc) before "
         "its two PPO tables; the import makes the reward model's epochs a run of their own (3 runs), its reader "
         "counts the two PPO runs",
+    # Batch 145 (2026-12-07): its train-split first-contact failure.
+    "notebook__w3ng-git__qwen2.5-1.5b-grpo-starter__qwen25-15b-grpo-tldr-length-kl-blowup-110step/launch_train.ipynb":
+        "batch 145: a notebook's TRL dicts carry no step and logging_steps is not printed; its only training bar is "
+        "one last draw (117/304) beside a checkpoint loader's three draws of 1/1, which count as the training bar; "
+        "read as steps 1-11 (choosing the bar that counts a step a dict broke another log's steps)",
 }
 
 
