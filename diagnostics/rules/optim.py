@@ -149,6 +149,8 @@ SINGLE_GENERATION = Rule(
 ENTROPY = ENTROPY_MEASURED  # entropy's measured values (an exact 0.0 means no token was measured)
 LOW_START_RISE = 0.3  # nats per token: an entropy at five times its start and past this has blown up, below 1 nat
 EARLY_BREAK = 2.0  # nats per token: far above any LLM's sampling entropy at its start (0.3 – 1.5)
+RANDOM_TEXT = 6.0  # nats per token: e^6 ≈ 400 tokens equally likely at every position, the entropy of random text
+PER_TOKEN_MAX = 12.5  # ln of the largest vocabularies (262k tokens): an "entropy" above it is no per-token mean
 # nats per token: the floor of the documents' entropy band (docs/health-ranges.md#entropy); a policy that starts below
 # it samples (all but) the same tokens every time: collapsed from the outset, with no start to fall from
 ENTROPY_FLOOR = 0.01
@@ -291,7 +293,17 @@ def _entropy_blowup_detect(series: RunSeries, since):
         head = series.head(ENTROPY, W)
         risen = ((med >= 2 * head) & (med >= 1.0)) | ((med >= 5 * head) & (med >= LOW_START_RISE))
         later = (idx >= series.rows(3 * W, ENTROPY) - 1) & risen
-        return steps, early | later
+        return steps, early | later | _random_text(series, lo, now)
+
+
+def _random_text(series: RunSeries, lo: int, now: np.ndarray) -> np.ndarray:
+    """Rows whose FAST-row median is at random text's level (RANDOM_TEXT nats per token or more), or every row so far
+    is, however the run began: a start at that level is no healthy start to double. Never where a row so far passed PER_TOKEN_MAX: that
+    entropy is a sum over tokens, not a per-token mean."""
+    values = series.finite(ENTROPY)[1]
+    per_token = np.maximum.accumulate(values)[lo:] <= PER_TOKEN_MAX
+    from_the_first = np.logical_and.accumulate(values >= RANDOM_TEXT)[lo:]  # before the median has its rows
+    return ((now >= RANDOM_TEXT) | from_the_first) & per_token
 
 
 def _blowup_bar(series: RunSeries) -> float | None:
@@ -317,14 +329,23 @@ def _entropy_blowup_explain(series: RunSeries, ep: Episode) -> Explanation:
     cfg = series.config
     mid_run = _begins_mid_run(series)
     start = series.head(ENTROPY, FAST if mid_run else W)
-    risen = ("doubled and above 1 nat" if smoothed(series, ENTROPY, ep.last) >= max(1.0, 2 * start)
-             else f"five times a low start and above {LOW_START_RISE}")
+    now = smoothed(series, ENTROPY, ep.last)
+    risen = ("doubled and above 1 nat" if now >= max(1.0, 2 * start)
+             else f"five times a low start and above {LOW_START_RISE}" if now >= 5 * start
+             else f"{RANDOM_TEXT:g} nats per token or more, the level of random text")
     evidence = [Evidence(start_step(series, ENTROPY), "entropy", start,
                          "the first 3 rows of a log that begins mid-run" if mid_run else "start"),
                 _as_entropy(smoothed_evidence(series, ENTROPY, ep.last, f"now: {risen}"))]
     fell = reward_fell(series, ep, "")
     evidence += [fell] if fell else []
     severe = fell is not None
+    if start >= RANDOM_TEXT:  # never lower: no update raised it, and no KL anchor or clip range brings it down
+        causes = ["the policy samples near-random tokens from the first step: weights that did not load (a randomly "
+                  "initialised model), a tokenizer that does not fit the model, a base model sampled hot, or an "
+                  "entropy computed over the wrong axis"]
+        fixes = [advice("decode a few completions of the first step: gibberish means the model, its tokenizer or "
+                        "the sampling temperature is wrong, not the training")]
+        return Explanation("critical" if severe else "warning", evidence, causes, fixes)
     causes, fixes = [], []
     epsilon, high = cfg.get("epsilon"), cfg.get("epsilon_high")
     if isinstance(high, (int, float)) and isinstance(epsilon, (int, float)) and high > epsilon \
@@ -350,7 +371,9 @@ ENTROPY_BLOWUP = Rule(
          "start and passed 0.3 (critical when the reward falls); within the first 30 steps, before the start has "
          "settled, entropy at 5 times its first row and past 2 nats, or its 3-row median at 5 times the first 3 "
          "rows' and past 0.3 (in a log that begins after step 30, a resumed run's: the 3-row median doubled from the "
-         "first 3 rows' and past 1 nat). A slight rise below 1 is exploration and expected.",
+         "first 3 rows' and past 1 nat). From any start, a 3-row median of 6 nats per token or more (random text's "
+         "level; not where a row passed 12.5, the log of the largest vocabularies: a sum, not a per-token mean). "
+         "A slight rise below 1 is exploration and expected.",
 )
 
 

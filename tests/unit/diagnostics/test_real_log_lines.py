@@ -2530,3 +2530,17 @@ def test_a_whitespace_table_with_a_share_in_percent_and_an_upd_column_is_read(st
     launched.write_text("".join(f"[rank0]: {line}" for line in lines_of(path, *range(375, 386))))
     [again] = import_runs(store, launched)
     assert store.metrics(again.run_id)["kl"].tolist() == frame["kl"].tolist()
+
+
+def test_an_entropy_at_random_texts_level_from_the_first_step_is_a_blow_up(store):
+    """A GRPO smoke test of a random-weight tiny GPT-2 (batch 147, train) logs entropy 10.8246 at every one of its 50
+    steps: ln(50257), the whole vocabulary equally likely. It never rises, so no rise from its start was there to
+    find; 6 nats per token or more is random text's level from any start, dated from the first step."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "trl-state__vasubb__drug-discovery-sim-env__tiny-gpt2-grpo-random-model-uniform-entropy-all-" \
+        "truncated-50step" / "trainer_state.json"
+    [run] = import_runs(store, path)
+    assert store.metrics(run.run_id)["entropy"].dropna().round(3).unique().tolist() == [10.825]
+    [blowup] = [f for f in diagnose(store, run.run_id, save=False).problems() if f.rule == "entropy_blowup"]
+    assert blowup.onset_step == 1 and "random text" in blowup.evidence[1].note

@@ -199,9 +199,11 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # PPO loops: 16 of 36); 660 with a step word that never moves read by the line order (a PPO loop's ``Update 1/1``)
 # and a critic's own metric under ``critic/`` read (critic/explained_variance: a critic that never learned); 666 of
 # 949 with batch 145's (notebooks of earlier runs in corpus repositories, dead format rewards, uniform groups: 6 of 11);
-# 669 of 953 with batch 146's (two OpenEnv notebooks' KL spikes and a reward stuck at its penalty: 3 of 4).
+# 669 of 953 with batch 146's (two OpenEnv notebooks' KL spikes and a reward stuck at its penalty: 3 of 4); 675 of
+# 966 with batch 147's (Udacity letter-counting notebooks, PPO and GRPO trainer states: 6 of 13); 677 with an entropy
+# at random text's level from any start (a random-weight GPT-2's 10.8 nats per token, a base MoE's 6-7).
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 669
+TRAIN_NAMED = 677
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):
