@@ -638,6 +638,13 @@ KNOWN_FAILURES = {
         "batch 145: a notebook's TRL dicts carry no step and logging_steps is not printed; its only training bar is "
         "one last draw (117/304) beside a checkpoint loader's three draws of 1/1, which count as the training bar; "
         "read as steps 1-11 (choosing the bar that counts a step a dict broke another log's steps)",
+    # Batch 148 (2026-12-07): its train-split first-contact failure, imported since the deep scan judges all lines.
+    "handwritten-console__beita6969__colab-grpo__qwen25-7b-lora-grpo-aflow-workflow-g2-uniform-groups-flat-95step/"
+    "training_p30.log":
+        "batch 148: a GRPO loop prints a ``📊 Metrics:`` record (step: 5, loss, kl_div, avg_reward ...) every 5 steps "
+        "between thousands of lines of completions; read as steps 5-95 (uniform groups, flat reward and KL stuck at "
+        "0 all named), its reader counts steps 1-95 from the ``📍 Step 1/500`` headings, whose own lines are in "
+        "Chinese (``Batch奖励: mean=0.000, std=0.0000``) and name no metric",
 }
 
 

@@ -43,6 +43,7 @@ from grpo_doctor.diagnostics.importers.wandb_file import looks_like_wandb, run_f
 from grpo_doctor.diagnostics.importers.xtuner import looks_like_xtuner
 
 DEEP_SCAN_BYTES = 32 * 2**20  # a log whose head shows no known lines is read this far before it is refused
+_DIGIT = re.compile(r"\d")
 PEEK_BYTES = 2**20  # a log whose head shows only a loop's metric lines is read this far for a trainer's
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 _TRL_MARKERS = ("GRPOConfig(", "RLOOConfig(", "TrainingArguments(", "GRPOTrainer", "[INFO:swift]")
@@ -309,20 +310,31 @@ def _has_log_dict(lines: list[str]) -> bool:
 
 def _scan_further(path: Path, limit: int = DEEP_SCAN_BYTES, specific: bool = False) -> str | None:
     """The console format of a log whose first metric lines come after a long preamble (pip output, a config dump,
-    dataset progress bars): read on, up to ``limit`` bytes, 2,000 lines at a time (``specific``: a trainer's format
-    only, not a loop's own metric lines)."""
-    block: list[str] = []
-    read = 0
+    dataset progress bars): read on, up to ``limit`` bytes, 2,000 lines at a time, and where no block shows them, all
+    the lines with a number read at once: a loop that prints a record every few thousand lines of completions has one
+    record to a block (``specific``: a trainer's format only, not a loop's own metric lines). A line with no digit is
+    no row, record or step heading (only a table's header, which the blocks judge beside its rows)."""
+    lines: list[str] = []
+    numbered: list[str] = []  # the lines with a digit, judged at once at the end
+    read, blocks = 0, False  # the bytes read; whether a block was judged and found nothing
     for _lineno, line in iter_lines(Source(str(path)), path):
         read += len(line)
-        block.append(line.rstrip("\r\n"))
-        if len(block) < 2000 and read < limit:
+        lines.append(line.rstrip("\r\n"))
+        if _DIGIT.search(line):
+            numbered.append(lines[-1])
+        if len(lines) < 2000 and read < limit:
             continue
-        found = _console_kind(block, specific)
-        if found or read >= limit:
+        found = _console_kind(lines, specific)
+        if found:
             return found
-        block = block[-1:]
-    return _console_kind(block, specific) if block else None
+        lines, blocks = lines[-1:], True
+        if read >= limit:
+            break
+    else:
+        found = _console_kind(lines, specific) if lines else None
+        if found:
+            return found
+    return _console_kind(numbered, specific) if blocks else None
 
 
 def _console_kind(lines: list[str], specific: bool = False) -> str | None:

@@ -2544,3 +2544,17 @@ def test_an_entropy_at_random_texts_level_from_the_first_step_is_a_blow_up(store
     assert store.metrics(run.run_id)["entropy"].dropna().round(3).unique().tolist() == [10.825]
     [blowup] = [f for f in diagnose(store, run.run_id, save=False).problems() if f.rule == "entropy_blowup"]
     assert blowup.onset_step == 1 and "random text" in blowup.evidence[1].note
+
+
+def test_records_thousands_of_lines_apart_past_the_head_are_a_log(store, tmp_path):
+    """A GRPO loop (batch 148, train) prints a ``📊 Metrics:`` record (``  step: 5``, ``  kl_div: 0.0000``,
+    ``  avg_reward: 0.0000`` ...) every 5 steps, with some 2,150 lines of completions and judge calls between two: no
+    2,000-line block of the deep scan held two records, so the file was no log at all. Judged all at once, it is."""
+    path = CORPUS / "handwritten-console__beita6969__colab-grpo__qwen25-7b-lora-grpo-aflow-workflow-g2-uniform-" \
+        "groups-flat-95step" / "training_p30.log"
+    log = tmp_path / "training.log"
+    log.write_text("".join(lines_of(path, *range(1, 4434))), encoding="utf-8")
+    [run] = import_runs(store, log)
+    frame = store.metrics(run.run_id)
+    assert frame.index.tolist() == [5, 10] and frame["reward_max"].tolist() == [0.0, 1.0]
+    assert frame["kl"].tolist() == [0.0, 0.0] and frame["loss"].tolist() == [0.0, -0.0007]

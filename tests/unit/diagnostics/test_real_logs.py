@@ -201,7 +201,8 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # 949 with batch 145's (notebooks of earlier runs in corpus repositories, dead format rewards, uniform groups: 6 of 11);
 # 669 of 953 with batch 146's (two OpenEnv notebooks' KL spikes and a reward stuck at its penalty: 3 of 4); 675 of
 # 966 with batch 147's (Udacity letter-counting notebooks, PPO and GRPO trainer states: 6 of 13); 677 with an entropy
-# at random text's level from any start (a random-weight GPT-2's 10.8 nats per token, a base MoE's 6-7).
+# at random text's level from any start (a random-weight GPT-2's 10.8 nats per token, a base MoE's 6-7); 677 of 969
+# with batch 148's (a loop's console, refused at first contact, imported after but read from step 5, not 1: 0 of 3).
 # docs/real-logs.md lists what is still missed, and why.
 TRAIN_NAMED = 677
 
