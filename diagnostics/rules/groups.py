@@ -36,13 +36,14 @@ def expected_uniform_share(p: float, G: int) -> float:
 
 # ---------------------------------------------------------------------------------------- uniform_groups
 SPREAD = ("reward_std", "reward_gap")  # a batch whose rewards do not spread at all: every group is uniform
+ZERO_ADVANTAGE = "advantage/abs_max"  # the batch's largest |advantage| exactly 0: every advantage is 0
 
 
 def uniform_metric(series: RunSeries) -> str:
     """What says the groups are uniform: TRL's share of uniform groups, else the advantages' std, else the spread
     of the batch's rewards (0 only when every completion scored the same); ``reward`` when none is logged (then a
     reward that does not move while the update is exactly 0 says it)."""
-    found = first_present(series, "frac_reward_zero_std", "advantage/std", *SPREAD)
+    found = first_present(series, "frac_reward_zero_std", "advantage/std", *SPREAD, ZERO_ADVANTAGE)
     if found is None and not series.has("grad_norm") and series.has("policy_loss"):
         return "policy_loss"
     return found or "reward"
@@ -68,6 +69,8 @@ def _uniform_detect(series: RunSeries, since):
         return level(series, name, since, lambda m: m >= 0.5, fn="mean")
     if name == "advantage/std":
         return level(series, name, since, lambda m: m <= 0.02)
+    if name == ZERO_ADVANTAGE:  # in most steps of the window, not one completion had an advantage
+        return level(series, name, since, lambda m: m <= 1e-9)
     if name in SPREAD:  # exactly 0 (or a hundredth of the start's) is evidence enough: no window to fill first
         floor = max(1e-9, 0.01 * series.head(name, W))
         return level(series, name, since, lambda m: m <= floor, min_periods=1)
@@ -106,9 +109,10 @@ def _uniform_read_off(series: RunSeries) -> tuple | None:
     """The share of uniform groups (high) or the groups' spread (low) the symptom is read off (without groups, the
     spread at 0 from the first row: it never varied); None with only the update's being 0 to go by."""
     name = uniform_metric(series)
-    if name not in ("frac_reward_zero_std", "advantage/std", *SPREAD) or (no_groups(series) and name not in SPREAD):
+    if name not in ("frac_reward_zero_std", "advantage/std", *SPREAD, ZERO_ADVANTAGE) \
+            or (no_groups(series) and name not in SPREAD):
         return None
-    if no_groups(series):
+    if no_groups(series) or name == ZERO_ADVANTAGE:  # exactly 0, or not
         return name, -1, 1e-9
     return name, +1 if name == "frac_reward_zero_std" else -1
 
@@ -196,6 +200,8 @@ def _uniform_note(series: RunSeries, name: str, observed: float) -> str:
         return "10-step median"
     if name in SPREAD:
         return _NO_SPREAD[bool(observed <= 1e-9)]
+    if name == ZERO_ADVANTAGE:
+        return "10-step median of the largest |advantage|: every advantage exactly 0 in most steps"
     if name == "policy_loss":
         return "10-step median: the policy-gradient loss is exactly 0 in most steps (every advantage 0)"
     if series.has("grad_norm"):
@@ -217,7 +223,7 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
     G = cfg.get("num_generations")
     # a spread of 0 is every group of the batch alike, unless the batch is one group (as noisy as a share of one)
     severe = (name == "frac_reward_zero_std" and observed >= 0.9) or (name in SPREAD and not one_group_a_step(cfg)) \
-        or name == "reward"
+        or name in ("reward", ZERO_ADVANTAGE)
     stalled = no_gradient(series, ep.last)
     if stalled is not None:
         severe = True
@@ -286,7 +292,7 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
 UNIFORM_GROUPS = Rule(
     id="uniform_groups", title="Groups score all alike: advantage ≈ 0, no learning signal",
     follows_from=("truncation", "entropy_collapse", "kl_blowup"),
-    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, "grad_norm", "policy_loss", "reward"),),
+    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, ZERO_ADVANTAGE, "grad_norm", "policy_loss", "reward"),),
     detect=_uniform_detect,
     explain=_uniform_explain, dated_by=_uniform_dated,
     open_after=3,
@@ -299,7 +305,8 @@ UNIFORM_GROUPS = Rule(
          "or the batch's rewards do not spread at all (reward_std or max − min exactly 0, or under a hundredth of its "
          "start: every group uniform, "
          "critical; info when those batches scored the top tenth of what the run has scored, after a rise: the model "
-         "solves those prompts); with none of these, loss (or the policy loss) and grad_norm both exactly 0 in most "
+         "solves those prompts), or the largest |advantage| exactly 0 in most steps (every advantage 0: critical); "
+         "with none of these, loss (or the policy loss) and grad_norm both exactly 0 in most "
          "steps (critical), or, with no "
          "grad_norm, a policy-gradient loss exactly 0 in most steps (every advantage 0), or, with only the reward "
          "logged, a batch mean reward exactly the same for 10 steps running (critical; dated from the first of them). "

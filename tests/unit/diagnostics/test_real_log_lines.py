@@ -2558,3 +2558,17 @@ def test_records_thousands_of_lines_apart_past_the_head_are_a_log(store, tmp_pat
     frame = store.metrics(run.run_id)
     assert frame.index.tolist() == [5, 10] and frame["reward_max"].tolist() == [0.0, 1.0]
     assert frame["kl"].tolist() == [0.0, 0.0] and frame["loss"].tolist() == [0.0, -0.0007]
+
+
+def test_every_advantage_exactly_zero_is_uniform_groups(store):
+    """A NeMo-RL GRPO run whose weight refit is broken (batch 127, train) logs no reward spread, but its advantages'
+    max and min are exactly 0 from step 2 on: every completion of every group scored alike (all 0), so no advantage
+    and no policy gradient. The largest |advantage| at 0 says the groups are uniform, as a spread of 0 would."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "other__nvidia-nemo__rl__qwen25-7b-grpo-megatron-sglang-noncolo-refit-broken-30step" / \
+        "metrics.json"
+    [run] = import_runs(store, path)
+    assert store.metrics(run.run_id)["advantage/abs_max"].iloc[1:].max() == 0.0
+    [uniform] = [f for f in diagnose(store, run.run_id, save=False).problems() if f.rule == "uniform_groups"]
+    assert uniform.onset_step == 2 and uniform.evidence[0].metric == "advantage/abs_max"
