@@ -645,6 +645,13 @@ KNOWN_FAILURES = {
         "between thousands of lines of completions; read as steps 5-95 (uniform groups, flat reward and KL stuck at "
         "0 all named), its reader counts steps 1-95 from the ``📍 Step 1/500`` headings, whose own lines are in "
         "Chinese (``Batch奖励: mean=0.000, std=0.0000``) and name no metric",
+    # Batch 150 (2026-12-07): its train-split first-contact failure.
+    "notebook__ricardovargasaccenture__proyecto-ia__qwen25-3b-letter-count-r64-kl-plateau-035-healthy-160step/"
+    "gen_ai_fundamentals_project_starter.ipynb":
+        "batch 150: KL rises to a 0.35 plateau (7 × the band's top) while the reward climbs 1.5 -> 5.2; with β = 1e-4 "
+        "(now read from the notebook's ``**COMMON_GRPO_TRAINING_PARAMS``) the penalty is negligible and its reader "
+        "calls the run healthy; kl_blowup warns. Info below a negligible β·KL made four real blow-ups info too "
+        "(their readers warn at β = 0.001, KL 0.3-1), reverted",
 }
 
 

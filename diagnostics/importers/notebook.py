@@ -162,8 +162,11 @@ def _html_text(value: str) -> str:
 
 def code_config(notebook: dict) -> dict:
     """The literal keyword arguments of the code's ``*Config(...)`` / ``TrainingArguments(...)`` calls (the last call
-    that sets a key wins, as re-running a cell does). Cells that are not plain Python (magics) are passed over."""
+    that sets a key wins, as re-running a cell does), with those of a ``**NAME`` the code assigned a literal dict
+    before (``COMMON_GRPO_TRAINING_PARAMS = dict(learning_rate=1e-5, beta=1e-4, ...)``, a course template's shared
+    settings). Cells that are not plain Python (magics) are passed over."""
     found: dict = {}
+    named: dict[str, dict] = {}  # NAME -> the literal dict last assigned to it
     for cell in _cells(notebook):
         if cell.get("cell_type") != "code":
             continue
@@ -173,6 +176,11 @@ def code_config(notebook: dict) -> dict:
             tree = ast.parse(code)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                literal = _literal_dict(node.value)
+                if literal is not None:
+                    named[node.targets[0].id] = literal
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
@@ -180,11 +188,33 @@ def code_config(notebook: dict) -> dict:
             if not _CONFIG_CALL.search(name):
                 continue
             for kw in node.keywords:
+                if kw.arg is None:  # **NAME
+                    found.update(named.get(getattr(kw.value, "id", None), {}))
+                    continue
                 try:
                     found[kw.arg] = ast.literal_eval(kw.value)
                 except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                     continue
     return {k: v for k, v in found.items() if k}
+
+
+def _literal_dict(node: ast.expr) -> dict | None:
+    """The keys with literal values of a ``dict(k=v, ...)`` call or a ``{"k": v, ...}`` display; None for anything
+    else."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "dict" and not node.args:
+        pairs = [(kw.arg, kw.value) for kw in node.keywords if kw.arg]
+    elif isinstance(node, ast.Dict):
+        pairs = [(k.value, v) for k, v in zip(node.keys, node.values)
+                 if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    else:
+        return None
+    out = {}
+    for key, value in pairs:
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+    return out
 
 
 def parse_notebook(display: str, path: Path) -> ParsedLog:

@@ -2572,3 +2572,17 @@ def test_every_advantage_exactly_zero_is_uniform_groups(store):
     assert store.metrics(run.run_id)["advantage/abs_max"].iloc[1:].max() == 0.0
     [uniform] = [f for f in diagnose(store, run.run_id, save=False).problems() if f.rule == "uniform_groups"]
     assert uniform.onset_step == 2 and uniform.evidence[0].metric == "advantage/abs_max"
+
+
+def test_a_notebooks_config_call_reads_the_dict_it_unpacks(store):
+    """A Udacity course notebook (batch 150, train) sets its GRPO settings once, ``COMMON_GRPO_TRAINING_PARAMS =
+    dict(learning_rate=1e-5, beta=1e-4, ..., num_generations=4, ...)``, and passes them as
+    ``GRPOConfig(**COMMON_GRPO_TRAINING_PARAMS, max_steps=160)``: the unpacked dict is the run's config too, where
+    only ``max_steps`` had been read and β, G and the learning rate were TRL's defaults, assumed."""
+    from grpo_doctor.diagnostics.importers.notebook import code_config
+
+    path = CORPUS / "notebook__ricardovargasaccenture__proyecto-ia__qwen25-3b-letter-count-r64-kl-plateau-035-" \
+        "healthy-160step" / "gen_ai_fundamentals_project_starter.ipynb"
+    config = code_config(json.loads(path.read_text(encoding="utf-8")))
+    assert (config["beta"], config["num_generations"], config["learning_rate"]) == (1e-4, 4, 1e-5)
+    assert config["max_steps"] == 160 and config["max_completion_length"] == 200

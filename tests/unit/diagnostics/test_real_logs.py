@@ -203,7 +203,8 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # 966 with batch 147's (Udacity letter-counting notebooks, PPO and GRPO trainer states: 6 of 13); 677 with an entropy
 # at random text's level from any start (a random-weight GPT-2's 10.8 nats per token, a base MoE's 6-7); 677 of 969
 # with batch 148's (a loop's console, refused at first contact, imported after but read from step 5, not 1: 0 of 3);
-# 678 with every advantage exactly 0 (the largest |advantage| at 0) read as uniform groups.
+# 678 with every advantage exactly 0 (the largest |advantage| at 0) read as uniform groups; 678 of 969 with batches
+# 149-150's (no train-split pathology; one healthy Udacity notebook's KL plateau warned, a known failure).
 # docs/real-logs.md lists what is still missed, and why.
 TRAIN_NAMED = 678
 
