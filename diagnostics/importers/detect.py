@@ -43,8 +43,8 @@ from grpo_doctor.diagnostics.importers.wandb_file import looks_like_wandb, run_f
 from grpo_doctor.diagnostics.importers.xtuner import looks_like_xtuner
 
 DEEP_SCAN_BYTES = 32 * 2**20  # a log whose head shows no known lines is read this far before it is refused
-_DIGIT = re.compile(r"\d")
 PEEK_BYTES = 2**20  # a log whose head shows only a loop's metric lines is read this far for a trainer's
+_DIGIT = re.compile(r"\d")  # a line without one is no row, record or step heading
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 _TRL_MARKERS = ("GRPOConfig(", "RLOOConfig(", "TrainingArguments(", "GRPOTrainer", "[INFO:swift]")
 _VERL_MARKERS = ("verl.trainer.main_ppo", "verl.trainer.main_dapo")

@@ -292,7 +292,8 @@ def _uniform_explain(series: RunSeries, ep: Episode) -> Explanation:
 UNIFORM_GROUPS = Rule(
     id="uniform_groups", title="Groups score all alike: advantage ≈ 0, no learning signal",
     follows_from=("truncation", "entropy_collapse", "kl_blowup"),
-    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, ZERO_ADVANTAGE, "grad_norm", "policy_loss", "reward"),),
+    requires=(("frac_reward_zero_std", "advantage/std", *SPREAD, ZERO_ADVANTAGE, "grad_norm", "policy_loss",
+               "reward"),),
     detect=_uniform_detect,
     explain=_uniform_explain, dated_by=_uniform_dated,
     open_after=3,

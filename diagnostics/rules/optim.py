@@ -298,8 +298,8 @@ def _entropy_blowup_detect(series: RunSeries, since):
 
 def _random_text(series: RunSeries, lo: int, now: np.ndarray) -> np.ndarray:
     """Rows whose FAST-row median is at random text's level (RANDOM_TEXT nats per token or more), or every row so far
-    is, however the run began: a start at that level is no healthy start to double. Never where a row so far passed PER_TOKEN_MAX: that
-    entropy is a sum over tokens, not a per-token mean."""
+    is, however the run began: a start at that level is no healthy start to double. Never where a row so far passed
+    PER_TOKEN_MAX: that entropy is a sum over tokens, not a per-token mean."""
     values = series.finite(ENTROPY)[1]
     per_token = np.maximum.accumulate(values)[lo:] <= PER_TOKEN_MAX
     from_the_first = np.logical_and.accumulate(values >= RANDOM_TEXT)[lo:]  # before the median has its rows
