@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         if r.get("runs_in_file", 1) > 1 and "run" not in r:
             sys.exit(f"add_real_log_batch: {r['file']}: runs_in_file is {r['runs_in_file']} but no 'run' says "
                      "which run of the file the reading is about")
+        if r.get("healthy") is not (not r.get("pathologies")):  # the corpus's convention: an info one counts too
+            sys.exit(f"add_real_log_batch: {r['file']}: healthy is {r.get('healthy')!r} but it lists "
+                     f"{len(r.get('pathologies') or [])} pathologies (healthy: true only with pathologies: [])")
 
     repos = sorted({repository(f) for f in folders})
     known = {repository(r["file"].split("/", 1)[0]): r["split"] for r in corpus["readings"] if "split" in r}

@@ -225,12 +225,16 @@ def parse_notebook(display: str, path: Path) -> ParsedLog:
     else:
         parts = list(outputs(notebook))
         config = normalise_config(code_config(notebook), "trl")
-    tables = redrawn([t for kind, text in parts if kind == "html" for t in progress_tables(text)])
+    drawn = redrawn([t for kind, text in parts if kind == "html" for t in progress_tables(text)])
+    tables = [t for i, t in enumerate(drawn) if not any(_repeats(t, u) for u in drawn[:i])]
     name = path.stem or path.name
     printed = [text for kind, text in parts if kind == "text"]
     rich = [t for t in tables if _judged(t[0]) > 1]
     if rich:  # more than the loss: the tables are the log; one of the loss alone is another trainer's (SFT first)
         log = _table_log(display, rich, config, name)
+        if len(tables) < len(drawn):
+            log.reader.note(f"left out {len(drawn) - len(tables)} table(s) that show an earlier table's rows again "
+                            "(the log history displayed as a DataFrame: the same run, not another)")
         if len(rich) < len(tables):
             log.reader.note(f"left out {len(tables) - len(rich)} table(s) of the loss alone (another trainer's: an "
                             "SFT warm-up before GRPO)")
@@ -321,6 +325,25 @@ def redrawn(tables: list[list[list[str]]]) -> list[list[list[str]]]:
     the progress table beside the final one (the same run, not another)."""
     return [t for i, t in enumerate(tables)
             if not any(t[0] == u[0] and set(map(tuple, t[1:])) <= set(map(tuple, u[1:])) for u in tables[i + 1:])]
+
+
+def _repeats(table: list[list[str]], earlier: list[list[str]]) -> bool:
+    """Whether ``table`` shows ``earlier``'s rows again (``trainer.state.log_history`` displayed as a DataFrame after
+    the progress table): each of its steps is one of ``earlier``'s, and where both show a metric at a step, at three
+    places or more, the same value in nine cases of ten (one table rounds). Another run that starts at step 1 again
+    logs other values."""
+    def by_step(t: list[list[str]]) -> dict[int, dict[str, float]]:
+        names = [canonical_name(_column(h)) for h in t[0]]
+        at = [h.lower() for h in names].index("step")
+        rows: dict[int, dict[str, float]] = {}
+        for cells in t[1:]:
+            step = to_float(cells[at]) if at < len(cells) else BAD
+            if isinstance(step, float) and step == step and step == int(step):
+                rows[int(step)] = {k: v for k, c in zip(names, cells)
+                                   if k != names[at] and isinstance(v := to_float(c), float) and v == v}
+        return rows
+    mine, theirs = by_step(table), by_step(earlier)
+    return bool(mine) and set(mine) <= set(theirs) and _same_steps(list(mine.items()), theirs)
 
 
 def _table_rows(source: Source, tables: list[list[list[str]]]) -> Iterator[tuple[int, dict[str, float]]]:

@@ -207,6 +207,9 @@ AT_START = 0.1  # nats per token in the first W steps: the policy starts where t
 # its passes (TRL's and our trainer's), so step 1's KL holds that step's own updates: a large first update is drift
 # the next rows show going back, while a reference that differs keeps every row high (healthy run 28: 0.48, 0.08).
 OPEN_AFTER = 3
+# A log whose only row within the first W steps is their mean: the next rows at this many times it or more are a KL
+# still rising from the ~0 it started at (0.34, 0.90, 1.10 at steps 10, 20, 30), not a reference that differs.
+ROSE = 2
 # β·KL below this (nats per token) is a penalty too small to matter: with β = 0.001 a start-up KL of 0.3 costs 3e-4.
 NEGLIGIBLE_PENALTY = 1e-3
 
@@ -222,6 +225,9 @@ def _start_detect(series: RunSeries, since):
         active[i - lo] = float(values[:i + 1].min()) >= AT_START
     if n and len(values) > n:  # past the first W steps the verdict stands: the two models were different
         active[max(n - lo, 0):] = float(values[:n].min()) >= AT_START
+    if n == 1 and len(values) >= OPEN_AFTER:  # a lone row's mean over the first W steps holds W updates: a KL that
+        rose = float(np.median(values[1:OPEN_AFTER])) >= ROSE * float(values[0])  # goes on rising rose from ~0 in it
+        active[max(OPEN_AFTER - 1 - lo, 0):] &= not rose
     return steps, active
 
 
@@ -254,8 +260,9 @@ KL_MISMATCH_AT_START = Rule(
                 "docs/field-reports.md#early-kl-rise"),
     read="KL is 0.1 nats per token or more in each of the first three logged rows, within the first 10 steps. "
          "The policy starts as the reference, so KL starts at ~0: a KL this large before the updates could move "
-         "it means the two models differ, not that β is too small. Info when β·KL is below 0.001 (β = 0.001: the "
-         "penalty is too small to matter).",
+         "it means the two models differ, not that β is too small. Where a single row covers the first 10 steps (a "
+         "log every 10 steps), not when the median of the next two rows is twice it: a KL still rising rose from ~0 "
+         "within that row. Info when β·KL is below 0.001 (β = 0.001: the penalty is too small to matter).",
 )
 
 

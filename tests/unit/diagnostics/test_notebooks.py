@@ -5,6 +5,7 @@ notebook whose cells printed TRL's log dicts, one saved without its outputs)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -52,7 +53,8 @@ def test_a_cell_marked_no_log_is_no_value_and_a_second_table_is_another_run(stor
     table = table_output(notebook)
     html = "".join(table["data"]["text/html"]).replace("<td>-0.011600</td>", "<td>No Log</td>", 1)
     table["data"]["text/html"] = [html]
-    again = {**table, "data": {**table["data"], "text/html": [html.replace("<td>0.027900</td>", "<td>0.03</td>")]}}
+    rerun = re.sub(r"<td>(-?\d+\.\d+)</td>", lambda m: f"<td>{1.5 * float(m.group(1)) + 0.01:.6f}</td>", html)
+    again = {**table, "data": {**table["data"], "text/html": [rerun]}}
     for outputs, runs in (([again], 2), ([table], 1)):
         notebook["cells"].append({"cell_type": "code", "source": "trainer.train()", "metadata": {}, "outputs": outputs})
         path = tmp_path / "twice.ipynb"

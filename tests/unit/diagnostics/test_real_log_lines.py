@@ -2586,3 +2586,28 @@ def test_a_notebooks_config_call_reads_the_dict_it_unpacks(store):
     config = code_config(json.loads(path.read_text(encoding="utf-8")))
     assert (config["beta"], config["num_generations"], config["learning_rate"]) == (1e-4, 4, 1e-5)
     assert config["max_steps"] == 160 and config["max_completion_length"] == 200
+
+
+def test_a_log_history_shown_again_as_a_dataframe_is_no_new_run(store):
+    """A Udacity notebook (batch 152, train) shows its 5-step smoke test's progress table, then
+    ``pd.DataFrame(trainer.state.log_history)`` of the same 5 steps (a ``step`` column, lower case, and pandas' ``...``
+    for the columns it elides), then the 100-step run's table: two runs, not three. A table whose steps are all an
+    earlier table's, with the same values where both show a metric, is that run shown again."""
+    path = CORPUS / "notebook__yaraxxx__cd13303-genai-c1-classroom__qwen25-3b-letter-count-buggy-spelling-reward-" \
+        "length-collapse-100step" / "gen_ai_fundamentals_project_starter.ipynb"
+    smoke, run = import_runs(store, path)
+    assert len(store.metrics(smoke.run_id)) == 5 and store.metrics(run.run_id).index.tolist() == list(range(1, 101))
+    assert any("show an earlier table's rows again" in note for note in smoke.notes)
+
+
+def test_a_kl_still_rising_after_its_first_logged_window_is_no_mismatch(store):
+    """A notebook logging every 10 steps (batch 152, train, β 0.1, lr 3e-5) shows KL 0.34, 0.90, 1.10 at steps 10, 20
+    and 30: its first row is the mean of ten updates, and the rows after it keep rising from the ~0 it started at.
+    A reference that differs would hold KL level from the start; this is the policy running away (kl_blowup)."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "notebook__eduardonicacio__cd13303-genai-c1-classroom__qwen25-3b-letter-count-beta01-format-" \
+        "collapse-kl-spike-200step" / "gen_ai_fundamentals_project_starter.ipynb"
+    [run] = import_runs(store, path)
+    rules = {f.rule: f for f in diagnose(store, run.run_id, save=False).problems()}
+    assert "kl_mismatch_at_start" not in rules and rules["kl_blowup"].severity == "critical"

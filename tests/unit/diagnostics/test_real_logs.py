@@ -204,9 +204,12 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # at random text's level from any start (a random-weight GPT-2's 10.8 nats per token, a base MoE's 6-7); 677 of 969
 # with batch 148's (a loop's console, refused at first contact, imported after but read from step 5, not 1: 0 of 3);
 # 678 with every advantage exactly 0 (the largest |advantage| at 0) read as uniform groups; 678 of 969 with batches
-# 149-150's (no train-split pathology; one healthy Udacity notebook's KL plateau warned, a known failure).
+# 149-150's (no train-split pathology; one healthy Udacity notebook's KL plateau warned, a known failure); 697 of 1,000
+# with batches 152-153's (Udacity letter-counting notebooks, offline GRPO, Unsloth notebooks: 19 of 31); 702 with a
+# notebook's log history shown again as a DataFrame read as the run it shows (not a third run) and a KL still rising
+# after its lone first-window row read as a blow-up, not a reference mismatch.
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 678
+TRAIN_NAMED = 702
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):
