@@ -203,6 +203,7 @@ KL_BLOWUP = Rule(
 # ---------------------------------------------------------------------------------------- kl_mismatch_at_start
 NEGATIVE_WARNING = 0.1  # a negative KL estimate this far below 0 is a warning; nearer 0 and steady, info
 AT_START = 0.1  # nats per token in the first W steps: the policy starts where the reference is, so KL starts at ~0
+FAINT = 0.01    # and at step 1, before any update, from this (information): KL there is exactly 0 when they match
 # Logged rows that must all be high (onset: the first). With several updates per rollout a step's KL is the mean over
 # its passes (TRL's and our trainer's), so step 1's KL holds that step's own updates: a large first update is drift
 # the next rows show going back, while a reference that differs keeps every row high (healthy run 28: 0.48, 0.08).
@@ -216,19 +217,31 @@ NEGLIGIBLE_PENALTY = 1e-3
 
 def _start_detect(series: RunSeries, since):
     """From the first logged row on, within the first W optimizer steps (a log that starts later cannot tell), KL is
-    0.1 nats per token or more (twice the top of the target band). KL that starts at 0 and then rises is a blow-up."""
+    0.1 nats per token or more (twice the top of the target band); in a log of every step from step 1 (whose first
+    row was measured before any update), FAINT or more. KL that starts at 0 and then rises is a blow-up."""
     lo, steps, values = rows(series, "kl", since)
     all_steps = series.finite("kl")[0]
     n = int(np.searchsorted(all_steps, W, side="right"))  # rows logged within the first W optimizer steps
+    bar = _start_bar(series)
     active = np.zeros(len(steps), dtype=bool)
     for i in range(lo, min(n, len(values))):  # high from the first logged row on: a KL that rose is no mismatch
-        active[i - lo] = float(values[:i + 1].min()) >= AT_START
+        active[i - lo] = float(values[:i + 1].min()) >= bar
     if n and len(values) > n:  # past the first W steps the verdict stands: the two models were different
-        active[max(n - lo, 0):] = float(values[:n].min()) >= AT_START
+        active[max(n - lo, 0):] = float(values[:n].min()) >= bar
     if n == 1 and len(values) >= OPEN_AFTER:  # a lone row's mean over the first W steps holds W updates: a KL that
         rose = float(np.median(values[1:OPEN_AFTER])) >= ROSE * float(values[0])  # goes on rising rose from ~0 in it
         active[max(OPEN_AFTER - 1 - lo, 0):] &= not rose
     return steps, active
+
+
+def _start_bar(series: RunSeries) -> float:
+    """The KL from which a start is no longer ~0: AT_START, or FAINT where the log's first row is step 1 (or 0), it
+    logs every step and makes one update per rollout: that row is the KL before any update, exactly 0 when the policy
+    starts as the reference."""
+    steps = series.finite("kl")[0]
+    every_step = len(steps) > 0 and steps[0] <= 1 and bool(np.all(np.diff(steps[:OPEN_AFTER]) == 1))  # so far
+    passes = series.config.get("num_iterations")  # several: step 1's KL holds that step's own updates
+    return FAINT if every_step and not (isinstance(passes, (int, float)) and passes > 1) else AT_START
 
 
 def _start_explain(series: RunSeries, ep: Episode) -> Explanation:
@@ -244,6 +257,11 @@ def _start_explain(series: RunSeries, ep: Episode) -> Explanation:
                     "adapter disabled, after any SFT adapter is merged)"),
              advice("check that both see the same tokenizer and chat template; KL at step 1 should then be ~0")]
     cfg = series.config
+    if _start_bar(series) == FAINT and float(values[:OPEN_AFTER].min()) < AT_START:  # measurable, but small
+        causes[0] = ("the policy is not quite the reference it is measured against: an adapter trained before this "
+                     "run (a smoke test or an earlier run in the same session) and carried into it, or a reference "
+                     "loaded in another precision")
+        return Explanation("info", evidence, causes, fixes)
     beta = cfg.get("beta") if cfg.recorded("beta") or "beta" in cfg.logged else None
     penalty = beta * smoothed(series, "kl", ep.last) if isinstance(beta, (int, float)) else None
     if penalty is not None and penalty < NEGLIGIBLE_PENALTY:
@@ -258,7 +276,10 @@ KL_MISMATCH_AT_START = Rule(
     requires=("kl",), detect=_start_detect, explain=_start_explain, open_after=OPEN_AFTER,
     references=("docs/troubleshooting.md#kl-blow-up",
                 "docs/field-reports.md#early-kl-rise"),
-    read="KL is 0.1 nats per token or more in each of the first three logged rows, within the first 10 steps. "
+    read="KL is 0.1 nats per token or more in each of the first three logged rows, within the first 10 steps; in "
+         "a log of every step from step 1, 0.01 or more (information below 0.1: step 1's KL is measured before any "
+         "update, exactly 0 when the policy starts as the reference; an adapter carried over from a smoke test "
+         "run in the same session shows so). "
          "The policy starts as the reference, so KL starts at ~0: a KL this large before the updates could move "
          "it means the two models differ, not that β is too small. Where a single row covers the first 10 steps (a "
          "log every 10 steps), not when the median of the next two rows is twice it: a KL still rising rose from ~0 "

@@ -2611,3 +2611,16 @@ def test_a_kl_still_rising_after_its_first_logged_window_is_no_mismatch(store):
     [run] = import_runs(store, path)
     rules = {f.rule: f for f in diagnose(store, run.run_id, save=False).problems()}
     assert "kl_mismatch_at_start" not in rules and rules["kl_blowup"].severity == "critical"
+
+
+def test_a_kl_of_a_few_hundredths_at_step_1_is_a_carried_adapter(store):
+    """A Udacity notebook (batch 153, train) trains its adapter for a 5-step smoke test, then runs the 100-step
+    training on the same adapter: KL 0.036, 0.028, 0.029 at steps 1-3, where step 1's KL, measured before any
+    update, is exactly 0 when the policy starts as the reference. Under 0.1 it is information, not a warning."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / "notebook__joaovtrmorais__teaching-llm-to-count-letters__qwen25-3b-letter-count-carried-adapter-" \
+        "kl-at-start-100step" / "gen_ai_fundamentals_project_starter.ipynb"
+    _smoke, run = import_runs(store, path)
+    [found] = [f for f in diagnose(store, run.run_id, save=False).problems() if f.rule == "kl_mismatch_at_start"]
+    assert found.severity == "info" and found.onset_step == 1 and "smoke test" in found.causes[0]

@@ -53,7 +53,7 @@ def healthy_metrics(n: int) -> dict:
 class Fixture:
     name: str
     problems: dict[str, str]                   # rule -> severity it must have (exactly these problems)
-    metrics: dict = field(default_factory=dict)  # overrides of healthy_metrics (None drops a metric)
+    metrics: dict = field(default_factory=dict)  # overrides of healthy_metrics (None drops a metric; (steps, values))
     config: dict = field(default_factory=dict)
     source: str = "grpo-doctor"
     n: int = 150
@@ -72,6 +72,11 @@ def ramp(n: int, start: float, end: float, begin: int = 0) -> np.ndarray:
     return np.where(s < begin, start, start + (end - start) * np.clip((s - begin) / max(n - begin - 1, 1), 0, 1))
 
 
+def from_zero(kl: np.ndarray) -> np.ndarray:
+    """KL as a log of every step has it: 0 at step 1, before any update."""
+    return np.concatenate([[0.0], kl[1:]])
+
+
 def spiked(base: np.ndarray, at: tuple[int, ...], value: float) -> np.ndarray:
     out = base.copy()
     out[list(at)] = value
@@ -87,13 +92,14 @@ FIXTURES = [
                      "reward": H["reward"]},
             cause="KL weight", fix={"beta": 0.08}),
     Fixture("kl drifting up too slowly for a 10-step window, to 0.8", {"kl_blowup": "warning"},
-            metrics={"kl": 0.04 * np.exp(np.arange(N) / 50), "reward": H["reward"]}),
+            metrics={"kl": from_zero(0.04 * np.exp(np.arange(N) / 50)), "reward": H["reward"]}),
     Fixture("kl extreme and reward falling", {"kl_blowup": "critical", "reward_collapse": "critical"},
-            metrics={"kl": ramp(N, 0.02, 3.0, 40), "reward": np.concatenate([H["reward"][:60], np.full(90, 0.3)]),
+            metrics={"kl": from_zero(ramp(N, 0.02, 3.0, 40)),
+                     "reward": np.concatenate([H["reward"][:60], np.full(90, 0.3)]),
                      "rewards/correctness/mean": np.concatenate([H["reward"][:60], np.full(90, 0.3)])},
             fix={"learning_rate": 5e-5}),
     Fixture("kl past 1 nat: the learning rate comes down tenfold first", {"kl_blowup": "critical"},
-            metrics={"kl": ramp(N, 0.02, 2.0, 40)}, first_fix={"learning_rate": 1e-5}),
+            metrics={"kl": from_zero(ramp(N, 0.02, 2.0, 40))}, first_fix={"learning_rate": 1e-5}),
     Fixture("outputs shrink paid for by one reward function", {"length_shrink": "warning", "reward_flat": "warning"},
             metrics={"completions/mean_length": ramp(N, 200, 80, 30) + noise(N, 3, 20),
                      "reward": ramp(N, 1.0, 1.6, 30) + noise(N, 0.02, 21),
@@ -332,7 +338,10 @@ FIXTURES = [
     Fixture("a first step's own updates move KL, several updates per rollout", {}, config={"num_iterations": 4},
             metrics={"kl": np.concatenate([[0.4773, 0.0789, 0.021], H["kl"][3:]])}),
     Fixture("a log that starts late cannot tell where KL started", {},
-            metrics={"kl": 0.02 + np.abs(noise(N, 0.002))}, n=N),
+            metrics={"kl": (np.arange(21, N + 1), 0.02 + np.abs(noise(N - 20, 0.002)))}, n=N),
+    # step 1's KL comes before any update: 0.02 there is an adapter trained before the run (a smoke test's)
+    Fixture("KL of a few hundredths at step 1 of a log of every step", {"kl_mismatch_at_start": "info"},
+            metrics={"kl": 0.02 + np.abs(noise(N, 0.002))}, cause="smoke test"),
     Fixture("a reward function that never varies, while the others teach", {"reward_component_constant": "info"},
             metrics={"rewards/strict_format/mean": np.zeros(N)}, cause="same score"),
     Fixture("a reward function that never varies, and nothing is learned",
@@ -425,7 +434,8 @@ def build(fixture: Fixture) -> Diagnoser:
     config = OURS if fixture.source == "grpo-doctor" else {}
     view = RunSeries({"id": 1, "name": fixture.name, "source": fixture.source,
                     "config": {**config, **fixture.config}}, events=fixture.events)
-    view.add({k: (steps, np.asarray(v, dtype=float)) for k, v in metrics.items() if v is not None})
+    view.add({k: v if isinstance(v, tuple) else (steps, np.asarray(v, dtype=float))  # (steps, values): its own steps
+              for k, v in metrics.items() if v is not None})
     diagnoser = Diagnoser(view)
     diagnoser.examine()
     return diagnoser
