@@ -652,6 +652,17 @@ KNOWN_FAILURES = {
         "(now read from the notebook's ``**COMMON_GRPO_TRAINING_PARAMS``) the penalty is negligible and its reader "
         "calls the run healthy; kl_blowup warns. Info below a negligible β·KL made four real blow-ups info too "
         "(their readers warn at β = 0.001, KL 0.3-1), reverted",
+    # Batch 154 (2026-12-07): its train-split first-contact failures, Udacity's module-18 spelling exercise.
+    "notebook__liguov__cd13303-genai-c1-classroom__smollm2-135m-sft-then-grpo-spelling-lr5e-4-beta0-steady-gain-"
+    "270step/teach-an-llm-to-spell-with-grpo-starter.ipynb":
+        "batch 154: the GRPO cell's table holds Step and Training Loss only; the run's rewards are what its two reward "
+        "functions print at each call (``Spelling mean and std: 0.311 +/- 0.207`` under a ``=====`` line, 270 blocks "
+        "for 270 steps), which no reader takes as a row; the SFT warm-up's table (with Entropy and Num Tokens) is "
+        "read instead, 3 rows at steps 20-60",
+    "notebook__davidciccone__genai-c1-classroom__smollm2-135m-sft-then-grpo-spelling-beta0-slow-gain-270step/"
+    "teach-an-llm-to-spell-with-grpo-solution.ipynb":
+        "batch 154: the same exercise as liguov's (above): rewards only in the reward functions' printed blocks, the "
+        "SFT warm-up's table read instead",
 }
 
 
