@@ -333,8 +333,8 @@ def _repeats(table: list[list[str]], earlier: list[list[str]]) -> bool:
     places or more, the same value in nine cases of ten (one table rounds). Another run that starts at step 1 again
     logs other values."""
     def by_step(t: list[list[str]]) -> dict[int, dict[str, float]]:
+        at = [_column(h).lower() for h in t[0]].index("step")  # a progress table has one (``progress_tables``)
         names = [canonical_name(_column(h)) for h in t[0]]
-        at = [h.lower() for h in names].index("step")
         rows: dict[int, dict[str, float]] = {}
         for cells in t[1:]:
             step = to_float(cells[at]) if at < len(cells) else BAD
