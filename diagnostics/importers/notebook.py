@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 import tempfile
 from collections.abc import Iterator
@@ -337,13 +338,19 @@ def _repeats(table: list[list[str]], earlier: list[list[str]]) -> bool:
         names = [canonical_name(_column(h)) for h in t[0]]
         rows: dict[int, dict[str, float]] = {}
         for cells in t[1:]:
-            step = to_float(cells[at]) if at < len(cells) else BAD
-            if isinstance(step, float) and step == step and step == int(step):
-                rows[int(step)] = {k: v for k, c in zip(names, cells)
+            step = _step_cell(cells, at)
+            if step is not None:
+                rows[step] = {k: v for k, c in zip(names, cells)
                                    if k != names[at] and isinstance(v := to_float(c), float) and v == v}
         return rows
     mine, theirs = by_step(table), by_step(earlier)
     return bool(mine) and set(mine) <= set(theirs) and _same_steps(list(mine.items()), theirs)
+
+
+def _step_cell(cells: list[str], at: int) -> int | None:
+    """The whole step number in a row's step cell (``at``), or None (none there, not a number, not whole)."""
+    step = to_float(cells[at]) if at < len(cells) else BAD
+    return int(step) if isinstance(step, float) and math.isfinite(step) and step == int(step) else None
 
 
 def _table_rows(source: Source, tables: list[list[list[str]]]) -> Iterator[tuple[int, dict[str, float]]]:
@@ -355,13 +362,13 @@ def _table_rows(source: Source, tables: list[list[list[str]]]) -> Iterator[tuple
         first = True
         for r, cells in enumerate(body, 1):
             where = f"table {n}, row {r}"
-            step = to_float(cells[at]) if at < len(cells) else BAD
-            if step is BAD or step is MISSING or step != step or step != int(step):
+            step = _step_cell(cells, at)
+            if step is None:
                 source.skip_line(where, f"step {cells[at] if at < len(cells) else '(none)'!r} is not a step number")
                 continue
-            if first and last is not None and int(step) <= last:
+            if first and last is not None and step <= last:
                 yield NEW_RUN, {}
-            first, last = False, int(step)
+            first, last = False, step
             row = {}
             for key, cell in zip(names, cells):
                 if key == names[at] or cell.strip().lower() == _NO_LOG:
@@ -371,7 +378,7 @@ def _table_rows(source: Source, tables: list[list[list[str]]]) -> Iterator[tuple
                     source.skip_field(where, f"{key}: {cell!r} is not a number")
                 elif value is not MISSING:
                     row[key] = value
-            yield int(step), row
+            yield step, row
 
 
 def _printed_log(display: str, path: Path, texts: list[str], config: dict, name: str) -> ParsedLog:

@@ -140,3 +140,19 @@ def test_a_notebook_saved_without_its_outputs_is_refused_with_why(tmp_path):
                            str(path)], capture_output=True, text=True)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0 and "cleared.ipynb" in done.stderr
+
+
+def test_a_step_cell_that_is_no_whole_finite_number_is_skipped(tmp_path):
+    """A progress table's step cells ``inf`` and ``4.5`` are no steps: those rows are skipped with a note, not a
+    crash (``int(inf)`` raises)."""
+    cells = "".join(f"<tr><td>{s}</td><td>0.1</td><td>0.3</td><td>0.01</td></tr>"
+                    for s in ("1", "inf", "3", "4.5", "5"))
+    html = f"<table><tr><th>Step</th><th>Training Loss</th><th>reward</th><th>kl</th></tr>{cells}</table>"
+    output = {"output_type": "display_data", "data": {"text/html": [html]}, "metadata": {}}
+    notebook = {"cells": [{"cell_type": "code", "source": "trainer.train()", "metadata": {}, "outputs": [output]}],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "steps.ipynb"
+    path.write_text(json.dumps(notebook))
+    log = parse(path)
+    assert [step for step, _ in log.rows] == [1, 3, 5]
+    assert any("not a step number" in note for note in log.notes())
