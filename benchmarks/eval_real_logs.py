@@ -316,13 +316,20 @@ TIMERS = ("time/", "timing/", "timing_s/")  # how long a row's work took: a vali
 
 
 def run_steps(frame) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(firsts, lasts): the steps an imported run's reader may count it from, its first row and its first training
-    row (readers differ on whether a validation of the base model before training counts), and to, its last row of
-    any kind (a final validation ends the run) and its last training row (verl's fully-async trainer logs its final
-    validation at the step after the last update, which a reader counting updates leaves out)."""
+    """(firsts, lasts): the steps an imported run's reader may count it from, its first row, its first training
+    row (readers differ on whether a validation of the base model before training counts) and its first update row
+    (a trainer may log the first rollout's rewards at step 0 and the update they feed at step 1: readers count
+    optimizer steps), and to, its last row of any kind (a final validation ends the run) and its last training row
+    (verl's fully-async trainer logs its final validation at the step after the last update, which a reader counting
+    updates leaves out)."""
     training = training_rows(frame)
     rows = frame.dropna(how="all").index
-    return (int(rows[0]), int(training[0])), (int(rows[-1]), int(training[-1]))
+    update = frame[[c for c in UPDATE_METRICS if c in frame.columns]].dropna(how="all").index
+    firsts = (int(rows[0]), int(training[0])) + ((int(update[0]),) if len(update) else ())
+    return firsts, (int(rows[-1]), int(training[-1]))
+
+
+UPDATE_METRICS = ("loss", "grad_norm")  # logged by an optimizer step
 
 
 def training_rows(frame):
@@ -595,10 +602,6 @@ KNOWN_FAILURES = {
         "the metric (its readers took it from the W&B run's name and the repository's text to be the reward); refused "
         "as no log, where reading unnamed values as the reward would be a guess",
     # Batch 130 (2026-12-06): its train-split first-contact failures.
-    "other__realidx__marshal__qwen3-4b-social-decomposed-grpo-40step/metrics.jsonl":
-        "batch 130: the evaluation of the base model before training, at system/step -1, also carries the running "
-        "count of trained tokens (training_response_tokens: 0), so the run reads from step -1 where its reader counts "
-        "the 40 updates 0-39; telling a zero running total from a first training row was not tried",
     "unsloth-console__gaoithee__rebus-grpo__llama31-8b-sft-lora-grpo-rebus-kl-at-start-uniform-groups-769step/"
     "llama-grpo.out":
         "batch 130: nohup's file holds the metric dicts (stdout, block-buffered) "
@@ -670,6 +673,13 @@ KNOWN_FAILURES = {
         "logs neither the cap nor a truncated share, so the fall from the cap reads as a collapse below half. Keeping "
         "40% of the start as concision (not 50%) clears it and changes nothing else on the train split, but is a bar "
         "moved for one log: not made",
+    # Batch 158 (2026-12-07): its train-split first-contact failure (graded once its first update row counted).
+    "wandb-csv__basiakoch__tpu-2026__gemma3-1b-grpo-g8-lr3e6-gsm8k-healthy-3364step/wandb_4i8lcitv_history.csv":
+        "batch 158: a healthy Tunix GRPO run of one prompt (8 completions) a step warned twice: kl_blowup critical at "
+        "steps 730-733 (KL's 10-step median 0.205 just past 4 x the 0.05 target while the reward's 10-step median "
+        "dipped 1.71 -> 1.45, inside a one-prompt batch's noise), and length_explode (the first 10 steps' median "
+        "length, 132 tokens, is one prompt's; the run settles at 300-400 of a 768 cap). A reward fall judged "
+        "against its noise was not tried",
 }
 
 

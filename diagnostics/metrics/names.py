@@ -42,6 +42,9 @@ def canonical_name(key: str) -> str:
             return "eval/" + canonical_name(key[len(prefix):])
     if key in _ALIASES:
         return _ALIASES[key]
+    head, split, rest = _held_out_segment(key)
+    if split:  # Tunix's ``actor/eval/kl``, ``completions/eval/mean_length``: the metric of a validation
+        return "eval/" + canonical_name(f"{head}/{rest}")
     bare = key
     for prefix in _PREFIXES:
         if key.startswith(prefix):
@@ -58,6 +61,16 @@ def canonical_name(key: str) -> str:
     if match and match["fn"] not in _NOT_FUNCTIONS:
         return f"rewards/{match['fn']}/{match['stat'] or 'mean'}"
     return _by_suffix(bare) or _by_words(bare) or _completion_length(bare) or bare
+
+
+def _held_out_segment(key: str) -> tuple[str, str, str]:
+    """(head, split, rest) where a segment inside a key, neither its first nor its last, names a held-out split
+    (``actor/eval/kl``: Tunix logs ``<group>/<train|eval>/<metric>``); ("", "", "") otherwise."""
+    parts = key.split("/")
+    for i in range(1, len(parts) - 1):
+        if parts[i].lower() in _HELD_OUT_WORDS:
+            return "/".join(parts[:i]), parts[i], "/".join(parts[i + 1:])
+    return "", "", ""
 
 
 # Name resolution after the exact aliases (the passes rldoctor uses, too): the last path segment when it names one

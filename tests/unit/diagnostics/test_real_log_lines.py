@@ -2653,3 +2653,20 @@ def test_a_kl_of_a_few_hundredths_at_step_1_is_a_carried_adapter(store):
     _smoke, run = import_runs(store, path)
     [found] = [f for f in diagnose(store, run.run_id, save=False).problems() if f.rule == "kl_mismatch_at_start"]
     assert found.severity == "info" and found.onset_step == 1 and "smoke test" in found.causes[0]
+
+
+def test_a_metric_under_an_eval_segment_is_the_validations(store):
+    """Tunix logs ``<group>/<train|eval>/<metric>`` (batch 158, train: a W&B export of a GRPO run on TPU): the
+    validation's ``actor/eval/kl`` and ``completions/eval/mean_length`` are eval metrics, not the training KL and
+    length, which come from ``actor/train/kl`` and ``completions/train/mean_length``."""
+    path = CORPUS / "wandb-csv__basiakoch__tpu-2026__gemma3-1b-grpo-g8-lr1e5-gsm8k-format-hacking-kl-drift-3364step" \
+        / "wandb_hozux9t6_history.csv"
+    [run] = import_runs(store, path)
+    frame = store.metrics(run.run_id)
+    rows = list(csv.DictReader(path.open()))
+    assert frame.loc[0, "eval/kl"] == pytest.approx(float(rows[0]["actor/eval/kl"]))
+    assert np.isnan(frame.loc[0, "kl"]) and frame.loc[1, "kl"] == pytest.approx(float(rows[1]["actor/train/kl"]))
+    length = frame["completions/mean_length"]
+    trained = [row for row in rows if row["completions/train/mean_length"]]
+    assert length.notna().sum() == len(trained) == 3364
+    assert length[2] == pytest.approx(float(rows[2]["completions/train/mean_length"]))

@@ -212,8 +212,10 @@ def test_every_log_imports_as_read_and_no_healthy_log_gets_a_warning(results):
 # 706 of 1,000 with batch 154's (no train-split pathology; two healthy spelling notebooks whose rewards are only
 # printed, not imported: known failures); 707 of 1,002 with batch 155's (two Udacity notebooks: 1 of 2); 709 of 1,010
 # with batch 156's (six logs: 2 of 8); 712 with kl_blowup reading the loss's β·KL term where no KL is logged.
+# 717 of 1,023 with batch 158's (four logs: 5 of 13); 719 with Tunix's ``actor/eval/kl`` read as a validation's
+# metric (not the training KL) and a run's first update row counted as its start.
 # docs/real-logs.md lists what is still missed, and why.
-TRAIN_NAMED = 712
+TRAIN_NAMED = 719
 
 
 def test_the_diagnoser_keeps_its_train_split_recall_and_gives_no_contradictory_fix(results):
@@ -296,6 +298,17 @@ def test_a_runs_steps_may_start_and_end_at_a_validation_or_at_its_training_rows(
                          index=[0, 1, 2, 3])
     assert eval_real_logs.run_steps(frame) == ((0, 1), (3, 2))
     assert eval_real_logs.run_steps(frame.iloc[1:3]) == ((1, 1), (2, 2))
+
+
+def test_a_runs_steps_may_start_at_its_first_update():
+    """Tunix logs the first rollout's rewards at step 0 and the update they feed at step 1: a reader counting
+    optimizer steps counts from 1."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"reward": [0.1, 0.2, 0.3], "loss": [None, 0.01, 0.02], "grad_norm": [None, 1.0, 1.1]},
+                         index=[0, 1, 2])
+    assert eval_real_logs.run_steps(frame) == ((0, 0, 1), (2, 2))
+    assert eval_real_logs.run_steps(frame[["reward"]]) == ((0, 0), (2, 2))
 
 
 def test_the_peer_is_graded_through_its_detector_table():
