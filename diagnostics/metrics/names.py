@@ -42,9 +42,8 @@ def canonical_name(key: str) -> str:
             return "eval/" + canonical_name(key[len(prefix):])
     if key in _ALIASES:
         return _ALIASES[key]
-    head, split, rest = _held_out_segment(key)
-    if split:  # Tunix's ``actor/eval/kl``, ``completions/eval/mean_length``: the metric of a validation
-        return "eval/" + canonical_name(f"{head}/{rest}")
+    if (without := _without_held_out_segment(key)) is not None:  # Tunix's ``actor/eval/kl``: a validation's metric
+        return "eval/" + canonical_name(without)
     bare = key
     for prefix in _PREFIXES:
         if key.startswith(prefix):
@@ -63,14 +62,14 @@ def canonical_name(key: str) -> str:
     return _by_suffix(bare) or _by_words(bare) or _completion_length(bare) or bare
 
 
-def _held_out_segment(key: str) -> tuple[str, str, str]:
-    """(head, split, rest) where a segment inside a key, neither its first nor its last, names a held-out split
-    (``actor/eval/kl``: Tunix logs ``<group>/<train|eval>/<metric>``); ("", "", "") otherwise."""
+def _without_held_out_segment(key: str) -> str | None:
+    """The key without its segment that names a held-out split, where one inside it (neither its first nor its last)
+    does (``actor/eval/kl`` → ``actor/kl``: Tunix logs ``<group>/<train|eval>/<metric>``); None otherwise."""
     parts = key.split("/")
     for i in range(1, len(parts) - 1):
         if parts[i].lower() in _HELD_OUT_WORDS:
-            return "/".join(parts[:i]), parts[i], "/".join(parts[i + 1:])
-    return "", "", ""
+            return "/".join(parts[:i] + parts[i + 1:])
+    return None
 
 
 # Name resolution after the exact aliases (the passes rldoctor uses, too): the last path segment when it names one
