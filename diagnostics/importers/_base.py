@@ -18,7 +18,9 @@ MAX_LINE_CHARS = 16 * 1024 * 1024  # a longer line is not a log line (and would 
 
 # Step keys, in order of preference (error messages list them in this order). A row's own "step" comes before a
 # "global_step" beside it: a loop that writes both numbers its rows by its "step" (a callback adds the other).
-STEP_KEYS = ("train/global_step", "step", "global_step", "_step", "iteration")
+# Tinker's loops log "progress/batch" beside "step" (the same number in every corpus log that has both); a loop built on
+# its logger may write only that one.
+STEP_KEYS = ("train/global_step", "step", "global_step", "_step", "iteration", "progress/batch")
 # Failing those, a column named like a step counter (grpo_step, train_step, iter, iterations, update, batch_index; a
 # bare idx or index, a loop's enumerate() count), and not like a statistic of steps (avg_steps: the mean length of an
 # agent's episodes; num_steps, total_steps).

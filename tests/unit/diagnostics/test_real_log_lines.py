@@ -2670,3 +2670,18 @@ def test_a_metric_under_an_eval_segment_is_the_validations(store):
     trained = [row for row in rows if row["completions/train/mean_length"]]
     assert length.notna().sum() == len(trained) == 3364
     assert length[2] == pytest.approx(float(rows[2]["completions/train/mean_length"]))
+
+
+def test_tinkers_progress_batch_numbers_the_steps_where_no_step_is_logged(store):
+    """A loop built on Tinker's logger (batch 159, train: agentic GRPO on a finance tool environment) writes
+    ``progress/batch`` and no ``step``: the rows are numbered by it (0-19, the validation row sharing batch 10), not
+    by their order (1-21)."""
+    path = CORPUS / ("handwritten-jsonl__mzio__act-prm-blog__"
+                     "qwen3-4b-lora-rlvr-finqa-agent-all-zero-groups-no-gradient-20of50") / "metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert not any("step" in r for r in records)
+    [run] = import_runs(store, path)
+    frame = store.metrics(run.run_id)
+    assert list(frame.index) == sorted({r["progress/batch"] for r in records}) == list(range(20))
+    assert frame.loc[10, "accuracy"] == next(r["train/try_0/accuracy"] for r in records
+                                             if r["progress/batch"] == 10 and "train/try_0/accuracy" in r)
