@@ -682,6 +682,13 @@ KNOWN_FAILURES = {
         "against the noise of its first rows (still critical: the reward is near 0 there, its noise small) and the "
         "tripling measured from the start plus its noise (the length warning gone, two real explosions named 20-25 "
         "steps later): both reverted",
+    # Batch 159 (2026-12-07): its train-split first-contact failure.
+    "handwritten-console__maxnickell__shortllm__shortgpt-2layer-reinforce-loo-shortest-path-slow-rise-earlystop-"
+    "4000step/rl_training.log":
+        "batch 159: a healthy REINFORCE run of a 2-layer model that prints one batch's mean reward every 100 steps "
+        "(1.18-1.68, 40 rows, no trend: Mann-Kendall z 1.2) warned reward_flat: its best 20-step median (1.44) is "
+        "0.17 above the start's, under the noise bar (0.21); its reader calls it a slow real gain from the 500-step "
+        "means and a held-out reward (1.32 -> 1.40) that the rule does not read",
 }
 
 

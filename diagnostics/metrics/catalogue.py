@@ -152,7 +152,10 @@ CATALOGUE: tuple[Metric, ...] = (
                     "rewards_mean", "mean_rewards", "reward/mean", "rewards/mean", "total_reward", "mean_total_reward",
                     "reward/total", "average_reward_score",
                     # AReaL (areal/engine/ppo/actor.py's stats_tracker keys; grpo_actor/ in its 0.3 releases)
-                    "ppo_actor/task_reward/avg", "grpo_actor/task_reward/avg"),
+                    "ppo_actor/task_reward/avg", "grpo_actor/task_reward/avg",
+                    # the reward after the last shaping step (AReaL's stats, verl reward functions' extra info, agent
+                    # loops' episode reward): last, so a logged score or task reward beside it wins
+                    "final_reward"),
            note="should trend upward; 'reward flat' and 'sudden collapse' are read from its trend",
            finite_required=True),
     Metric("accuracy", "share of completions with the right answer (a loop's own score, read where no reward is "
@@ -160,12 +163,14 @@ CATALOGUE: tuple[Metric, ...] = (
            aliases=("acc", "answer_accuracy", "train_accuracy", "train_acc", "correct_rate", "success_rate",
                     "objective/verifiable_correct_rate", "correct", "mean_correct"), domain=NONNEG),
     Metric("reward_std", "std of the total reward over the batch (TRL ≥ 0.27; per-group mean before)",
-           group="reward", aliases=("group_reward_std", "reward/std", "rewards/std", "std_reward", "reward_stddev"),
+           group="reward", aliases=("group_reward_std", "reward/std", "rewards/std", "std_reward", "reward_stddev",
+                                   "final_reward_std"),
            note="falling alone is fine (docs/field-reports.md#reward-std-falling); with rising frac_reward_zero_std "
                 "it means no diversity", finite_required=True, domain=NONNEG),
     Metric("reward_max", "max total reward in the batch", group="reward", aliases=("critic/score/max",
                                                                                         "ppo_actor/task_reward/max",
-                                                                                        "grpo_actor/task_reward/max")),
+                                                                                        "grpo_actor/task_reward/max",
+                                                                                        "final_reward_max")),
     Metric("reward_min", "min total reward in the batch", group="reward", aliases=("critic/score/min",
                                                                                         "ppo_actor/task_reward/min",
                                                                                         "grpo_actor/task_reward/min")),

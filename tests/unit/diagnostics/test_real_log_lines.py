@@ -2685,3 +2685,18 @@ def test_tinkers_progress_batch_numbers_the_steps_where_no_step_is_logged(store)
     assert list(frame.index) == sorted({r["progress/batch"] for r in records}) == list(range(20))
     assert frame.loc[10, "accuracy"] == next(r["train/try_0/accuracy"] for r in records
                                              if r["progress/batch"] == 10 and "train/try_0/accuracy" in r)
+
+
+def test_a_final_reward_is_the_reward_where_no_other_is_logged(store):
+    """The same loop logs its episodes' reward as ``train/try_0/final_reward`` with ``_std`` and ``_max`` beside it
+    (AReaL and verl reward functions say ``final_reward`` too): the reward and its spread, so a batch where every
+    rollout scored 0 reads as uniform groups."""
+    path = CORPUS / ("handwritten-jsonl__mzio__act-prm-blog__"
+                     "qwen3-4b-lora-rlvr-finqa-agent-all-zero-groups-no-gradient-20of50") / "metrics.jsonl"
+    records = {r["progress/batch"]: r for r in map(json.loads, path.read_text().splitlines())
+               if "train/try_0/final_reward" in r}
+    [run] = import_runs(store, path)
+    frame = store.metrics(run.run_id)
+    for step, name in ((0, "reward"), (3, "reward_std"), (5, "reward_max")):
+        assert frame.loc[step, name] == records[step][f"train/try_0/final_{name}"]
+    assert (frame["reward_std"] == 0).sum() >= 18
