@@ -189,6 +189,9 @@ class Source:
     # ``"reference_kl": null`` at every step of a run without a reference; after it, a NaN (verl's file logger and
     # pandas' to_json write NaN so)
     _held: set = field(default_factory=set, repr=False)
+    # rows numbered by their order where the log says neither their step nor its logging interval: the numbers do
+    # not count optimizer steps (a reader compares none with max_steps)
+    steps_by_order: bool = False
 
     def error(self, problem: str) -> LogFormatError:
         return LogFormatError(self.path, problem)

@@ -4,12 +4,18 @@ saves a checkpoint, ``torch.OutOfMemoryError: CUDA out of memory``). Read off th
 metrics follow the traceback (a warning's traceback mid-run, a relaunch), and none for a run its user stopped
 (``KeyboardInterrupt``). Of the tracebacks after the last row, the last error that is not a launcher's wrapper of it
 (torchrun's ``ChildFailedError`` over the child's ``OutOfMemoryError``); or, before any of them, slurm's report that
-it killed the job for memory (``slurmstepd: error: Detected 1 oom_kill event``), with or without a traceback."""
+it killed the job for memory (``slurmstepd: error: Detected 1 oom_kill event``), with or without a traceback.
+
+A log that ends in no error can still end early: ``stopped_early`` says where it stops short of the steps it planned
+(``max_steps``; Tinker's ``progress/done_frac``) with no end-of-training summary (HF's ``train_runtime``) in the file,
+unless the file is a checkpoint's snapshot of a run that may have gone on (``checkpoint-500/trainer_state.json``)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import numpy as np
 
 from grpo_doctor.diagnostics.importers._base import strip_ansi
 from grpo_doctor.diagnostics.importers.console import is_row, metric_pairs
@@ -26,6 +32,11 @@ _STOPPED = ("KeyboardInterrupt", "SystemExit")
 _WRAPPERS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError", "ChildFailedError")
 # a job scheduler that killed the job for memory (``slurmstepd: error: Detected 1 oom_kill event in StepId=46926.batch``)
 _OOM_KILLED = re.compile(r"^slurmstepd: .*\boom[_-]kill", re.IGNORECASE)
+# a checkpoint's copy of a run's state (``checkpoint-500/trainer_state.json``,
+# ``grpo-checkpoint-57_trainer_state.json``, verl's ``global_step_40``): the run may have gone on after it
+_SNAPSHOT = re.compile(r"(?<![a-z])(?:checkpoint|global_step)[-_]?\d+", re.IGNORECASE)
+_SUMMARY = b"train_runtime"  # HF's end-of-training summary: a run a callback stopped before max_steps still prints it
+_CHUNK = 2**20
 
 
 def final_error(path: str | Path) -> str | None:
@@ -56,3 +67,37 @@ def error_in(tail: str) -> str | None:
     errors = [m[1] for m in map(_ERROR.match, after) if m]
     cause = [e for e in errors if not e.startswith(_WRAPPERS)]  # torchrun's ChildFailedError wraps the child's error
     return (cause or errors)[-1][:300] if errors else None
+
+
+def stopped_early(path: str | Path, steps: np.ndarray, max_steps: object, done_frac: np.ndarray) -> str | None:
+    """Why a log that ends in no error stopped short of its plan: its last step ``steps[-1]`` falls two logging
+    intervals or more before ``max_steps``, or its last ``progress/done_frac`` two increments or more before 1; None
+    when it did not, when the file holds HF's end-of-training summary, or when it is a checkpoint's snapshot."""
+    path = Path(path)
+    if len(steps) < 2 or any(_SNAPSHOT.search(part) for part in path.parts[-2:]):
+        return None
+    last, every = int(steps[-1]), max(1, int(np.median(np.diff(steps))))
+    why = None
+    if isinstance(max_steps, int) and not isinstance(max_steps, bool) and last + every < max_steps:
+        why = f"the log ends at step {last} of the {max_steps} planned (max_steps)"
+    elif len(done_frac) >= 2:
+        rises = np.diff(done_frac)
+        step_up = float(np.median(rises[rises > 0])) if (rises > 0).any() else 0.0
+        if step_up > 0 and 1 - float(done_frac[-1]) >= 2 * step_up:
+            why = f"the log ends at step {last} with progress/done_frac {float(done_frac[-1]):.2f}"
+    if why is None or _holds(path, _SUMMARY):
+        return None
+    return why + ", with no error and no end-of-training summary"
+
+
+def _holds(path: Path, text: bytes) -> bool:
+    """Whether the file (or a file in the folder) holds ``text``."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+    for file in files:
+        with open(file, "rb") as f:
+            tail = b""
+            while chunk := f.read(_CHUNK):
+                if text in tail + chunk:
+                    return True
+                tail = chunk[-len(text):]
+    return False

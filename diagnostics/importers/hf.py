@@ -468,12 +468,13 @@ def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, 
         every = round(reached / len(dicts))
         source.note(f"logging_steps not printed: read as {every} (a finished run of {reached} steps printed "
                     f"{len(dicts)} logs)")
-    every = every or 1
+    known, every = every is not None, every or 1
     for ordinal, (lineno, d) in enumerate(dicts, start=1):
         step = swift_step(d.get("global_step/max_steps"))
         if step is None:
             step = to_step(d.get("step", d.get("global_step")))
         if step is None:
             step = ordinal * every
+            source.steps_by_order |= not known
         yield step, source.numbers(d, f"line {lineno}", allowed_strings=HF_STRING_FIELDS,
                                    skip=("step", "global_step"))

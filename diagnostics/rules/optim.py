@@ -455,8 +455,15 @@ def _crash_detect(series: RunSeries, since):
 
 
 def _crash_explain(series: RunSeries, ep: Episode) -> Explanation:
-    text = _error_text(next(e for e in _crashes(series, None, memory=False) if int(e["step"]) == ep.last))
+    event = next(e for e in _crashes(series, None, memory=False) if int(e["step"]) == ep.last)
+    text = _error_text(event)
     evidence = [Evidence(ep.last, "events", float("nan"), text[:200])]
+    if "stopped" in decode_detail(event.get("detail")):  # an imported log that ends short of its plan, in no error
+        causes = [f"{text[:200]}: the process was stopped (by hand, by a scheduler's time limit or cancel, a lost "
+                  "node), or the file was copied while the run went on"]
+        return Explanation("info", evidence, causes, [advice("if it was not stopped on purpose: read the job's "
+                                                             "own output for why, then resume from the last "
+                                                             "checkpoint")])
     causes = [f"the process stopped with an error after step {ep.last}: {text[:200]}"]
     fixes = [advice("read the traceback above that line; fix its cause (a full disk or a lost worker while a "
                     "checkpoint is saved, a code path the run had not reached before), then resume from the last "
@@ -465,13 +472,14 @@ def _crash_explain(series: RunSeries, ep: Episode) -> Explanation:
 
 
 CRASH = Rule(
-    id="crash", title="The run crashed",
+    id="crash", title="The run crashed or stopped early",
     requires=(), detect=_crash_detect, explain=_crash_explain,
     gate=_crash_gate,
     references=("docs/rules.md#crashes",),
     read="A crash event that is neither out of memory (oom) nor the trainer's stop on a NaN (nonfinite): a run of "
-         "ours that died, or a console log that ends in a Python traceback after its last row of metrics "
-         "(information: the metrics up to it are judged as they are).",
+         "ours that died, a console log that ends in a Python traceback after its last row of metrics, or a log "
+         "that ends short of its planned steps with no end-of-training summary (information: the metrics up to it "
+         "are judged as they are).",
 )
 
 RULES = (NONFINITE, SINGLE_GENERATION, ZERO_GRAD, LOSS_SPIKE, GRAD_SPIKES, GRAD_COLLAPSE, ENTROPY_COLLAPSE,

@@ -2700,3 +2700,58 @@ def test_a_final_reward_is_the_reward_where_no_other_is_logged(store):
     for step, name in ((0, "reward"), (3, "reward_std"), (5, "reward_max")):
         assert frame.loc[step, name] == records[step][f"train/try_0/final_{name}"]
     assert (frame["reward_std"] == 0).sum() >= 18
+
+
+ATHARVA = CORPUS / "trl-state__its-atharva-gupta__epl-pipeline-doctor-env__qwen3-06b-lora-trunc256-200step"
+
+
+def test_a_trainer_state_cut_short_of_its_max_steps_with_no_summary_stopped_early(store, tmp_path):
+    """A trainer_state.json (train split) of a 200-step run that logs every 10 steps reached its plan: finished. Its
+    first 8 logs alone end at step 80 of 200 in no error: stopped, and named (info) at step 80. With HF's summary
+    row after them (a callback ended the run) it finished; inside a checkpoint folder it is a snapshot of a run that
+    went on."""
+    state = json.loads((ATHARVA / "trainer_state.json").read_text())
+    assert (state["max_steps"], state["global_step"], len(state["log_history"])) == (200, 200, 20)
+    cut = {**state, "global_step": 80, "log_history": state["log_history"][:8]}
+    summary = {**cut, "log_history": cut["log_history"] + [{"train_runtime": 512.0, "step": 80}]}
+    for content, where, status in ((state, "whole", "finished"), (cut, "cut", "stopped"),
+                                   (summary, "summary", "finished"), (cut, "checkpoint-80", "finished")):
+        path = tmp_path / where / "trainer_state.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(content, indent=2, sort_keys=True))  # as HF writes it
+        [run] = import_runs(store, path)
+        assert store.get_run(run.run_id).status == status, where
+        from grpo_doctor.diagnostics.engine import diagnose
+
+        crash = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "crash"]
+        if status == "stopped":
+            assert [(f.severity, f.onset_step) for f in crash] == [("info", 80)]
+            assert "step 80 of the 200 planned (max_steps)" in crash[0].evidence[0].note
+        else:
+            assert not crash, where
+
+
+def test_a_console_numbered_by_its_order_is_not_compared_with_max_steps(store, tmp_path):
+    """A TRL console (train split) of a 75-step run prints neither logging_steps nor a progress bar: its 15 dicts are
+    steps 5-75 only by its summary. Cut before the summary, they are numbered 1-15, which count no optimizer steps:
+    not read as stopping at step 15 of 75."""
+    lines = (CORPUS / "trl-console__haoranluo__text2sql-grpo__3b-3lvl" / "3b_3lvl_1639580.out").read_text().splitlines(
+        keepends=True)
+    dicts = [i for i, line in enumerate(lines) if line.startswith("{'loss'")]
+    path = tmp_path / "cut.out"
+    path.write_text("".join(lines[:dicts[-1] + 1]))
+    [run] = import_runs(store, path)
+    assert list(store.steps(run.run_id)) == list(range(1, 16))
+    assert store.get_run(run.run_id).status == "finished"
+
+def test_a_tinker_log_whose_done_frac_stops_short_of_1_stopped_early(store):
+    """Tinker's loops log ``progress/done_frac``: act-prm's agentic GRPO run (train split) stops at batch 19 with
+    0.40 done, in no error (its reader: the log stops before the batch-20 eval and checkpoint)."""
+    path = CORPUS / ("handwritten-jsonl__mzio__act-prm-blog__"
+                     "qwen3-4b-lora-grpo-finqa-agent-sparse-reward-stops-at-20of50") / "metrics.jsonl"
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    [run] = import_runs(store, path)
+    assert store.get_run(run.run_id).status == "stopped"
+    [crash] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "crash"]
+    assert crash.onset_step == 19 and "progress/done_frac 0.40" in crash.evidence[0].note
