@@ -689,6 +689,11 @@ KNOWN_FAILURES = {
         "(1.18-1.68, 40 rows, no trend: Mann-Kendall z 1.2) warned reward_flat: its best 20-step median (1.44) is "
         "0.17 above the start's, under the noise bar (0.21); its reader calls it a slow real gain from the 500-step "
         "means and a held-out reward (1.32 -> 1.40) that the rule does not read",
+    "tensorboard__zysnlp__quickllm__qwen25-05b-grpo-gsm8k-zh-healthy-233iter/"
+    "events.out.tfevents.1749862049.iv-ydg6wcq3ggay8n6dmn75.1370728.0":
+        "batch 161: a tiny-grpo loop writes its rollout tags once an iteration (steps 0-232) and its train tags "
+        "once an optimizer step (0-5591, 24 an iteration) to one TensorBoard file: read on one clock, so iteration "
+        "100 lands on optimizer step 100; the only one of the corpus's 76 TensorBoard logs with two step clocks",
 }
 
 

@@ -377,7 +377,8 @@ def _console_rows(source: Source, path: Path, every: int | None, planned: int | 
     """Steps come from the dict itself (``step``, ``global_step``, ms-swift's ``N/M``) or from its position:
     the k-th log dict of a run is step k × logging_steps. When the config does not say ``logging_steps``,
     it is read off the training progress bar (the bar updated most often): the steps it reached over the
-    number of dicts; with no bar, the training script beside the log (``scripted``), else a finished run's
+    number of dicts, unless a finished run's summary row counts otherwise (the bar was another's: loading weights);
+    with no bar, the training script beside the log (``scripted``), else a finished run's
     ``max_steps`` (or the steps its summary row gives: ``train_runtime`` × ``train_steps_per_second``) over the
     number of dicts, unless the dicts' ``step_time`` shows the run stopped early (HF counts the planned steps). The
     step itself never comes from a bar: output is buffered, so dicts and bars interleave
@@ -459,6 +460,10 @@ def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, 
         yield NEW_RUN, {}
     if every is None:
         every = interval_from_bars(bars, len(dicts))
+        summed = round(reached / len(dicts)) if reached is not None and reached >= 2 * len(dicts) else None
+        if every is not None and summed is not None and every != summed:  # another bar (loading weights): the
+            source.note(f"the progress bar says {every} steps per log, the summary row {summed}: read off the summary")
+            every = None                                                   # summary counts the steps HF took
         if every is not None and every > 1:
             source.note(f"logging_steps not printed: read as {every} from the progress bar")
     if every is None and scripted is not None:

@@ -2755,3 +2755,15 @@ def test_a_tinker_log_whose_done_frac_stops_short_of_1_stopped_early(store):
     assert store.get_run(run.run_id).status == "stopped"
     [crash] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "crash"]
     assert crash.onset_step == 19 and "progress/done_frac 0.40" in crash.evidence[0].note
+
+
+def test_a_bar_that_disagrees_with_the_summary_row_is_not_the_training_bar(store):
+    """A French course's GRPO notebook (batch 161, train split) prints 20 log dicts and HF's summary (636.7 s at 0.157
+    steps/s: 100 steps) but no training bar; its only bar is transformers' "Loading weights 320/320". The summary
+    says 5 steps per log, the bar 16: the rows are steps 5-100, not 16-320."""
+    path = CORPUS / ("notebook__jsboige__coursia__qwen35-08b-qlora-grpo-z3-csp-rtx3090-rerun-reward-flat-truncated-"
+                     "100step") / "PT_11a_grpo_qwen35_rlvr.ipynb"
+    assert "Loading weights" in path.read_text() and "320/320" in path.read_text()
+    [run] = import_runs(store, path)
+    assert list(store.steps(run.run_id)) == list(range(5, 105, 5))
+    assert any("the summary row 5: read off the summary" in note for note in run.notes)
