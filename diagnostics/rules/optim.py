@@ -459,8 +459,8 @@ def _crash_explain(series: RunSeries, ep: Episode) -> Explanation:
     text = _error_text(event)
     evidence = [Evidence(ep.last, "events", float("nan"), text[:200])]
     if "stopped" in decode_detail(event.get("detail")):  # an imported log that ends short of its plan, in no error
-        causes = [f"{text[:200]}: the process was stopped (by hand, by a scheduler's time limit or cancel, a lost "
-                  "node), or the file was copied while the run went on"]
+        causes = ["the process was stopped (by hand, by a scheduler's time limit or cancel, a lost node), or the file "
+                  "was copied while the run went on"]
         return Explanation("info", evidence, causes, [advice("if it was not stopped on purpose: read the job's "
                                                              "own output for why, then resume from the last "
                                                              "checkpoint")])
