@@ -460,10 +460,12 @@ def _console_run(source: Source, dicts: list[tuple[int, dict]], bars: dict[int, 
         yield NEW_RUN, {}
     if every is None:
         every = interval_from_bars(bars, len(dicts))
+        # a bar that disagrees with a finished run's summary row is another bar (loading weights): HF's summary
+        # counts the steps the trainer took
         summed = round(reached / len(dicts)) if reached is not None and reached >= 2 * len(dicts) else None
-        if every is not None and summed is not None and every != summed:  # another bar (loading weights): the
+        if every is not None and summed is not None and every != summed:
             source.note(f"the progress bar says {every} steps per log, the summary row {summed}: read off the summary")
-            every = None                                                   # summary counts the steps HF took
+            every = None
         if every is not None and every > 1:
             source.note(f"logging_steps not printed: read as {every} from the progress bar")
     if every is None and scripted is not None:
