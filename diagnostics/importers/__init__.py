@@ -20,7 +20,7 @@ from pathlib import Path
 from grpo_doctor.diagnostics.config.keys import checked
 from grpo_doctor.diagnostics.importers._base import NEW_RUN, LogFormatError, ParsedLog
 from grpo_doctor.diagnostics.importers.crash import TEXT_FORMATS as CRASH_FORMATS
-from grpo_doctor.diagnostics.importers.crash import error_in, final_error, stopped_early
+from grpo_doctor.diagnostics.importers.crash import cancelled_in, error_in, stopped_early, tail_of
 from grpo_doctor.diagnostics.importers.detect import detect_format, resolve
 from grpo_doctor.diagnostics.importers.export import export_csv, export_jsonl
 from grpo_doctor.diagnostics.importers.formats import FORMATS
@@ -152,18 +152,25 @@ def _import(store, path, name, fmt, step_key, config, mode: str) -> list[Importe
 
 def _crash(store, parsed: ParsedLog, last: Imported) -> list[str]:
     """A console log that ends in a traceback: a crash event at its last run's last step (the rules read it: ``oom``,
-    ``crash``), the run marked crashed, and a note that says so. A log that ends in no error short of its plan
-    (``stopped_early``): the same event with why, the run marked stopped."""
+    ``crash``), the run marked crashed, and a note that says so. A log that ends in no error but the job scheduler's
+    cancel (``cancelled_in``) or short of its plan (``stopped_early``): the same event with why, the run marked
+    stopped."""
     path = Path(parsed.path)
     if parsed.format in CRASH_FORMATS and path.is_file():
-        error = final_error(path)
+        tail = tail_of(path)
     else:  # a W&B run file holds the console it captured
-        error = error_in(parsed.extra["console"]) if "console" in parsed.extra else None
+        tail = parsed.extra.get("console") or ""
+    error = error_in(tail) if tail else None
     steps = store.steps(last.run_id)
     step = int(steps.max())
     if error is None:
         done = store.metric(last.run_id, "progress/done_frac").dropna().to_numpy(dtype=float)
         by_order = parsed.reader is not None and parsed.reader.steps_by_order
+        cancelled = cancelled_in(tail) if tail else None
+        if cancelled is not None:
+            store.add_event(last.run_id, step, "crash", {"cancelled": cancelled})
+            store.set_status(last.run_id, "stopped")
+            return [f"{cancelled} after step {step}"]
         stopped = stopped_early(path, steps, None if by_order else parsed.config.get("max_steps"), done)
         if stopped is None:
             return []

@@ -35,17 +35,45 @@ _OOM_KILLED = re.compile(r"^slurmstepd: .*\boom[_-]kill", re.IGNORECASE)
 # a checkpoint's copy of a run's state (``checkpoint-500/trainer_state.json``,
 # ``grpo-checkpoint-57_trainer_state.json``, verl's ``global_step_40``): the run may have gone on after it
 _SNAPSHOT = re.compile(r"(?<![a-z])(?:checkpoint|global_step)[-_]?\d+", re.IGNORECASE)
+# a job scheduler that cancelled the job (``slurmstepd: error: *** JOB 719471 ON node26 CANCELLED AT 2025-10-28T11:20:33
+# DUE TO TIME LIMIT ***``; a step's ``*** STEP 17399264.0 ON gpue01 CANCELLED AT ... DUE to SIGNAL Terminated ***``)
+_CANCELLED = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT (\S+)(?: DUE TO ([^*]+?))? \*\*\*", re.IGNORECASE)
 _SUMMARY = b"train_runtime"  # HF's end-of-training summary: a run a callback stopped before max_steps still prints it
 _CHUNK = 2**20
 
 
-def final_error(path: str | Path) -> str | None:
-    """The last line of the traceback the file ends in (at most 300 characters), or None."""
+def tail_of(path: str | Path) -> str:
+    """The file's last ``TAIL_BYTES``, as text: where a crash or a scheduler's word is."""
     with open(path, "rb") as f:
         f.seek(0, 2)
         size = f.tell()
         f.seek(max(0, size - TAIL_BYTES))
-        return error_in(f.read().decode("utf-8", errors="replace"))
+        return f.read().decode("utf-8", errors="replace")
+
+
+def final_error(path: str | Path) -> str | None:
+    """The last line of the traceback the file ends in (at most 300 characters), or None."""
+    return error_in(tail_of(path))
+
+
+def _last_row(lines: list[str]) -> int:
+    """The index of the last line that is a row of metrics (-1: none)."""
+    return next((i for i in reversed(range(len(lines)))
+                 if _TRACEBACK not in lines[i] and is_row(lines[i], metric_pairs(lines[i]))), -1)
+
+
+def cancelled_in(tail: str) -> str | None:
+    """Slurm's word that it cancelled the job after the console's last row of metrics (its time limit, a user's
+    ``scancel``), with no end-of-training summary after that row: why the run stopped, or None."""
+    lines = [strip_ansi(line).strip() for line in tail.splitlines()]
+    if not any(_CANCELLED.search(line) for line in lines):
+        return None
+    last_row = _last_row(lines)
+    found = [m for m in map(_CANCELLED.search, lines[last_row + 1:]) if m]
+    if not found or any(_SUMMARY.decode() in line for line in lines[max(0, last_row):]):  # the summary can be a row
+        return None
+    when, why = found[-1][1], found[-1][2]
+    return f"the job scheduler cancelled the job at {when}" + (f" ({why.strip().lower()})" if why else "")
 
 
 def error_in(tail: str) -> str | None:
@@ -53,8 +81,7 @@ def error_in(tail: str) -> str | None:
     lines = [strip_ansi(line).strip() for line in tail.splitlines()]
     if not any(line.endswith(_TRACEBACK) or _OOM_KILLED.match(line) for line in lines):
         return None  # neither a traceback nor a kill anywhere: no need to find the last row
-    last_row = next((i for i in reversed(range(len(lines)))
-                     if _TRACEBACK not in lines[i] and is_row(lines[i], metric_pairs(lines[i]))), -1)
+    last_row = _last_row(lines)
     killed = [line for line in lines[last_row + 1:] if _OOM_KILLED.match(line)]
     if killed:  # the scheduler's word is the cause: the tracebacks before it are the workers it took down
         return killed[-1][:300]

@@ -458,7 +458,13 @@ def _crash_explain(series: RunSeries, ep: Episode) -> Explanation:
     event = next(e for e in _crashes(series, None, memory=False) if int(e["step"]) == ep.last)
     text = _error_text(event)
     evidence = [Evidence(ep.last, "events", float("nan"), text[:200])]
-    if "stopped" in decode_detail(event.get("detail")):  # an imported log that ends short of its plan, in no error
+    detail = decode_detail(event.get("detail"))
+    if "cancelled" in detail:  # the job scheduler's word, after the last row of metrics
+        return Explanation("info", evidence, ["the job scheduler stopped the job: its time limit, or a cancel "
+                                              "(scancel, a preemption)"],
+                           [advice("for a time limit, resume from the last checkpoint with more time (or save "
+                                   "checkpoints more often); for a cancel, nothing to change in the training")])
+    if "stopped" in detail:  # an imported log that ends short of its plan, in no error
         causes = ["the process was stopped (by hand, by a scheduler's time limit or cancel, a lost node), or the file "
                   "was copied while the run went on"]
         return Explanation("info", evidence, causes, [advice("if it was not stopped on purpose: read the job's "

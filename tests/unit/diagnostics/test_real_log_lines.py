@@ -2767,3 +2767,29 @@ def test_a_bar_that_disagrees_with_the_summary_row_is_not_the_training_bar(store
     [run] = import_runs(store, path)
     assert list(store.steps(run.run_id)) == list(range(5, 105, 5))
     assert any("the summary row 5: read off the summary" in note for note in run.notes)
+
+
+def test_a_console_that_ends_in_slurms_cancel_stopped(store, tmp_path):
+    """A diffu-GRPO Slurm console (train split) ends in ``error: *** STEP 17399264.0 ON gpue01 CANCELLED AT
+    2026-04-07T23:26:45 DUE to SIGNAL Terminated ***`` after its last dict: stopped, named (info) with the scheduler's
+    word. With HF's summary after the dicts (the run had finished), or the cancel before the last dict, it is not."""
+    from grpo_doctor.diagnostics.engine import diagnose
+
+    path = CORPUS / ("trl-console__anantmehta33__mdlm-policy-unmasking__llada15-diffu-grpo-math-cancelled-36step"
+                     ) / "grpo_17399264.out"
+    text = path.read_text()
+    cancel = text[text.rindex("[2026-04-07T23:26:45.029] error: ***"):]
+    assert cancel.strip().endswith("DUE to SIGNAL Terminated ***")
+    [run] = import_runs(store, path)
+    assert store.get_run(run.run_id).status == "stopped"
+    [crash] = [f for f in diagnose(store, run.run_id, save=False).findings if f.rule == "crash"]
+    assert crash.severity == "info" and crash.onset_step == int(store.steps(run.run_id).max())
+    assert "cancelled the job at 2026-04-07T23:26:45 (signal terminated)" in crash.evidence[0].note
+    body = text[:text.rindex("[2026-04-07T23:26:45.029] error: ***")]
+    last_dict = body.rindex("{'loss'")
+    summary = "{'train_runtime': 171.0, 'train_samples_per_second': 1.1, 'train_steps_per_second': 0.28}\n"
+    for where, changed in (("finished.out", body + summary + cancel),
+                           ("early.out", body[:last_dict] + cancel + "\n" + body[last_dict:])):
+        (tmp_path / where).write_text(changed)
+        [run] = import_runs(store, tmp_path / where)
+        assert store.get_run(run.run_id).status == "finished", where
