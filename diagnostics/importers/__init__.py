@@ -164,13 +164,13 @@ def _crash(store, parsed: ParsedLog, last: Imported) -> list[str]:
     steps = store.steps(last.run_id)
     step = int(steps.max())
     if error is None:
-        done = store.metric(last.run_id, "progress/done_frac").dropna().to_numpy(dtype=float)
-        by_order = parsed.reader is not None and parsed.reader.steps_by_order
         cancelled = cancelled_in(tail) if tail else None
         if cancelled is not None:
             store.add_event(last.run_id, step, "crash", {"cancelled": cancelled})
             store.set_status(last.run_id, "stopped")
             return [f"{cancelled} after step {step}"]
+        done = store.metric(last.run_id, "progress/done_frac").dropna().to_numpy(dtype=float)
+        by_order = parsed.reader is not None and parsed.reader.steps_by_order
         stopped = stopped_early(path, steps, None if by_order else parsed.config.get("max_steps"), done)
         if stopped is None:
             return []
