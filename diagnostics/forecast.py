@@ -1,12 +1,12 @@
 """Forecasts: a metric trending toward a documented limit gets a ``watch`` item before it crosses it.
 
 For each metric below, the limit is the one its rule acts on (and for KL and a shrinking length, the trend counts
-only once the metric is past its healthy level: a KL above its 0.05 target, a length 30% below its start): entropy
-toward a fifth of its start (an entropy collapse), KL toward 1 nat per token (a critical blow-up), the mean
-completion length toward three times its start or 80% of the cap, or toward 30% of its start (an explosion, a
-collapse; not from a start the cap set, once the truncated share has halved, nor while the reward rises: shorter answers
-that score better are concision), the truncated share toward a majority,
-``frac_reward_zero_std`` toward 0.9.
+only once the metric is past its healthy level, a KL above its 0.05 target, a length 30% below its start; a KL's log
+fit reads only its rows since it last passed that level): entropy toward a fifth of its start (an entropy collapse),
+KL toward 1 nat per token (a critical blow-up), the mean completion length toward three times its start or 80% of
+the cap, or toward 30% of its start (an explosion, a collapse; not from a start the cap set, once the truncated
+share has halved, nor while the reward rises: shorter answers that score better are concision), the truncated share
+toward a majority, ``frac_reward_zero_std`` toward 0.9.
 
 The fit is robust: over the metric's latest ``WINDOW`` logged rows (and at least ``MIN_ROWS``), Mann–Kendall's
 trend test must be significant in the limit's direction (one-sided, z > ``Z``), and the Theil–Sen line (the median
@@ -46,7 +46,8 @@ class Target:
     limit: Callable[[object], float | None]  # from the run's series (start level, cap)
     what: str                            # what crossing it means
     # The level the metric must already have passed, in the limit's direction, before a forecast is made: a KL
-    # warming up from 0 rises log-linearly in every healthy run, so only a KL past its 0.05 target is forecast.
+    # warming up from 0 rises log-linearly in every healthy run, so only a KL past its 0.05 target is forecast, from
+    # its rows since it last passed that target.
     watch: Callable[[object], float | None] = lambda series: None
     # Forecast only while the reward is not rising over the fitted rows: answers that shorten while the reward rises
     # are concision (length_shrink calls them info above a quarter of their start), not a collapse
@@ -145,6 +146,11 @@ def forecast_one(series, target: Target) -> Forecast | None:
     steps, values = series.finite(target.metric)
     if target.log:  # a log fit reads the positive rows: verl's KL of exactly 0 at step 1 is no level to fit
         steps, values = steps[values > 0], values[values > 0]
+    watch = target.watch(series)
+    if watch is not None and target.log:  # a log fit reads only the rows since the metric last passed its healthy
+        short = np.flatnonzero(target.direction * (values - watch) < 0)  # level: a KL's warm-up from 0.001 to 0.05,
+        if len(short):  # doublings that every healthy run makes, would set the fitted rate
+            steps, values = steps[short[-1] + 1:], values[short[-1] + 1:]
     if len(values) < MIN_ROWS + PERSIST - 1:
         return None
     for back in range(PERSIST - 1, 0, -1):  # the trend held at the rows before too: one lucky window is no trend
@@ -168,7 +174,6 @@ def forecast_one(series, target: Target) -> Forecast | None:
     goal = math.log(limit) if target.log else limit
     if target.direction * (goal - now) <= 0 or target.direction * (goal - float(np.median(y[-3:]))) <= 0:
         return None  # already there: the rule speaks now
-    watch = target.watch(series)
     if watch is not None and target.direction * (float(np.median(values[-3:])) - watch) < 0:
         return None  # not yet past the level where this trend stops being ordinary
     if target.while_reward_stalls and _reward_rising(series, x[0]):

@@ -243,3 +243,37 @@ def test_a_linear_trend_slowing_down_is_no_forecast():
         assert [f for f in forecasts(series) if f.metric == "completions/mean_length"] == [], upto
     falling = {"completions/mean_length": np.linspace(200, 100, 60)}
     assert [f.metric for f in forecasts(run_with(**falling))] == ["completions/mean_length"]
+
+
+def _real_kl(folder: str):
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    log = next((REAL / folder).iterdir())
+    with RunStore(":memory:") as store:
+        frames = [store.metrics(run.run_id) for run in import_runs(store, log)]
+    return max((f["kl"].dropna() for f in frames if "kl" in f), key=len)
+
+
+def _kl_forecasts(kl, upto: int) -> list:
+    series = RunSeries({"id": 1, "name": "r", "source": "jsonl", "config": {}})
+    series.add({"kl": (kl.loc[:upto].index.to_numpy(), kl.loc[:upto].to_numpy())})
+    return [f for f in forecasts(series) if f.metric == "kl"]
+
+
+def test_a_kl_forecast_is_fitted_from_where_the_kl_last_passed_its_target():
+    """Two train-split logs. A healthy letter-count notebook (Qwen2.5-3B, LoRA r=64): its KL doubles from 0.003 to
+    0.06 over its first 15 steps, the warm-up every run makes, then holds at 0.25-0.35 (three one-step spikes, the
+highest 1.02). Fitted over those rows it was
+    forecast at steps 15-22 to pass 1 nat near step 28; it never did. A Llama-3.2-1B run whose KL does blow up (past
+    1 nat at step 127; the reading's onset is step 121): fitted from where it last passed 0.05, its forecasts before
+the onset name the crossing within 20% (fitted over its warm-up, from step 56, they said steps 96-126)."""
+    healthy = _real_kl("notebook__ricardovargasaccenture__proyecto-ia__qwen25-3b-letter-count-r64-kl-plateau-035-"
+                       "healthy-160step")
+    assert healthy.rolling(10).median().max() < 0.4
+    assert [upto for upto in healthy.index if _kl_forecasts(healthy, upto)] == []
+    blowup = _real_kl("wandb__siliangzeng__r1-experiment__llama32-1b-grpo-gsm8k-kl-blowup-gibberish-131step")
+    crossing = int(blowup.index[np.argmax(blowup.to_numpy() >= 1.0)])
+    shown = {upto: found[0].eta_step for upto in blowup.index[blowup.index < 121]
+             if (found := _kl_forecasts(blowup, upto))}
+    assert shown and all(abs(eta - crossing) <= 0.2 * crossing for eta in shown.values()), (crossing, shown)
