@@ -13,6 +13,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 MAD_TO_SIGMA = 1.4826  # σ ≈ 1.4826 · MAD for normal noise
+MEAN_AD_TO_SIGMA = 1.2533  # σ ≈ √(π/2) · mean absolute deviation for normal noise
 _FEW_ROWS = 4          # at most this many rows: a Python loop beats building a sliding view
 _CHUNK = 1 << 16       # windows sorted per block, to bound memory on very long runs
 _KENDALL_BLOCK = 256   # rows whose Mann–Kendall sums are taken at once
@@ -89,7 +90,12 @@ def robust_sigma(x: np.ndarray) -> float:
     if len(x) < 3:
         return 0.0
     d = np.diff(x)
-    return float(MAD_TO_SIGMA * np.median(np.abs(d - np.median(d))) / np.sqrt(2.0))
+    dev = np.abs(d - np.median(d))
+    mad = np.median(dev)
+    # A value repeated row after row (a reward at its ceiling, a log that prints each value several times) makes more
+    # than half the differences 0 and the MAD 0; the mean absolute deviation (σ = √(π/2)·MeanAD) still sees the rest
+    sigma = MAD_TO_SIGMA * mad if mad > 0 else MEAN_AD_TO_SIGMA * np.mean(dev)
+    return float(sigma / np.sqrt(2.0))
 
 
 def spikes(x: np.ndarray, w: int, lo: int = 0, k: float = 10.0, ratio: float = 5.0) -> np.ndarray:

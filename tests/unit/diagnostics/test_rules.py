@@ -690,13 +690,20 @@ def test_a_reward_that_breaks_within_a_few_steps_is_named_before_a_10_step_media
 
 
 def test_a_collapse_seen_by_the_3_step_median_shows_that_median_as_its_evidence():
-    """A train-split curriculum CSV (batch 122): reward 1.0 on steps 0-7, then 0 on 8 and 9 as the operands grow. The
-    detector's 3-step median sees the fall at step 9; the 10-step median there is still 1.0, and the evidence used to
-    show "fallen back from that peak" at 1.0, the peak itself. It shows the median the detector read."""
-    found = real_findings(
-        "handwritten-csv__kaandroid__grpo-training-lab__qwen25-05b-curriculum-4d-6d-zero-grad-g4-24step", ".csv")
-    start, _, fell = found["reward_collapse"].evidence[:3]
-    assert start.value == 1.0 and fell.value == 0.0 and "last 3 steps" in fell.note
+    """A train-split REINFORCE loop (Llama-3.2-3B rewriting essays, KL 0.5): the reward, near 0 for 300 steps, falls to
+    -0.27 within a few. The detector's 3-step median sees the fall before a 10-step median does; the evidence shows the
+    3-step median it read, not the 10-step one (which would show the level still held, "fallen back" to the peak)."""
+    from grpo_doctor.diagnostics.importers import import_runs
+    from grpo_doctor.diagnostics.store import RunStore
+
+    folder = "handwritten-jsonl__braden-j__stat-4830-promptlab-project__llama32-3b-reinforce-editlens-kl0.5-500step"
+    found = real_findings(folder, ".jsonl")
+    start, peak, fell = found["reward_collapse"].evidence[:3]
+    with RunStore(":memory:") as store:
+        [run] = import_runs(store, ROOT / "tests" / "data" / "real_logs" / folder / "c4c_log.jsonl")
+        reward = store.metrics(run.run_id)["reward"].dropna()
+    assert "last 3 steps" in fell.note and fell.value == pytest.approx(float(np.median(reward.loc[:fell.step][-3:])))
+    assert fell.value < start.value < peak.value
 
 
 def test_updates_that_leap_in_a_few_steps_are_named_as_approx_kl_high_at_the_first_of_them(breaking_run):
@@ -985,6 +992,37 @@ def test_a_gain_is_clear_only_against_the_noise_of_the_level_it_reached():
     prompts read as a collapse (critical, step 130). The run goes on to 1.4."""
     found = real_findings("notebook__harleen8118__qwen2-5-3b-grpo-math__qwen25-3b-gsm8k-t4-250", ".ipynb")
     assert "reward_collapse" not in found
+
+
+def test_the_noise_of_a_value_repeated_row_after_row_is_read_from_its_mean_absolute_deviation():
+    """σ of a metric's noise from its first differences: 1.4826 · MAD / √2; where more than half the differences are
+    exactly the median (a reward at its ceiling) the MAD is 0, and √(π/2) · MeanAD / √2 reads the rest instead."""
+    from grpo_doctor.diagnostics.metrics.rolling import robust_sigma
+
+    def reference(x):  # float64, from the definitions
+        d = [float(b) - float(a) for a, b in zip(x[:-1], x[1:])]
+        centre = sorted(d)[len(d) // 2] if len(d) % 2 else sum(sorted(d)[len(d) // 2 - 1:len(d) // 2 + 1]) / 2
+        dev = sorted(abs(v - centre) for v in d)
+        mad = dev[len(dev) // 2] if len(dev) % 2 else (dev[len(dev) // 2 - 1] + dev[len(dev) // 2]) / 2
+        sigma = 1.4826 * mad if mad > 0 else math.sqrt(math.pi / 2) * sum(dev) / len(dev)
+        return sigma / math.sqrt(2)
+
+    rng = np.random.default_rng(5)
+    noisy = rng.normal(0.5, 0.1, 200)
+    ceiling = np.where(rng.random(200) < 0.8, 1.0, rng.choice([0.94, 0.96, 0.98], 200))
+    for x in (noisy, ceiling, np.repeat(noisy[:50], 4)):
+        assert robust_sigma(x) == pytest.approx(reference(x), rel=1e-3)
+    assert robust_sigma(ceiling) > 0 and robust_sigma(np.ones(50)) == 0.0
+    assert robust_sigma(noisy) == pytest.approx(0.1, rel=0.2)  # the noise of normal rows, from their differences
+
+
+def test_a_reward_at_its_ceiling_that_dips_by_a_hundredth_has_not_collapsed():
+    """A train-split diffusion-LM tool-calling GRPO loop (Qwen3.5-9B, KL 0.005): the reward is exactly 1.0 on more
+    than half its 300 rows and 0.92-0.99 on the rest, so the MAD of its differences is 0. Read as no noise, a 20-step
+    median of 0.990 against a peak of 1.0 was a collapse (critical, from step 13)."""
+    found = real_findings("handwritten-jsonl__macoredroid__qwen-diffusion-agentic__qwen35-9b-dllm-multiturn-grpo-"
+                          "kl005-300step", ".jsonl")
+    assert "reward_collapse" not in found and "uniform_groups" in found
 
 
 def test_an_update_of_exactly_0_names_uniform_groups_where_a_loop_logs_only_its_policy_loss():
