@@ -164,7 +164,7 @@ CATALOGUE: tuple[Metric, ...] = (
                     "objective/verifiable_correct_rate", "correct", "mean_correct"), domain=NONNEG),
     Metric("reward_std", "std of the total reward over the batch (TRL ≥ 0.27; per-group mean before)",
            group="reward", aliases=("group_reward_std", "reward/std", "rewards/std", "std_reward", "reward_stddev",
-                                   "final_reward_std"),
+                                   "final_reward_std", "group_reward_std_mean"),  # TRL's SDPO trainer
            note="falling alone is fine (docs/field-reports.md#reward-std-falling); with rising frac_reward_zero_std "
                 "it means no diversity", finite_required=True, domain=NONNEG),
     Metric("reward_max", "max total reward in the batch", group="reward", aliases=("critic/score/max",
@@ -180,7 +180,7 @@ CATALOGUE: tuple[Metric, ...] = (
            group="reward",
            aliases=("zero_adv_fraction", "zero_advantage_fraction", "frac_zero_adv", "zero_adv_frac", "zero_std_frac",
                     "frac_zero_std", "zero_var_group_frac", "grpo/zero_std_frac", "actor/zero_advantage_frac",
-                    "uniform_group_frac", "frac_uniform_groups"),
+                    "uniform_group_frac", "frac_uniform_groups", "flat_group_fraction"),  # the last: TRL's SDPO
            note="expected ≈ p^G + (1−p)^G for a binary reward with success rate p; dynamic sampling "
                 "would skip these groups (docs/health-ranges.md#share-of-uniform-groups)", domain=SHARE),
     # Logged as two shares whose sum is the uniform share under a pass/fail reward (verl recipes, prime-rl)

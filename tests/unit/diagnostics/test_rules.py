@@ -1025,6 +1025,20 @@ def test_a_reward_at_its_ceiling_that_dips_by_a_hundredth_has_not_collapsed():
     assert "reward_collapse" not in found and "uniform_groups" in found
 
 
+def test_trls_sdpo_trainer_names_its_share_of_flat_groups():
+    """A train-split W&B history of TRL's SDPO trainer (Qwen3-8B on competitive programming, G=8, two groups a step):
+    it logs the share of groups whose rewards are all alike as ``self_distillation/flat_group_fraction`` (1.0 or 0.5
+    on most steps) and their mean reward spread as ``group_reward_std_mean``. Read as ``frac_reward_zero_std`` and
+    ``reward_std``, the uniform groups are named (they were not)."""
+    from grpo_doctor.diagnostics.metrics.names import canonical_name
+
+    assert canonical_name("train/self_distillation/flat_group_fraction") == "frac_reward_zero_std"
+    assert canonical_name("train/self_distillation/group_reward_std_mean") == "reward_std"
+    found = real_findings("wandb-csv__sameersegal__sdpo-training-loop__qwen3-8b-sdpo-lr1e4-flat-groups-length-collapse-"
+                          "20step", ".csv")
+    assert found["uniform_groups"].severity == "warning"
+
+
 def test_an_update_of_exactly_0_names_uniform_groups_where_a_loop_logs_only_its_policy_loss():
     """A train-split verl CSV of three reward arms (run 2, from SFT with a sparse reward): reward, grad_norm and
     pg_loss exactly 0 on steps 1-9, and no reward spread logged. With the policy loss read where no total loss is
