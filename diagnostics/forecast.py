@@ -147,9 +147,11 @@ def forecast_one(series, target: Target) -> Forecast | None:
     if target.log:  # a log fit reads the positive rows: verl's KL of exactly 0 at step 1 is no level to fit
         steps, values = steps[values > 0], values[values > 0]
     watch = target.watch(series)
-    if watch is not None and target.log:  # a log fit reads only the rows since the metric last passed its healthy
-        short = np.flatnonzero(target.direction * (values - watch) < 0)  # level: a KL's warm-up from 0.001 to 0.05,
-        if len(short):  # doublings that every healthy run makes, would set the fitted rate
+    if watch is not None and target.log:
+        # a log fit reads only the rows since the metric last passed its healthy level: a KL's warm-up from 0.001 to
+        # 0.05, doublings that every healthy run makes, would set the fitted rate
+        short = np.flatnonzero(target.direction * (values - watch) < 0)
+        if len(short):
             steps, values = steps[short[-1] + 1:], values[short[-1] + 1:]
     if len(values) < MIN_ROWS + PERSIST - 1:
         return None

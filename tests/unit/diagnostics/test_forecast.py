@@ -264,10 +264,10 @@ def _kl_forecasts(kl, upto: int) -> list:
 def test_a_kl_forecast_is_fitted_from_where_the_kl_last_passed_its_target():
     """Two train-split logs. A healthy letter-count notebook (Qwen2.5-3B, LoRA r=64): its KL doubles from 0.003 to
     0.06 over its first 15 steps, the warm-up every run makes, then holds at 0.25-0.35 (three one-step spikes, the
-highest 1.02). Fitted over those rows it was
-    forecast at steps 15-22 to pass 1 nat near step 28; it never did. A Llama-3.2-1B run whose KL does blow up (past
-    1 nat at step 127; the reading's onset is step 121): fitted from where it last passed 0.05, its forecasts before
-the onset name the crossing within 20% (fitted over its warm-up, from step 56, they said steps 96-126)."""
+    highest 1.02). Fitted over those rows it was forecast at steps 15-22 to pass 1 nat near step 28; it never did. A
+    Llama-3.2-1B run whose KL does blow up (past 1 nat at step 127; the reading's onset is step 121): fitted from
+    where it last passed 0.05, its forecasts before the onset name the crossing within 20% (fitted over its warm-up,
+    from step 56, they said steps 96-126)."""
     healthy = _real_kl("notebook__ricardovargasaccenture__proyecto-ia__qwen25-3b-letter-count-r64-kl-plateau-035-"
                        "healthy-160step")
     assert healthy.rolling(10).median().max() < 0.4
